@@ -1,0 +1,176 @@
+"""The command line: parse, build options, call one core function, map errors to exit codes.
+
+This is the only module that prints or exits. Exit codes are :class:`ExitCode`
+and are documented in docs/CLI.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
+
+from envguard import __version__
+from envguard.errors import EnvguardError, OutputError
+from envguard.exitcodes import ExitCode
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from envguard.model import Snapshot
+
+SNAPSHOT_DIR = Path(".envguard") / "snapshots"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but usage errors are one line and exit with ExitCode.USAGE."""
+
+    def error(self, message: str) -> NoReturn:
+        from envguard.render.sanitize import clean
+
+        sys.stderr.write(f"{self.prog}: error: {clean(message)} (see {self.prog} --help)\n")
+        raise SystemExit(ExitCode.USAGE)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="envguard",
+        description="Record the environment a training run worked in; explain what changed.",
+    )
+    parser.add_argument("--version", action="version", version=f"envguard {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    snap = sub.add_parser("snapshot", help="record the current environment as JSON",
+                          description="Record interpreter, torch build, packages, integrity, "
+                          "compile caches, GPU, environment variables and your files.")
+    where = snap.add_mutually_exclusive_group()
+    where.add_argument("-o", "--output", metavar="PATH",
+                       help="write the snapshot to PATH (atomically)")
+    where.add_argument("--json", action="store_true", help="print the snapshot JSON to stdout")
+    snap.add_argument("--python", metavar="PY",
+                      help="snapshot another interpreter or venv folder (stdlib-only probe)")
+    snap.add_argument("--file", dest="files", action="append", default=[], metavar="GLOB",
+                      help="record size, md5 and sha256 of matching files (repeatable)")
+    snap.add_argument("--verify", choices=("size", "hash", "none"), default="size",
+                      help="check installed files against RECORD by size (default) or hash")
+    snap.add_argument("--deep", action="store_true",
+                      help="also import torch in a crash-isolated subprocess")
+    snap.add_argument("--no-cache-marker", action="store_true",
+                      help="do not record the current build in the compile caches")
+    snap.add_argument("--no-project-config", action="store_true",
+                      help="ignore [tool.envguard] in the nearest pyproject.toml")
+    snap.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
+    snap.set_defaults(handler=cmd_snapshot)
+    return parser
+
+
+def _stderr_console() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, soft_wrap=False)
+
+
+class _RichProgress:
+    """Progress bar on stderr for long hashing runs; only on a terminal."""
+
+    def __init__(self, console: Console) -> None:
+        from rich.progress import (BarColumn, DownloadColumn, Progress, TimeRemainingColumn,
+                                   TransferSpeedColumn)
+
+        self._progress = Progress("{task.description}", BarColumn(), DownloadColumn(),
+                                  TransferSpeedColumn(), TimeRemainingColumn(),
+                                  console=console, transient=True)
+        self._task: object = None
+
+    def start(self, description: str, total: int) -> None:
+        self._progress.start()
+        self._task = self._progress.add_task(description, total=total)
+
+    def advance(self, amount: int) -> None:
+        if self._task is not None:
+            self._progress.advance(self._task, amount)  # type: ignore[arg-type]
+
+    def finish(self) -> None:
+        self._progress.stop()
+
+
+def _default_snapshot_path() -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path = SNAPSHOT_DIR / f"{stamp}.json"
+    n = 1
+    while path.exists():
+        path = SNAPSHOT_DIR / f"{stamp}-{n}.json"
+        n += 1
+    return path
+
+
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    from envguard.atomic import write_text_atomic
+    from envguard.probe import SnapshotOptions, collect
+
+    options = SnapshotOptions(
+        python=args.python,
+        verify=args.verify,
+        deep=args.deep,
+        file_patterns=tuple(args.files),
+        write_cache_marker=not args.no_cache_marker,
+        use_project_config=not args.no_project_config,
+    )
+    show_summary = not args.quiet
+    console = _stderr_console() if show_summary or sys.stderr.isatty() else None
+    progress = _RichProgress(console) if console is not None and console.is_terminal else None
+    snapshot = collect(options, progress)
+    text = snapshot.to_json()
+    destination: str | None = None
+    if args.json:
+        try:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            raise OutputError("stdout closed before the snapshot was written") from None
+    else:
+        path = Path(args.output) if args.output else _default_snapshot_path()
+        write_text_atomic(path, text)
+        destination = str(path)
+        if not args.output:
+            print(destination)
+    if show_summary and console is not None:
+        _print_summary(console, snapshot, destination)
+    return ExitCode.OK
+
+
+def _print_summary(console: Console, snapshot: Snapshot, destination: str | None) -> None:
+    from envguard.render.summary import snapshot_summary
+
+    console.print(snapshot_summary(snapshot, destination))
+
+
+def _fail(message: str, code: ExitCode) -> int:
+    from envguard.render.sanitize import clean
+
+    sys.stderr.write(f"envguard: error: {clean(message, 1000)}\n")
+    return int(code)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run envguard; returns the exit status (``__main__`` passes it to sys.exit)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        return int(args.handler(args))
+    except SystemExit as exc:  # argparse --help/--version/usage errors
+        return int(exc.code) if isinstance(exc.code, int) else int(ExitCode.USAGE)
+    except EnvguardError as exc:
+        return _fail(str(exc), exc.exit_code)
+    except KeyboardInterrupt:
+        sys.stderr.write("envguard: interrupted\n")
+        return int(ExitCode.INTERRUPTED)
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: never a traceback
+        if os.environ.get("ENVGUARD_DEBUG"):
+            raise
+        return _fail(f"internal error: {type(exc).__name__}: {exc} (set ENVGUARD_DEBUG=1 for "
+                     "the traceback, and please report it)", ExitCode.INTERNAL_ERROR)

@@ -1,0 +1,26 @@
+"""Exit codes: the documented contract of every envguard command (docs/CLI.md)."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Process exit status of ``envguard``. Never renumber a member."""
+
+    OK = 0
+    """The command did what was asked (a snapshot may still record per-section errors)."""
+    DRIFT = 1
+    """The environment differs from the reference (diff, check, run)."""
+    USAGE = 2
+    """Bad command line: unknown option, missing argument (argparse's own code)."""
+    INPUT_ERROR = 3
+    """An input file is missing, unreadable, malformed, or from a newer schema."""
+    ENVIRONMENT_ERROR = 4
+    """The target interpreter could not be run or probed at all."""
+    OUTPUT_ERROR = 5
+    """The result could not be written; any previous file is left untouched."""
+    INTERNAL_ERROR = 70
+    """A bug in envguard (EX_SOFTWARE); one line, the traceback only with ENVGUARD_DEBUG=1."""
+    INTERRUPTED = 130
+    """Interrupted by Ctrl-C (SIGINT)."""

@@ -1,0 +1,423 @@
+"""The snapshot document: frozen dataclasses, a deterministic JSON form, and validation.
+
+Every section is plain data. ``Snapshot.to_json()`` sorts keys, so two snapshots of
+one environment differ only where the environment (or the clock) does.
+``Snapshot.from_json()`` validates types field by field and names the offending
+path, as packaging's ``pylock`` does: ``expected str, got int in 'packages[3].version'``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, Union
+
+from envguard.errors import SnapshotValidationError, UnsupportedSchemaError
+
+SCHEMA_NAME = "envguard.snapshot"
+SCHEMA_MAJOR = 1
+SCHEMA_MINOR = 0
+SCHEMA = f"{SCHEMA_NAME}/{SCHEMA_MAJOR}"
+
+_SCHEMA_RE = re.compile(rf"^{re.escape(SCHEMA_NAME)}/(\d+)(?:\.(\d+))?$")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ProbeIssue:
+    """A probe that failed or timed out; the snapshot still completes."""
+
+    section: str
+    message: str
+    path: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Interpreter:
+    executable: str
+    version: str
+    implementation: str
+    prefix: str
+    base_prefix: str
+    is_venv: bool
+    site_packages: list[str]
+    sys_path: list[str]
+    interpreter_tag: str
+    abi_tag: str | None
+    platform: str
+    best_tag: str | None = None
+    """The most specific wheel tag this interpreter installs (``cp311-cp311-manylinux_2_36_x86_64``)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DirectUrl:
+    """PEP 610 ``direct_url.json``: how a distribution was installed from a URL or folder."""
+
+    url: str
+    editable: bool = False
+    vcs: str | None = None
+    commit_id: str | None = None
+    requested_revision: str | None = None
+    archive_hash: str | None = None
+    subdirectory: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Distribution:
+    name: str
+    """Normalized (PEP 503) project name."""
+    version: str | None
+    location: str
+    """The sys.path folder that holds the metadata."""
+    metadata_dir: str
+    installer: str | None = None
+    requested: bool = False
+    editable: bool = False
+    direct_url: DirectUrl | None = None
+    fingerprint: str | None = None
+    """sha256 over the normalized RECORD; equal for pip and uv installs of one wheel."""
+    record_entries: int = 0
+    wheel_generator: str | None = None
+    wheel_tags: list[str] = field(default_factory=list)
+    wheel_build: str | None = None
+    requires: list[str] = field(default_factory=list)
+    shadowed: list[str] = field(default_factory=list)
+    """Other sys.path folders that also hold this name (the first one wins)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TorchIdentity:
+    present: bool
+    location: str | None = None
+    version: str | None = None
+    git_version: str | None = None
+    cuda: str | None = None
+    hip: str | None = None
+    debug: bool | None = None
+    version_fields: dict[str, str | bool | None] = field(default_factory=dict)
+    """Every simple assignment in ``torch/version.py``, whatever fields this build has."""
+    dist_version: str | None = None
+    """The version in torch's METADATA; PyPI builds drop the ``+cuXXX`` label here."""
+    triton_version: str | None = None
+    triton_fingerprint: str | None = None
+    cuda_wheel_family: str | None = None
+    """``cu12`` (nvidia-*-cu12), ``cu13`` (cuda-toolkit / unsuffixed nvidia-*), ``mixed`` or None."""
+    cuda_wheels: list[str] = field(default_factory=list)
+    compat_key: str | None = None
+    """Import-free stand-in for torch's compile-cache keys: torch sources, triton, CUDA, GPU."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class IntegrityIssue:
+    package: str
+    path: str
+    problem: str
+    """``missing``, ``size``, ``hash``, ``unreadable`` or ``modified-after-install``."""
+    expected: str | None = None
+    actual: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Integrity:
+    mode: str
+    """``none``, ``size`` or ``hash``."""
+    checked_files: int = 0
+    checked_bytes: int = 0
+    hashed_bytes: int = 0
+    """Bytes actually read; the rest came from the hash cache."""
+    tolerated: int = 0
+    """RECORD quirks skipped on purpose: rewritten scripts, unhashed entries."""
+    issues: list[IntegrityIssue] = field(default_factory=list)
+    without_record: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BuildStamp:
+    """The build a compile cache was seen populated under (envguard's own marker)."""
+
+    compat_key: str
+    torch_version: str | None = None
+    torch_git_version: str | None = None
+    triton_version: str | None = None
+    first_seen: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CacheDir:
+    kind: str
+    """``inductor``, ``triton`` or ``cuda``."""
+    path: str
+    source: str
+    """The variable the location came from, or ``default``."""
+    exists: bool
+    total_bytes: int = 0
+    files: int = 0
+    entries: dict[str, int] = field(default_factory=dict)
+    """Files per top-level subfolder (fxgraph, aotautograd, triton, ...)."""
+    newest_mtime: float | None = None
+    filesystem: str | None = None
+    truncated: bool = False
+    populated_under: list[BuildStamp] = field(default_factory=list)
+    """Builds recorded by earlier snapshots in this cache; empty when unknown."""
+    marker: str = "none"
+    """``none``, ``created``, ``seen`` (current build already recorded) or ``added``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrackedFile:
+    pattern: str
+    path: str
+    exists: bool
+    size: int | None = None
+    md5: str | None = None
+    sha256: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GitState:
+    root: str
+    commit: str | None
+    branch: str | None
+    dirty: list[str] = field(default_factory=list)
+    untracked: int = 0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Files:
+    files: list[TrackedFile] = field(default_factory=list)
+    git: GitState | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Gpu:
+    index: int
+    name: str
+    memory_mib: int | None = None
+    compute_capability: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class System:
+    os: str
+    kernel: str
+    machine: str
+    hostname: str
+    glibc: str | None = None
+    cpu_model: str | None = None
+    cpu_logical: int | None = None
+    cpu_physical: int | None = None
+    memory_bytes: int | None = None
+    gpu_probe: str = "absent"
+    """``ok``, ``absent`` (no nvidia-smi) or ``error``."""
+    gpus: list[Gpu] = field(default_factory=list)
+    driver_version: str | None = None
+    cuda_driver_version: str | None = None
+    nvcc: str | None = None
+    cuda_home: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EnvValue:
+    value: str | None
+    """The value, or None when masked."""
+    masked: bool = False
+    digest: str | None = None
+    """Keyed HMAC of a masked value: detects a change without revealing the value."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Environment:
+    variables: dict[str, EnvValue] = field(default_factory=dict)
+    mask_key_id: str | None = None
+    """Which key masked the digests; digests compare only under the same key."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Deep:
+    """Facts that need ``import torch``, gathered in a crash-isolated subprocess (--deep)."""
+
+    ok: bool
+    error: str | None = None
+    torch_version: str | None = None
+    cuda_available: bool | None = None
+    device_count: int | None = None
+    device_capability: list[str] = field(default_factory=list)
+    cudnn_version: str | None = None
+    nccl_version: str | None = None
+    config: str | None = None
+    torch_key: str | None = None
+    """torch's own ``torch_key()``: the hash inductor puts in every cache key."""
+    seconds: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Options:
+    verify: str
+    deep: bool
+    python: str | None
+    file_patterns: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Snapshot:
+    schema: str
+    envguard_version: str
+    created_at: str
+    duration_s: float
+    options: Options
+    interpreter: Interpreter
+    torch: TorchIdentity
+    packages: list[Distribution]
+    integrity: Integrity
+    caches: list[CacheDir]
+    files: Files
+    system: System
+    environment: Environment
+    deep: Deep | None = None
+    errors: list[ProbeIssue] = field(default_factory=list)
+
+    def package(self, name: str) -> Distribution | None:
+        """The distribution called ``name`` (normalized), if installed."""
+        for dist in self.packages:
+            if dist.name == name:
+                return dist
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        """Deterministic JSON: sorted keys, two-space indent, trailing newline."""
+        return json.dumps(self.to_dict(), sort_keys=True, indent=2, ensure_ascii=True) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: object) -> Snapshot:
+        if not isinstance(data, dict):
+            raise SnapshotValidationError(f"expected an object, got {_type_name(data)}")
+        check_schema(data.get("schema"))
+        return _build(cls, data, "")
+
+    @classmethod
+    def from_json(cls, text: str) -> Snapshot:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SnapshotValidationError(
+                f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+            ) from None
+        return cls.from_dict(data)
+
+    def validate(self) -> Snapshot:
+        """Round trip through the dict form; raises if any field has the wrong type."""
+        return Snapshot.from_dict(json.loads(self.to_json()))
+
+
+def check_schema(value: object) -> tuple[int, int]:
+    """Parse a schema string; a newer major is an error, a newer minor is accepted."""
+    if not isinstance(value, str):
+        raise SnapshotValidationError(
+            f"missing or invalid schema (expected '{SCHEMA}')", context="schema"
+        )
+    match = _SCHEMA_RE.match(value)
+    if match is None:
+        raise SnapshotValidationError(
+            f"not an envguard snapshot (schema {value!r})", context="schema"
+        )
+    major, minor = int(match.group(1)), int(match.group(2) or 0)
+    if major > SCHEMA_MAJOR:
+        raise UnsupportedSchemaError(
+            f"snapshot schema {value} is newer than this envguard reads ({SCHEMA}); upgrade envguard"
+        )
+    if major < 1:
+        raise SnapshotValidationError(f"unknown schema version {value!r}", context="schema")
+    return major, minor
+
+
+_T = TypeVar("_T")
+
+
+def _type_name(value: object) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _build(cls: type[_T], data: object, context: str) -> _T:
+    if not isinstance(data, dict):
+        raise SnapshotValidationError(
+            f"expected an object, got {_type_name(data)}", context=context
+        )
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for fld in dataclasses.fields(cls):  # type: ignore[arg-type]
+        where = f"{context}.{fld.name}" if context else fld.name
+        if fld.name not in data:
+            has_default = (
+                fld.default is not dataclasses.MISSING
+                or fld.default_factory is not dataclasses.MISSING
+            )
+            if has_default:
+                continue
+            raise SnapshotValidationError("missing required field", context=where)
+        kwargs[fld.name] = _convert(hints[fld.name], data[fld.name], where)
+    # Unknown keys are ignored: a newer minor schema may add fields.
+    return cls(**kwargs)
+
+
+def _convert(tp: Any, value: object, context: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        options = typing.get_args(tp)
+        if value is None and type(None) in options:
+            return None
+        errors: list[SnapshotValidationError] = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _convert(option, value, context)
+            except SnapshotValidationError as exc:
+                errors.append(exc)
+        if len(errors) == 1:
+            raise errors[0]
+        names = " or ".join(_hint_name(o) for o in options)
+        raise SnapshotValidationError(
+            f"expected {names}, got {_type_name(value)}", context=context
+        )
+    if origin is list:
+        (item_tp,) = typing.get_args(tp)
+        if not isinstance(value, list):
+            raise SnapshotValidationError(
+                f"expected a list, got {_type_name(value)}", context=context
+            )
+        return [_convert(item_tp, item, f"{context}[{i}]") for i, item in enumerate(value)]
+    if origin is dict:
+        _key_tp, val_tp = typing.get_args(tp)
+        if not isinstance(value, dict):
+            raise SnapshotValidationError(
+                f"expected an object, got {_type_name(value)}", context=context
+            )
+        return {str(k): _convert(val_tp, v, f"{context}[{k!r}]") for k, v in value.items()}
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        return _build(tp, value, context)
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp in (str, bool):
+        if type(value) is tp:
+            return value
+    else:  # pragma: no cover - a schema type this converter does not know
+        raise TypeError(f"unsupported schema type {tp!r}")
+    raise SnapshotValidationError(
+        f"expected {_hint_name(tp)}, got {_type_name(value)}", context=context
+    )
+
+
+def _hint_name(tp: Any) -> str:
+    if tp is type(None):
+        return "null"
+    return getattr(tp, "__name__", str(tp))

@@ -1,0 +1,214 @@
+"""Compile caches, located exactly as torch, triton and the CUDA driver locate them.
+
+* inductor: ``$TORCHINDUCTOR_CACHE_DIR``, else ``<tempdir>/torchinductor_<user>``
+  (torch/_inductor/runtime/cache_dir_utils.py); its ``triton/<device>`` subfolder
+  holds the kernels torch.compile built when ``TRITON_CACHE_DIR`` is unset;
+* triton: ``$TRITON_CACHE_DIR``, else ``$TRITON_HOME/.triton/cache`` (home by default);
+* cuda: ``$CUDA_CACHE_PATH``, else ``~/.nv/ComputeCache`` (the driver's PTX JIT cache).
+
+Walks never follow symlinks, so a symlink loop inside a cache cannot hang a snapshot;
+unreadable folders become recorded issues.
+
+envguard keeps a small marker file (``.envguard-builds.json``) at the top of the
+inductor and triton caches listing the builds it has seen them used under; nothing
+else in the cache can tell which torch build filled it. Another build's entries
+miss silently, so a later diff can say "populated under another build".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import stat
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from envguard.atomic import write_text_atomic
+from envguard.errors import OutputError
+from envguard.model import BuildStamp, CacheDir, ProbeIssue, TorchIdentity
+
+MARKER_NAME = ".envguard-builds.json"
+MAX_ENTRIES = 500_000
+_MARKED_KINDS = ("inductor", "triton")
+
+
+def _sanitized_user(user: str | None) -> str:
+    # torch replaces characters that are illegal in Windows paths.
+    return re.sub(r'[\\/:*?"<>|]', "_", user or "unknown")
+
+
+def locations(env: Mapping[str, str], facts: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(kind, path, source) for every cache location, in a fixed order."""
+    home = str(facts.get("home") or os.path.expanduser("~"))
+    tempdir = str(facts.get("tempdir") or "/tmp")  # noqa: S108 - torch's own default
+    out: list[tuple[str, str, str]] = []
+    if env.get("TORCHINDUCTOR_CACHE_DIR"):
+        out.append(("inductor", env["TORCHINDUCTOR_CACHE_DIR"], "TORCHINDUCTOR_CACHE_DIR"))
+    else:
+        user = _sanitized_user(facts.get("user"))
+        out.append(("inductor", os.path.join(tempdir, f"torchinductor_{user}"), "default"))
+    if env.get("TRITON_CACHE_DIR"):
+        out.append(("triton", env["TRITON_CACHE_DIR"], "TRITON_CACHE_DIR"))
+    elif env.get("TRITON_HOME"):
+        out.append(("triton", os.path.join(env["TRITON_HOME"], ".triton", "cache"), "TRITON_HOME"))
+    else:
+        out.append(("triton", os.path.join(home, ".triton", "cache"), "default"))
+    if env.get("CUDA_CACHE_PATH"):
+        out.append(("cuda", env["CUDA_CACHE_PATH"], "CUDA_CACHE_PATH"))
+    else:
+        out.append(("cuda", os.path.join(home, ".nv", "ComputeCache"), "default"))
+    return out
+
+
+def read_mounts(path: str = "/proc/self/mounts") -> list[tuple[str, str]]:
+    """(mount point, filesystem type), longest mount point first; empty off Linux."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return []
+    mounts = []
+    for line in lines:
+        parts = line.split()
+        if len(parts) >= 3:
+            mounts.append((parts[1].replace("\\040", " "), parts[2]))
+    mounts.sort(key=lambda m: len(m[0]), reverse=True)
+    return mounts
+
+
+def filesystem_of(path: str, mounts: list[tuple[str, str]]) -> str | None:
+    real = os.path.realpath(path)
+    for point, fstype in mounts:
+        if real == point or real.startswith(point.rstrip("/") + "/"):
+            return fstype
+    return None
+
+
+def _walk(root: str, issues: list[ProbeIssue]) -> tuple[int, int, dict[str, int], float | None, bool]:
+    """Bytes, files, files per top-level folder, newest mtime, truncated. Never follows links."""
+    total = files = 0
+    entries: dict[str, int] = {}
+    newest: float | None = None
+    stack: list[tuple[str, str | None]] = [(root, None)]
+    while stack:
+        folder, top = stack.pop()
+        try:
+            it = os.scandir(folder)
+        except OSError as exc:
+            issues.append(ProbeIssue(section="caches", message=f"cannot read folder: "
+                                     f"{exc.strerror or exc}", path=folder))
+            continue
+        with it:
+            for entry in it:
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISDIR(st.st_mode):
+                    stack.append((entry.path, top or entry.name))
+                    continue
+                if entry.name == MARKER_NAME and top is None:
+                    continue
+                files += 1
+                total += st.st_size
+                key = top or "."
+                entries[key] = entries.get(key, 0) + 1
+                if newest is None or st.st_mtime > newest:
+                    newest = st.st_mtime
+                if files >= MAX_ENTRIES:
+                    return total, files, entries, newest, True
+    return total, files, entries, newest, False
+
+
+def _read_marker(root: str) -> list[BuildStamp] | None:
+    try:
+        with open(os.path.join(root, MARKER_NAME), encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    stamps = []
+    for item in data.get("builds", []) if isinstance(data, dict) else []:
+        if isinstance(item, dict) and isinstance(item.get("compat_key"), str):
+            stamps.append(
+                BuildStamp(
+                    compat_key=item["compat_key"],
+                    torch_version=_str_or_none(item.get("torch_version")),
+                    torch_git_version=_str_or_none(item.get("torch_git_version")),
+                    triton_version=_str_or_none(item.get("triton_version")),
+                    first_seen=_str_or_none(item.get("first_seen")),
+                )
+            )
+    return stamps
+
+
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _update_marker(
+    root: str, previous: list[BuildStamp], torch: TorchIdentity, issues: list[ProbeIssue]
+) -> str:
+    assert torch.compat_key is not None
+    stamp = BuildStamp(
+        compat_key=torch.compat_key,
+        torch_version=torch.version,
+        torch_git_version=torch.git_version,
+        triton_version=torch.triton_version,
+        first_seen=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )
+    doc = {"builds": [dataclasses.asdict(s) for s in [*previous, stamp]]}
+    try:
+        write_text_atomic(os.path.join(root, MARKER_NAME), json.dumps(doc, indent=1) + "\n")
+    except OutputError as exc:
+        issues.append(ProbeIssue(section="caches", message=f"marker not written: {exc}",
+                                 path=root))
+        return "none"
+    return "added" if previous else "created"
+
+
+def probe(
+    env: Mapping[str, str],
+    facts: Mapping[str, Any],
+    torch: TorchIdentity,
+    *,
+    write_marker: bool = True,
+    mounts: list[tuple[str, str]] | None = None,
+) -> tuple[list[CacheDir], list[ProbeIssue]]:
+    mounts = read_mounts() if mounts is None else mounts
+    issues: list[ProbeIssue] = []
+    result: list[CacheDir] = []
+    for kind, path, source in locations(env, facts):
+        try:
+            exists = os.path.isdir(path)
+        except OSError:
+            exists = False
+        if not exists:
+            if os.path.islink(path):
+                issues.append(ProbeIssue(section="caches", message="cache path is a dangling "
+                                         "or looping symlink", path=path))
+            result.append(CacheDir(kind=kind, path=path, source=source, exists=False,
+                                   filesystem=filesystem_of(os.path.dirname(path) or "/", mounts)))
+            continue
+        total, files, entries, newest, truncated = _walk(path, issues)
+        populated: list[BuildStamp] = []
+        marker = "none"
+        if kind in _MARKED_KINDS:
+            previous = _read_marker(path)
+            populated = previous or []
+            known = {s.compat_key for s in populated}
+            if torch.compat_key is not None and torch.compat_key in known:
+                marker = "seen"
+            elif torch.compat_key is not None and write_marker:
+                marker = _update_marker(path, populated, torch, issues)
+        result.append(
+            CacheDir(
+                kind=kind, path=path, source=source, exists=True, total_bytes=total,
+                files=files, entries=dict(sorted(entries.items())), newest_mtime=newest,
+                filesystem=filesystem_of(path, mounts), truncated=truncated,
+                populated_under=populated, marker=marker,
+            )
+        )
+    return result, issues

@@ -1,0 +1,276 @@
+"""Installed distributions, read from ``*.dist-info`` / ``*.egg-info`` folders on sys.path.
+
+Nothing is imported: METADATA headers, INSTALLER, REQUESTED, WHEEL,
+direct_url.json and RECORD are read as files. The build fingerprint is a sha256
+over the normalized RECORD (see :func:`fingerprint_record`).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from email.parser import HeaderParser
+from typing import Any
+
+from envguard.model import DirectUrl, Distribution, ProbeIssue
+
+_NORMALIZE_RE = re.compile(r"[-_.]+")
+_DROPPED_DIST_INFO_FILES = frozenset(
+    {"INSTALLER", "REQUESTED", "RECORD", "direct_url.json", "uv_cache.json"}
+)
+_SCRIPT_DIRS = frozenset({"bin", "Scripts"})
+
+
+def normalize_name(name: str) -> str:
+    """PEP 503 normalization: ``Foo_Bar.baz`` -> ``foo-bar-baz``."""
+    return _NORMALIZE_RE.sub("-", name).lower()
+
+
+@dataclass(frozen=True, slots=True)
+class RecordRow:
+    path: str
+    hash: str
+    size: str
+
+
+@dataclass(slots=True)
+class InstalledDist:
+    """A distribution as found on disk, with the parsed RECORD kept for integrity checks."""
+
+    dist: Distribution
+    site_dir: str
+    record: list[RecordRow] | None
+    issues: list[ProbeIssue] = field(default_factory=list)
+
+
+def is_script_row(path: str) -> bool:
+    """A RECORD path outside site-packages in a scripts folder (``../../../bin/x``).
+
+    Installers rewrite these files' shebangs per environment, so their hashes differ
+    between pip and uv and between venvs of the same wheel.
+    """
+    if not path.startswith("../") and not path.startswith("..\\"):
+        return False
+    parts = [p for p in re.split(r"[\\/]", path) if p not in ("..", ".", "")]
+    return bool(parts) and parts[0] in _SCRIPT_DIRS
+
+
+def is_fingerprinted(path: str) -> bool:
+    """Whether a RECORD path takes part in the build fingerprint (and integrity checks)."""
+    if is_script_row(path):
+        return False
+    if "__pycache__" in path or path.endswith((".pyc", ".pyo")):
+        return False
+    head, _, base = path.replace("\\", "/").rpartition("/")
+    return not (head.endswith((".dist-info", ".egg-info")) and base in _DROPPED_DIST_INFO_FILES)
+
+
+def parse_record(text: str) -> list[RecordRow]:
+    """RECORD rows (``path,sha256=...,size``); tolerates CRLF and short rows."""
+    rows: list[RecordRow] = []
+    for row in csv.reader(io.StringIO(text.replace("\r", ""))):
+        if not row or not row[0]:
+            continue
+        padded = [*row, "", ""]
+        rows.append(RecordRow(padded[0], padded[1], padded[2]))
+    return rows
+
+
+def fingerprint_record(rows: list[RecordRow]) -> str:
+    """sha256 over the sorted ``path,hash,size`` lines that identify the build.
+
+    Dropped: scripts (shebangs are rewritten per venv), ``__pycache__``/``.pyc``,
+    and INSTALLER, REQUESTED, RECORD, direct_url.json and uv_cache.json, which
+    say *how* it was installed rather than *what*. pip and uv installs of one
+    wheel give the same value; two builds of one version do not.
+    """
+    lines = sorted(f"{r.path},{r.hash},{r.size}" for r in rows if is_fingerprinted(r.path))
+    return "sha256:" + hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        return None
+
+
+def _parse_direct_url(text: str) -> DirectUrl:
+    data: Any = json.loads(text)
+    if not isinstance(data, dict) or not isinstance(data.get("url"), str):
+        raise ValueError("no 'url' string")
+    dir_info = data.get("dir_info") if isinstance(data.get("dir_info"), dict) else {}
+    vcs_info = data.get("vcs_info") if isinstance(data.get("vcs_info"), dict) else {}
+    archive = data.get("archive_info") if isinstance(data.get("archive_info"), dict) else {}
+    archive_hash = None
+    hashes = archive.get("hashes")
+    if isinstance(hashes, dict) and isinstance(hashes.get("sha256"), str):
+        archive_hash = "sha256=" + hashes["sha256"]
+    elif isinstance(archive.get("hash"), str):
+        archive_hash = archive["hash"]
+
+    def text_or_none(obj: dict[str, Any], key: str) -> str | None:
+        value = obj.get(key)
+        return value if isinstance(value, str) else None
+
+    return DirectUrl(
+        url=data["url"],
+        editable=bool(dir_info.get("editable", False)),
+        vcs=text_or_none(vcs_info, "vcs"),
+        commit_id=text_or_none(vcs_info, "commit_id"),
+        requested_revision=text_or_none(vcs_info, "requested_revision"),
+        archive_hash=archive_hash,
+        subdirectory=text_or_none(data, "subdirectory"),
+    )
+
+
+def read_distribution(site_dir: str, meta_name: str) -> InstalledDist:
+    """Read one ``*.dist-info`` or ``*.egg-info`` folder; problems become issues, not raises."""
+    meta_dir = os.path.join(site_dir, meta_name)
+    issues: list[ProbeIssue] = []
+    stem = meta_name.rsplit(".", 1)[0]
+    guess_name, _, guess_version = stem.partition("-")
+    name, version, requires = guess_name, guess_version.split("-")[0] or None, []
+
+    is_egg = meta_name.endswith(".egg-info")
+    if is_egg and os.path.isfile(meta_dir):
+        metadata_text = _read_text(meta_dir)
+    else:
+        metadata_text = _read_text(os.path.join(meta_dir, "PKG-INFO" if is_egg else "METADATA"))
+    if metadata_text is None:
+        issues.append(ProbeIssue(section="packages", message="METADATA missing", path=meta_dir))
+    else:
+        headers = HeaderParser().parsestr(metadata_text.split("\n\n", 1)[0] + "\n\n")
+        meta_name_value, meta_version = headers.get("Name"), headers.get("Version")
+        if not meta_name_value or not meta_version:
+            issues.append(
+                ProbeIssue(
+                    section="packages",
+                    message="corrupt METADATA: no Name or Version header",
+                    path=meta_dir,
+                )
+            )
+        else:
+            name, version = str(meta_name_value).strip(), str(meta_version).strip()
+        requires = sorted(str(r).strip() for r in headers.get_all("Requires-Dist") or [])
+
+    def read_opt(fname: str) -> str | None:
+        return None if is_egg and os.path.isfile(meta_dir) else _read_text(
+            os.path.join(meta_dir, fname)
+        )
+
+    installer_text = read_opt("INSTALLER")
+    installer = installer_text.strip() or None if installer_text is not None else None
+    requested = os.path.exists(os.path.join(meta_dir, "REQUESTED"))
+
+    direct_url = None
+    direct_text = read_opt("direct_url.json")
+    if direct_text is not None:
+        try:
+            direct_url = _parse_direct_url(direct_text)
+        except ValueError as exc:
+            issues.append(
+                ProbeIssue(section="packages", message=f"corrupt direct_url.json: {exc}",
+                           path=meta_dir)
+            )
+
+    generator, tags, build = None, [], None
+    wheel_text = read_opt("WHEEL")
+    if wheel_text is not None:
+        wheel = HeaderParser().parsestr(wheel_text)
+        generator = wheel.get("Generator")
+        tags = sorted(str(t).strip() for t in wheel.get_all("Tag") or [])
+        build = wheel.get("Build")
+
+    record: list[RecordRow] | None = None
+    record_text = None if is_egg else _read_text(os.path.join(meta_dir, "RECORD"))
+    if record_text is not None:
+        record = parse_record(record_text)
+    elif not is_egg:
+        issues.append(ProbeIssue(section="packages", message="RECORD missing", path=meta_dir))
+
+    dist = Distribution(
+        name=normalize_name(name),
+        version=version,
+        location=site_dir,
+        metadata_dir=meta_name,
+        installer=installer,
+        requested=requested,
+        editable=bool(direct_url and direct_url.editable),
+        direct_url=direct_url,
+        fingerprint=fingerprint_record(record) if record is not None else None,
+        record_entries=len(record) if record is not None else 0,
+        wheel_generator=str(generator).strip() if generator else None,
+        wheel_tags=tags,
+        wheel_build=str(build).strip() if build else None,
+        requires=requires,
+    )
+    return InstalledDist(dist=dist, site_dir=site_dir, record=record, issues=issues)
+
+
+def scan(sys_path: list[str]) -> tuple[list[InstalledDist], list[ProbeIssue]]:
+    """Every distribution on ``sys_path``, first occurrence of a name winning (as import does).
+
+    Later copies of a name are listed in the winner's ``shadowed``: a classic sign of a
+    half-finished install or two site-packages mixed.
+    """
+    found: dict[str, InstalledDist] = {}
+    shadowed: dict[str, list[str]] = {}
+    issues: list[ProbeIssue] = []
+    seen_dirs: set[str] = set()
+    for entry in sys_path:
+        site_dir = os.path.abspath(entry or ".")
+        if site_dir in seen_dirs:
+            continue
+        seen_dirs.add(site_dir)
+        try:
+            names = sorted(os.listdir(site_dir))
+        except FileNotFoundError:
+            continue
+        except NotADirectoryError:
+            continue  # a zip or egg file on sys.path
+        except OSError as exc:
+            issues.append(
+                ProbeIssue(section="packages", message=f"cannot list: {exc.strerror}",
+                           path=site_dir)
+            )
+            continue
+        for meta_name in names:
+            if not meta_name.endswith((".dist-info", ".egg-info")):
+                continue
+            try:
+                installed = read_distribution(site_dir, meta_name)
+            except OSError as exc:
+                issues.append(
+                    ProbeIssue(section="packages", message=f"unreadable: {exc.strerror or exc}",
+                               path=os.path.join(site_dir, meta_name))
+                )
+                continue
+            issues.extend(installed.issues)
+            key = installed.dist.name
+            if key in found:
+                shadowed.setdefault(key, []).append(os.path.join(site_dir, meta_name))
+                continue
+            found[key] = installed
+    result = []
+    for key in sorted(found):
+        installed = found[key]
+        if key in shadowed:
+            d = installed.dist
+            installed.dist = dataclasses.replace(d, shadowed=shadowed[key])
+            issues.append(
+                ProbeIssue(
+                    section="packages",
+                    message=f"{key} is installed more than once; the first on sys.path wins",
+                    path=", ".join(shadowed[key]),
+                )
+            )
+        result.append(installed)
+    return result, issues

@@ -1,0 +1,137 @@
+"""Your own files (training scripts, configs) by md5 and sha256, and the git state.
+
+Patterns come from ``--file`` (relative to the current directory) and from
+``[tool.envguard] files`` in the nearest ``pyproject.toml`` (relative to it).
+md5 is recorded because that is what people compare by hand with ``md5sum``.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import sys
+from pathlib import Path
+
+from envguard.errors import InputError
+from envguard.model import Files, GitState, ProbeIssue, TrackedFile
+from envguard.probe.commands import CommandResult
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised only on Python 3.10
+    import tomli as tomllib
+
+_CHUNK = 1 << 20
+MAX_DIRTY = 500
+
+
+def find_pyproject(start: Path) -> Path | None:
+    for folder in (start, *start.parents):
+        candidate = folder / "pyproject.toml"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def project_config(pyproject: Path) -> tuple[list[str], list[str]]:
+    """``[tool.envguard]`` ``files`` (absolute globs) and ``env`` (extra variable patterns).
+
+    Raises InputError for unreadable or malformed TOML, or fields of the wrong type.
+    """
+    try:
+        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"cannot read {pyproject}: {exc.strerror or exc}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"{pyproject} is not valid TOML: {exc}") from None
+    tool = data.get("tool", {})
+    section = tool.get("envguard", {}) if isinstance(tool, dict) else {}
+    if not isinstance(section, dict):
+        raise InputError(f"{pyproject}: [tool.envguard] must be a table")
+    lists = []
+    for key in ("files", "env"):
+        value = section.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise InputError(f"{pyproject}: [tool.envguard] {key} must be a list of strings")
+        lists.append(value)
+    return [str(pyproject.parent / f) for f in lists[0]], list(lists[1])
+
+
+def digest_file(path: str) -> tuple[int, str, str]:
+    """(size, md5 hex, sha256 hex), read once."""
+    md5, sha = hashlib.md5(usedforsecurity=False), hashlib.sha256()
+    size = 0
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            md5.update(chunk)
+            sha.update(chunk)
+            size += len(chunk)
+    return size, md5.hexdigest(), sha.hexdigest()
+
+
+def track(patterns: list[str], issues: list[ProbeIssue]) -> list[TrackedFile]:
+    out: dict[str, TrackedFile] = {}
+    for pattern in patterns:
+        matches = sorted(glob.glob(pattern, recursive=True)) if glob.has_magic(pattern) else [
+            pattern
+        ]
+        matches = [m for m in matches if not os.path.isdir(m)]
+        if not matches:
+            out.setdefault(pattern, TrackedFile(pattern=pattern, path=pattern, exists=False))
+            continue
+        for match in matches:
+            path = os.path.abspath(match)
+            if path in out:
+                continue
+            try:
+                size, md5, sha = digest_file(path)
+            except FileNotFoundError:
+                out[path] = TrackedFile(pattern=pattern, path=path, exists=False)
+                continue
+            except OSError as exc:
+                issues.append(ProbeIssue(section="files", message=f"cannot read: "
+                                         f"{exc.strerror or exc}", path=path))
+                out[path] = TrackedFile(pattern=pattern, path=path, exists=True)
+                continue
+            out[path] = TrackedFile(pattern=pattern, path=path, exists=True, size=size, md5=md5,
+                                    sha256=sha)
+    return [out[k] for k in sorted(out)]
+
+
+def parse_git_status(result: CommandResult, root: str) -> GitState:
+    """Parse ``git status --porcelain=v2 --branch -z``."""
+    commit = branch = None
+    dirty: list[str] = []
+    untracked = 0
+    for record in result.stdout.split("\0"):
+        if record.startswith("# branch.oid "):
+            oid = record.split(" ", 2)[2]
+            commit = None if oid == "(initial)" else oid
+        elif record.startswith("# branch.head "):
+            head = record.split(" ", 2)[2]
+            branch = None if head == "(detached)" else head
+        elif record.startswith(("1 ", "2 ", "u ")):
+            fields = record.split(" ", {"1": 8, "2": 9, "u": 10}[record[0]])
+            if len(dirty) < MAX_DIRTY:
+                dirty.append(fields[-1])
+        elif record.startswith("? "):
+            untracked += 1
+    return GitState(root=root, commit=commit, branch=branch, dirty=sorted(dirty),
+                    untracked=untracked)
+
+
+def collect(
+    patterns: list[str], git_root: CommandResult | None, git_status: CommandResult | None,
+    issues: list[ProbeIssue],
+) -> Files:
+    files = track(patterns, issues)
+    git = None
+    if git_root is not None and git_root.ok and git_status is not None:
+        root = git_root.stdout.strip()
+        if git_status.ok:
+            git = parse_git_status(git_status, root)
+        else:
+            issues.append(ProbeIssue(section="files", message=f"git status failed: "
+                                     f"{git_status.error}", path=root))
+    return Files(files=files, git=git)

@@ -1,0 +1,162 @@
+"""OS, CPU, memory, GPUs and the CUDA driver; ``nvcc`` and CUDA_HOME when present.
+
+GPU facts come from ``nvidia-smi`` (a missing tool records ``gpu_probe='absent'``),
+the CUDA driver API version from ``libcuda`` through ctypes (no context is created).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import re
+import shutil
+import socket
+from collections.abc import Mapping
+
+from envguard.model import Gpu, ProbeIssue, System
+from envguard.probe.commands import CommandResult
+
+NVIDIA_SMI_QUERY = (
+    "nvidia-smi",
+    "--query-gpu=index,name,memory.total,driver_version,compute_cap",
+    "--format=csv,noheader,nounits",
+)
+_NVCC_RE = re.compile(r"release (\S+?),\s*(V\S+)")
+
+
+def cpu_model() -> str | None:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith(("model name", "Hardware", "cpu model")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def cpu_and_memory() -> tuple[int | None, int | None]:
+    """Physical cores and total memory: from /proc and sysconf on Linux, else psutil.
+
+    psutil costs about 40 ms to import, a sixth of a whole snapshot, so it is only
+    the fallback where the standard library cannot answer.
+    """
+    cores: set[tuple[str, str]] = set()
+    physical_id = "0"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("physical id"):
+                    physical_id = line.split(":", 1)[1].strip()
+                elif line.startswith("core id"):
+                    cores.add((physical_id, line.split(":", 1)[1].strip()))
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        if cores and memory > 0:
+            return len(cores), memory
+    except (OSError, ValueError, AttributeError):
+        pass
+    try:
+        import psutil
+
+        return psutil.cpu_count(logical=False), int(psutil.virtual_memory().total)
+    except Exception:  # noqa: BLE001 - psutil can fail in odd containers
+        return None, None
+
+
+def cuda_driver_version() -> str | None:
+    """``cuDriverGetVersion`` from libcuda, e.g. ``13.0``; None without a driver."""
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    value = ctypes.c_int(0)
+    try:
+        if lib.cuDriverGetVersion(ctypes.byref(value)) != 0:
+            return None
+    except AttributeError:
+        return None
+    return f"{value.value // 1000}.{(value.value % 1000) // 10}"
+
+
+def parse_nvidia_smi(stdout: str) -> tuple[list[Gpu], str | None]:
+    gpus: list[Gpu] = []
+    driver = None
+    for line in stdout.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 4 or not parts[0].isdigit():
+            continue
+        memory = int(parts[2]) if parts[2].isdigit() else None
+        capability = parts[4] if len(parts) > 4 and parts[4] not in ("", "[N/A]") else None
+        gpus.append(Gpu(index=int(parts[0]), name=parts[1], memory_mib=memory,
+                        compute_capability=capability))
+        driver = driver or parts[3]
+    return gpus, driver
+
+
+def nvcc_command(env: Mapping[str, str]) -> list[str] | None:
+    found = shutil.which("nvcc", path=env.get("PATH"))
+    if found:
+        return [found, "--version"]
+    home = env.get("CUDA_HOME") or env.get("CUDA_PATH")
+    if home and os.path.isfile(os.path.join(home, "bin", "nvcc")):
+        return [os.path.join(home, "bin", "nvcc"), "--version"]
+    return None
+
+
+def collect(
+    env: Mapping[str, str],
+    glibc: str | None,
+    smi: CommandResult | None,
+    nvcc: CommandResult | None,
+    issues: list[ProbeIssue],
+) -> System:
+    uname = platform.uname()
+    gpus: list[Gpu] = []
+    driver = None
+    if smi is None or (not smi.ok and smi.returncode is None and "not found" in (smi.error or "")):
+        gpu_probe = "absent"
+    elif smi.ok:
+        gpus, driver = parse_nvidia_smi(smi.stdout)
+        gpu_probe = "ok"
+    else:
+        gpu_probe = "error"
+        issues.append(ProbeIssue(section="system", message=smi.error or "nvidia-smi failed"))
+    nvcc_version = None
+    if nvcc is not None:
+        if nvcc.ok and (match := _NVCC_RE.search(nvcc.stdout)):
+            nvcc_version = f"{match.group(1)} ({match.group(2)})"
+        elif not nvcc.ok:
+            issues.append(ProbeIssue(section="system", message=nvcc.error or "nvcc failed"))
+    cuda_home = env.get("CUDA_HOME") or env.get("CUDA_PATH")
+    if not cuda_home and os.path.isdir("/usr/local/cuda"):
+        cuda_home = os.path.realpath("/usr/local/cuda")
+    physical, memory = cpu_and_memory()
+    return System(
+        os=os_name(uname.system),
+        kernel=uname.release,
+        machine=uname.machine,
+        hostname=socket.gethostname(),
+        glibc=glibc,
+        cpu_model=cpu_model(),
+        cpu_logical=os.cpu_count(),
+        cpu_physical=physical,
+        memory_bytes=memory,
+        gpu_probe=gpu_probe,
+        gpus=gpus,
+        driver_version=driver,
+        cuda_driver_version=cuda_driver_version() if gpu_probe == "ok" else None,
+        nvcc=nvcc_version,
+        cuda_home=cuda_home,
+    )
+
+
+def os_name(system: str) -> str:
+    """``Linux Debian GNU/Linux 12 (bookworm)``; the bare system name elsewhere."""
+    if system != "Linux":
+        return system
+    try:
+        pretty = platform.freedesktop_os_release().get("PRETTY_NAME", "")
+    except OSError:
+        return system
+    return f"{system} {pretty}".strip()

@@ -1,0 +1,1 @@
+"""Renderers: pure functions from plain data to text or rich renderables."""
