@@ -103,11 +103,11 @@ def collect(options: SnapshotOptions, progress: Progress | None = None) -> Snaps
     started = time.perf_counter()
     created = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     env = options.env if options.env is not None else os.environ
-    target = probe_python(options.python) if options.python else probe_self()
     issues: list[ProbeIssue] = []
     cwd = str(options.cwd)
 
     with ThreadPoolExecutor(max_workers=5) as pool:
+        # Slow external commands first, so they overlap with the interpreter probe.
         smi: Future[CommandResult] = pool.submit(run, system.NVIDIA_SMI_QUERY,
                                                  timeout=COMMAND_TIMEOUT_S)
         nvcc_cmd = system.nvcc_command(env)
@@ -116,6 +116,7 @@ def collect(options: SnapshotOptions, progress: Progress | None = None) -> Snaps
                                timeout=COMMAND_TIMEOUT_S)
         git_status = pool.submit(run, ["git", "status", "--porcelain=v2", "--branch", "-z"],
                                  cwd=cwd, timeout=COMMAND_TIMEOUT_S)
+        target = probe_python(options.python) if options.python else probe_self()
         deep_result = pool.submit(deep.collect, target.executable) if options.deep else None
 
         installed, scan_issues = distributions.scan(target.sys_path)

@@ -19,7 +19,6 @@ import hashlib
 import hmac
 import os
 import re
-import secrets
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -69,10 +68,14 @@ def load_mask_key(issues: list[ProbeIssue]) -> bytes:
         issues.append(ProbeIssue(section="environment", message="no persistent mask key "
                                  f"({exc.strerror}); masked digests use a one-off key and will "
                                  "not compare with other snapshots", path=str(path)))
+        import secrets
+
         return secrets.token_hex(32).encode()
 
 
 def _create_key(path: Path) -> bytes:
+    import secrets
+
     path.parent.mkdir(parents=True, exist_ok=True)
     key = secrets.token_hex(32).encode()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from envguard.model import Integrity, IntegrityIssue
-from envguard.probe.distributions import InstalledDist, is_fingerprinted
+from envguard.probe.distributions import InstalledDist
 from envguard.probe.hashcache import HashCache, Key, stat_key
 from envguard.progress import NullProgress, Progress
 
@@ -81,6 +81,64 @@ def _batches(jobs: list[_HashJob]) -> Iterator[list[_HashJob]]:
         yield batch
 
 
+@dataclass(slots=True)
+class _DistResult:
+    issues: list[IntegrityIssue]
+    jobs: list[_HashJob]
+    checked_files: int = 0
+    checked_bytes: int = 0
+    tolerated: int = 0
+
+
+def _check_dist(item: InstalledDist, hashing: bool, cache: HashCache | None) -> _DistResult:
+    """Stat (and queue for hashing) every fingerprinted RECORD row of one distribution."""
+    assert item.record is not None
+    name = item.dist.name
+    out = _DistResult(issues=[], jobs=[], tolerated=item.record_total - len(item.record))
+    meta_dir = os.path.join(item.site_dir, item.dist.metadata_dir)
+    try:
+        installed_ns: int | None = os.stat(os.path.join(meta_dir, "RECORD")).st_mtime_ns
+    except OSError:
+        installed_ns = None
+    base = item.site_dir + os.sep
+    for rel, row_hash, row_size in item.record:
+        if not row_hash and not row_size:
+            out.tolerated += 1
+            continue
+        full = os.path.normpath(base + rel) if rel.startswith("..") else base + rel
+        try:
+            st = os.stat(full)
+        except FileNotFoundError:
+            out.issues.append(IntegrityIssue(package=name, path=rel, problem="missing"))
+            continue
+        except OSError as exc:
+            out.issues.append(IntegrityIssue(package=name, path=rel, problem="unreadable",
+                                             actual=exc.strerror))
+            continue
+        out.checked_files += 1
+        out.checked_bytes += st.st_size
+        if row_size and row_size != str(st.st_size) and row_size.isdigit():
+            out.issues.append(IntegrityIssue(package=name, path=rel, problem="size",
+                                             expected=row_size, actual=str(st.st_size)))
+            continue
+        if hashing and row_hash:
+            algorithm, _, expected = row_hash.partition("=")
+            if algorithm not in hashlib.algorithms_available:
+                out.tolerated += 1
+                continue
+            key = stat_key(st)
+            cached = cache.get(full, key, algorithm) if cache else None
+            if cached is None:
+                out.jobs.append(_HashJob(name, rel, full, algorithm, expected, key))
+            elif cached != expected:
+                out.issues.append(IntegrityIssue(package=name, path=rel, problem="hash",
+                                                 expected=expected, actual=cached))
+        elif installed_ns is not None and st.st_mtime_ns > installed_ns + _MTIME_SLACK_NS:
+            out.issues.append(IntegrityIssue(package=name, path=rel,
+                                             problem="modified-after-install"))
+    return out
+
+
 def verify(
     installed: list[InstalledDist],
     mode: str,
@@ -89,97 +147,65 @@ def verify(
     progress: Progress | None = None,
     workers: int | None = None,
 ) -> Integrity:
-    """Check every distribution's files against its RECORD."""
+    """Check every distribution's files against its RECORD.
+
+    Distributions are checked in parallel threads: ``stat`` and hashing release
+    the GIL, which matters with 70,000 files on a 16-core GPU host.
+    """
     if mode not in MODES:
         raise ValueError(f"unknown verify mode {mode!r}")
     if mode == "none":
         return Integrity(mode="none")
     progress = progress or NullProgress()
-    issues: list[IntegrityIssue] = []
-    per_package: dict[str, int] = {}
-    checked_files = checked_bytes = tolerated = 0
-    without_record: list[str] = []
-    jobs: list[_HashJob] = []
-
-    def report(issue: IntegrityIssue) -> None:
-        count = per_package.get(issue.package, 0)
-        per_package[issue.package] = count + 1
-        if count < _MAX_ISSUES_PER_PACKAGE:
-            issues.append(issue)
-
-    for item in installed:
-        name = item.dist.name
-        if item.record is None:
-            if not item.dist.metadata_dir.endswith(".egg-info"):
-                without_record.append(name)
-            continue
-        meta_dir = os.path.join(item.site_dir, item.dist.metadata_dir)
-        try:
-            installed_ns = os.stat(os.path.join(meta_dir, "RECORD")).st_mtime_ns
-        except OSError:
-            installed_ns = None
-        for row in item.record:
-            if not is_fingerprinted(row.path) or (not row.hash and not row.size):
-                tolerated += 1
-                continue
-            full = os.path.normpath(os.path.join(item.site_dir, row.path))
-            try:
-                st = os.stat(full)
-            except FileNotFoundError:
-                report(IntegrityIssue(package=name, path=row.path, problem="missing"))
-                continue
-            except OSError as exc:
-                report(IntegrityIssue(package=name, path=row.path, problem="unreadable",
-                                      actual=exc.strerror))
-                continue
-            checked_files += 1
-            checked_bytes += st.st_size
-            if row.size and row.size.isdigit() and int(row.size) != st.st_size:
-                report(IntegrityIssue(package=name, path=row.path, problem="size",
-                                      expected=row.size, actual=str(st.st_size)))
-                continue
-            algorithm, _, expected = row.hash.partition("=")
-            if mode == "hash" and expected and algorithm in hashlib.algorithms_available:
-                key = stat_key(st)
-                cached = cache.get(full, key, algorithm) if cache else None
-                if cached is None:
-                    jobs.append(_HashJob(name, row.path, full, algorithm, expected, key))
-                elif cached != expected:
-                    report(IntegrityIssue(package=name, path=row.path, problem="hash",
-                                          expected=expected, actual=cached))
-            elif installed_ns is not None and st.st_mtime_ns > installed_ns + _MTIME_SLACK_NS:
-                report(IntegrityIssue(package=name, path=row.path,
-                                      problem="modified-after-install"))
-
-    hashed_bytes = 0
-    if jobs:
-        total = sum(j.key[0] for j in jobs)
-        progress.start("hashing installed files", total)
-        n_workers = workers or min(16, max(2, (os.cpu_count() or 2)))
-        with ThreadPoolExecutor(max_workers=n_workers) as pool:
-            for results in pool.map(_hash_batch, _batches(jobs)):
-                for job, digest, error in results:
+    n_workers = workers or min(16, max(2, os.cpu_count() or 2))
+    hashing = mode == "hash"
+    with_record = [i for i in installed if i.record is not None]
+    without_record = sorted(
+        i.dist.name for i in installed
+        if i.record is None and not i.dist.metadata_dir.endswith(".egg-info")
+    )
+    # Largest first, so one big distribution (torch) does not finish last alone.
+    with_record.sort(key=lambda i: len(i.record or ()), reverse=True)
+    with ThreadPoolExecutor(max_workers=n_workers) as pool:
+        results = list(pool.map(lambda i: _check_dist(i, hashing, cache), with_record))
+        issues = [x for r in results for x in r.issues]
+        jobs = [j for r in results for j in r.jobs]
+        hashed_bytes = 0
+        if jobs:
+            progress.start("hashing installed files", sum(j.key[0] for j in jobs))
+            for batch in pool.map(_hash_batch, _batches(jobs)):
+                for job, digest, error in batch:
                     progress.advance(job.key[0])
                     if digest is None:
-                        report(IntegrityIssue(package=job.package, path=job.rel,
-                                              problem="unreadable", actual=error))
+                        issues.append(IntegrityIssue(package=job.package, path=job.rel,
+                                                     problem="unreadable", actual=error))
                         continue
                     hashed_bytes += job.key[0]
                     if cache is not None:
                         cache.put(job.full, job.key, job.algorithm, digest)
                     if digest != job.expected:
-                        report(IntegrityIssue(package=job.package, path=job.rel,
-                                              problem="hash", expected=job.expected,
-                                              actual=digest))
-        progress.finish()
-
+                        issues.append(IntegrityIssue(package=job.package, path=job.rel,
+                                                     problem="hash", expected=job.expected,
+                                                     actual=digest))
+            progress.finish()
     issues.sort(key=lambda i: (i.package, i.path, i.problem))
     return Integrity(
         mode=mode,
-        checked_files=checked_files,
-        checked_bytes=checked_bytes,
+        checked_files=sum(r.checked_files for r in results),
+        checked_bytes=sum(r.checked_bytes for r in results),
         hashed_bytes=hashed_bytes,
-        tolerated=tolerated,
-        issues=issues,
-        without_record=sorted(without_record),
+        tolerated=sum(r.tolerated for r in results),
+        issues=_cap_per_package(issues),
+        without_record=without_record,
     )
+
+
+def _cap_per_package(issues: list[IntegrityIssue]) -> list[IntegrityIssue]:
+    """At most _MAX_ISSUES_PER_PACKAGE issues per package, so a wrecked torch stays readable."""
+    counts: dict[str, int] = {}
+    kept = []
+    for issue in issues:
+        counts[issue.package] = counts.get(issue.package, 0) + 1
+        if counts[issue.package] <= _MAX_ISSUES_PER_PACKAGE:
+            kept.append(issue)
+    return kept

@@ -6,12 +6,10 @@ the CUDA driver API version from ``libcuda`` through ctypes (no context is creat
 
 from __future__ import annotations
 
-import ctypes
 import os
 import platform
 import re
 import shutil
-import socket
 from collections.abc import Mapping
 
 from envguard.model import Gpu, ProbeIssue, System
@@ -66,6 +64,8 @@ def cpu_and_memory() -> tuple[int | None, int | None]:
 
 def cuda_driver_version() -> str | None:
     """``cuDriverGetVersion`` from libcuda, e.g. ``13.0``; None without a driver."""
+    import ctypes  # only on GPU machines: 3 ms of import saved elsewhere
+
     try:
         lib = ctypes.CDLL("libcuda.so.1")
     except OSError:
@@ -136,7 +136,7 @@ def collect(
         os=os_name(uname.system),
         kernel=uname.release,
         machine=uname.machine,
-        hostname=socket.gethostname(),
+        hostname=uname.node,
         glibc=glibc,
         cpu_model=cpu_model(),
         cpu_logical=os.cpu_count(),

@@ -154,6 +154,7 @@ def compat_key(
                  identity.triton_version, identity.triton_fingerprint, *sorted(gpu_names)):
         h.update(f"{part}\n".encode())
     if torch_item is not None and torch_item.record is not None:
-        for row in sorted(r.path + r.hash for r in torch_item.record if r.path.endswith(".py")):
+        for row in sorted(path + digest for path, digest, _ in torch_item.record
+                          if path.endswith(".py")):
             h.update(row.encode())
     return "sha256:" + h.hexdigest()

@@ -1,0 +1,59 @@
+"""Shared fixtures: real venvs built with uv from wheels the tests make themselves."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.wheelfactory import VenvFactory, find_uv
+
+UV = find_uv()
+requires_uv = pytest.mark.skipif(UV is None, reason="uv is not installed")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path_factory: pytest.TempPathFactory,
+                   monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Keep envguard's caches, mask key and compile-cache markers out of the real home."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("ENVGUARD_CACHE_DIR", str(home / "cache"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(home / "inductor"))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(home / "triton"))
+    monkeypatch.setenv("CUDA_CACHE_PATH", str(home / "nv"))
+    monkeypatch.delenv("ENVGUARD_MASK_KEY", raising=False)
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    yield
+
+
+@pytest.fixture
+def wheel_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "wheels"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def venvs(tmp_path: Path, wheel_dir: Path) -> VenvFactory:
+    if UV is None:
+        pytest.skip("uv is not installed")
+    root = tmp_path / "venvs"
+    root.mkdir()
+    return VenvFactory(root, wheel_dir, UV)
+
+
+@pytest.fixture
+def clean_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A working directory outside any git repo or pyproject."""
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    return cwd
+
+
+def is_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
