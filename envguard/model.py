@@ -379,8 +379,8 @@ def _convert(tp: Any, value: object, context: str) -> Any:
                 return _convert(option, value, context)
             except SnapshotValidationError as exc:
                 errors.append(exc)
-        if len(errors) == 1:
-            raise errors[0]
+        if len(errors) == 1 and errors[0].context != context:
+            raise errors[0]  # the failure is nested inside the one possible type
         names = " or ".join(_hint_name(o) for o in options)
         raise SnapshotValidationError(
             f"expected {names}, got {_type_name(value)}", context=context

@@ -17,3 +17,9 @@ def clean(value: object, limit: int = 500) -> str:
     text = str(value).replace("\n", "\\n").replace("\t", " ")
     text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def clean_path(value: object, limit: int = 120) -> str:
+    """Like :func:`clean`, but a long path keeps its informative end: ``…/site-packages/x``."""
+    text = clean(value, limit=10_000)
+    return text if len(text) <= limit else "…" + text[-(limit - 1):]

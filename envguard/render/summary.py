@@ -7,7 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from envguard.model import Snapshot
-from envguard.render.sanitize import clean
+from envguard.render.sanitize import clean, clean_path
 
 
 def human_bytes(n: int | None) -> str:
@@ -77,7 +77,8 @@ def snapshot_summary(s: Snapshot, destination: str | None) -> RenderableType:
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
-    table.add_row("python", Text(f"{clean(s.interpreter.version)} {clean(s.interpreter.executable)}"))
+    table.add_row("python", Text(f"{clean(s.interpreter.version)} "
+                                 f"{clean_path(s.interpreter.executable)}"))
     table.add_row("torch", _torch_line(s))
     editable = sum(1 for p in s.packages if p.editable)
     table.add_row("packages", Text(f"{len(s.packages)} distributions"
@@ -103,12 +104,12 @@ def snapshot_summary(s: Snapshot, destination: str | None) -> RenderableType:
     if s.errors:
         err = Text(f"{len(s.errors)} recorded", style="yellow")
         for issue in s.errors[:5]:
-            where = f" ({clean(issue.path, 120)})" if issue.path else ""
+            where = f" ({clean_path(issue.path)})" if issue.path else ""
             err.append(f"\n{clean(issue.section)}: {clean(issue.message, 200)}{where}", style="dim")
         if len(s.errors) > 5:
             err.append(f"\n… {len(s.errors) - 5} more in the snapshot's 'errors'", style="dim")
         table.add_row("errors", err)
     footer = Text(f"snapshot taken in {s.duration_s:.2f} s", style="dim")
     if destination:
-        footer.append(f" → {clean(destination)}", style="dim")
+        footer.append(f" → {clean_path(destination)}", style="dim")
     return Group(table, footer)

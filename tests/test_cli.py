@@ -1,0 +1,114 @@
+"""The real CLI in a subprocess: outputs, exit codes, hostile input, NO_COLOR."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from envguard.exitcodes import ExitCode
+from tests.wheelfactory import VenvFactory, build_wheel, fake_torch_files
+
+ANSI_COLOR = re.compile(r"\x1b\[[0-9;]*3[0-9]m|\x1b\[[0-9;]*38;")
+
+
+def envguard(*args: str, cwd: Path | None = None,
+             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "envguard", *args], capture_output=True,
+                          text=True, cwd=cwd, env=full_env, timeout=120, check=False)
+
+
+def test_json_goes_to_stdout(clean_cwd: Path) -> None:
+    proc = envguard("snapshot", "--json", "-q")
+    assert proc.returncode == ExitCode.OK, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["schema"] == "envguard.snapshot/1"
+    assert data["interpreter"]["executable"]
+    assert not (clean_cwd / ".envguard").exists()
+
+
+def test_default_destination_is_a_timestamped_file(clean_cwd: Path) -> None:
+    proc = envguard("snapshot")
+    assert proc.returncode == ExitCode.OK, proc.stderr
+    printed = proc.stdout.strip()
+    assert re.fullmatch(r"\.envguard/snapshots/\d{8}T\d{6}Z(-\d+)?\.json", printed), printed
+    assert json.loads((clean_cwd / printed).read_text())["schema"] == "envguard.snapshot/1"
+    assert "snapshot taken in" in proc.stderr
+    second = envguard("snapshot", "-q")
+    assert second.stdout.strip() != printed
+
+
+def test_output_file_and_summary(clean_cwd: Path) -> None:
+    out = clean_cwd / "good.json"
+    proc = envguard("snapshot", "-o", str(out), "--file", "*.txt")
+    assert proc.returncode == ExitCode.OK, proc.stderr
+    assert proc.stdout == ""
+    for label in ("python", "torch", "packages", "integrity", "caches", "gpu"):
+        assert label in proc.stderr
+    assert json.loads(out.read_text())["options"]["file_patterns"] == ["*.txt"]
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "needle"),
+    [
+        (["snapshot", "--python", "/no/such/python"], ExitCode.ENVIRONMENT_ERROR,
+         "interpreter not found"),
+        (["snapshot", "--python", "/bin/false"], ExitCode.ENVIRONMENT_ERROR, "cannot probe"),
+        (["snapshot", "--verify", "bogus"], ExitCode.USAGE, "invalid choice"),
+        (["snapshot", "--no-such-flag"], ExitCode.USAGE, "unrecognized arguments"),
+        (["snapshot", "--json", "-o", "x.json"], ExitCode.USAGE, "not allowed with"),
+        ([], ExitCode.USAGE, "required"),
+    ],
+)
+def test_errors_are_one_line_with_a_documented_code(clean_cwd: Path, args: list[str],
+                                                    code: ExitCode, needle: str) -> None:
+    proc = envguard(*args)
+    assert proc.returncode == code, (proc.returncode, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_unwritable_output_is_exit_5_and_keeps_nothing_half_written(clean_cwd: Path) -> None:
+    (clean_cwd / "blocker").write_text("")
+    proc = envguard("snapshot", "-q", "-o", str(clean_cwd / "blocker" / "snap.json"))
+    assert proc.returncode == ExitCode.OUTPUT_ERROR
+    assert proc.stderr.startswith("envguard: error: cannot write")
+    assert (clean_cwd / "blocker").read_text() == ""
+
+
+def test_version_and_module_entry_point() -> None:
+    proc = envguard("--version")
+    assert proc.returncode == 0 and proc.stdout.startswith("envguard ")
+
+
+def test_no_color_is_respected(clean_cwd: Path) -> None:
+    colored = envguard("snapshot", "--json", env={"FORCE_COLOR": "1", "TERM": "xterm-256color"})
+    assert ANSI_COLOR.search(colored.stderr), "expected colour without NO_COLOR"
+    plain = envguard("snapshot", "--json", env={"FORCE_COLOR": "1", "NO_COLOR": "1",
+                                                "TERM": "xterm-256color"})
+    assert plain.returncode == 0
+    assert not ANSI_COLOR.search(plain.stderr)
+
+
+def test_hostile_names_are_shown_inert(clean_cwd: Path, venvs: VenvFactory,
+                                       wheel_dir: Path) -> None:
+    """A dist-info folder named with a terminal escape and rich markup, and corrupt METADATA."""
+    env = venvs.create()
+    venvs.uv_install(env, build_wheel(wheel_dir, "torch", "2.11.0", fake_torch_files()))
+    hostile = env.site_packages() / "evil\x1b[2J[bold red]x-1.0.dist-info"
+    hostile.mkdir()
+    (hostile / "METADATA").write_text("garbage without headers\n")
+    proc = envguard("snapshot", "-o", "s.json", "--python", str(env.path),
+                    env={"FORCE_COLOR": "1", "NO_COLOR": "1", "COLUMNS": "400"})
+    assert proc.returncode == ExitCode.OK, proc.stderr
+    assert "\x1b[2J" not in proc.stderr
+    assert "\\x1b[2J[bold red]x" in proc.stderr  # shown literally, markup not applied
+    data = json.loads((clean_cwd / "s.json").read_text())
+    assert any("corrupt METADATA" in e["message"] for e in data["errors"])
