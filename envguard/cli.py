@@ -78,8 +78,13 @@ class _RichProgress:
     """Progress bar on stderr for long hashing runs; only on a terminal."""
 
     def __init__(self, console: Console) -> None:
-        from rich.progress import (BarColumn, DownloadColumn, Progress, TimeRemainingColumn,
-                                   TransferSpeedColumn)
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
 
         self._progress = Progress("{task.description}", BarColumn(), DownloadColumn(),
                                   TransferSpeedColumn(), TimeRemainingColumn(),
@@ -169,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("envguard: interrupted\n")
         return int(ExitCode.INTERRUPTED)
-    except Exception as exc:  # noqa: BLE001 - the last line of defence: never a traceback
+    except Exception as exc:
         if os.environ.get("ENVGUARD_DEBUG"):
             raise
         return _fail(f"internal error: {type(exc).__name__}: {exc} (set ENVGUARD_DEBUG=1 for "

@@ -49,7 +49,7 @@ class Interpreter:
     abi_tag: str | None
     platform: str
     best_tag: str | None = None
-    """The most specific wheel tag this interpreter installs (``cp311-cp311-manylinux_2_36_x86_64``)."""
+    """The most specific wheel tag it installs (``cp311-cp311-manylinux_2_36_x86_64``)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -104,7 +104,7 @@ class TorchIdentity:
     triton_version: str | None = None
     triton_fingerprint: str | None = None
     cuda_wheel_family: str | None = None
-    """``cu12`` (nvidia-*-cu12), ``cu13`` (cuda-toolkit / unsuffixed nvidia-*), ``mixed`` or None."""
+    """``cu12`` (nvidia-*-cu12), ``cu13`` (cuda-toolkit, unsuffixed nvidia-*), ``mixed``."""
     cuda_wheels: list[str] = field(default_factory=list)
     compat_key: str | None = None
     """Import-free stand-in for torch's compile-cache keys: torch sources, triton, CUDA, GPU."""
@@ -329,7 +329,8 @@ def check_schema(value: object) -> tuple[int, int]:
     major, minor = int(match.group(1)), int(match.group(2) or 0)
     if major > SCHEMA_MAJOR:
         raise UnsupportedSchemaError(
-            f"snapshot schema {value} is newer than this envguard reads ({SCHEMA}); upgrade envguard"
+            f"snapshot schema {value} is newer than this envguard reads ({SCHEMA}); "
+            "upgrade envguard"
         )
     if major < 1:
         raise SnapshotValidationError(f"unknown schema version {value!r}", context="schema")

@@ -43,7 +43,7 @@ def build_wheel(
     """
     dist = name.replace("-", "_")
     info = f"{dist}-{version}.dist-info"
-    meta = [f"Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    meta = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
     meta += [f"Requires-Dist: {r}" for r in requires]
     contents: dict[str, bytes] = {
         path: data.encode() if isinstance(data, str) else data for path, data in files.items()

@@ -18,8 +18,16 @@ from pathlib import Path
 from envguard import __version__
 from envguard.errors import InputError
 from envguard.model import SCHEMA, Interpreter, Options, ProbeIssue, Snapshot
-from envguard.probe import caches, deep, distributions, envvars, files, integrity, system
-from envguard.probe import torch_identity
+from envguard.probe import (
+    caches,
+    deep,
+    distributions,
+    envvars,
+    files,
+    integrity,
+    system,
+    torch_identity,
+)
 from envguard.probe.commands import CommandResult, run
 from envguard.probe.hashcache import HashCache
 from envguard.probe.interpreter import Target, probe_python, probe_self

@@ -15,8 +15,14 @@ import sys
 import sysconfig
 import tempfile
 
+try:  # typing exists on every Python 3 the probe supports; only for type comments
+    from typing import Any, Dict, Optional  # noqa: F401, UP035 - used in type comments
+except ImportError:  # pragma: no cover
+    pass
+
 
 def _user():
+    # type: () -> Optional[str]
     try:
         return getpass.getuser()
     except Exception:  # noqa: BLE001 - no passwd entry in some containers
@@ -24,6 +30,7 @@ def _user():
 
 
 def collect(drop_first_path=False):
+    # type: (bool) -> Dict[str, Any]
     """Facts about the running interpreter, as a JSON-ready dict.
 
     ``drop_first_path`` removes ``sys.path[0]``: the script's folder or the current
@@ -32,7 +39,7 @@ def collect(drop_first_path=False):
     path = list(sys.path)
     if drop_first_path and path and not getattr(sys.flags, "safe_path", False):
         path = path[1:]
-    site_dirs = []
+    site_dirs = []  # type: list[str]
     try:
         site_dirs.extend(site.getsitepackages())
     except AttributeError:  # old virtualenv's site module lacks it
@@ -58,7 +65,7 @@ def collect(drop_first_path=False):
         "version": "%d.%d.%d" % sys.version_info[:3],
         "version_full": sys.version,
         "implementation": impl,
-        "interpreter_tag": "%s%d%d" % ((short,) + tuple(sys.version_info[:2])),
+        "interpreter_tag": "%s%d%d" % (short, sys.version_info[0], sys.version_info[1]),
         "soabi": soabi,
         "platform": sysconfig.get_platform(),
         "prefix": sys.prefix,

@@ -36,8 +36,12 @@ _MARKED_KINDS = ("inductor", "triton")
 
 
 def _sanitized_user(user: str | None) -> str:
-    # torch replaces characters that are illegal in Windows paths.
-    return re.sub(r'[\\/:*?"<>|]', "_", user or "unknown")
+    # torch falls back to uid_<uid> when getpass.getuser() fails (no passwd entry), then
+    # replaces characters that are illegal in Windows paths.
+    if not user:
+        getuid = getattr(os, "getuid", None)
+        user = f"uid_{getuid()}" if callable(getuid) else "unknown_user"
+    return re.sub(r'[\\/:*?"<>|]', "_", user)
 
 
 def locations(env: Mapping[str, str], facts: Mapping[str, Any]) -> list[tuple[str, str, str]]:
@@ -45,8 +49,10 @@ def locations(env: Mapping[str, str], facts: Mapping[str, Any]) -> list[tuple[st
     home = str(facts.get("home") or os.path.expanduser("~"))
     tempdir = str(facts.get("tempdir") or "/tmp")  # noqa: S108 - torch's own default
     out: list[tuple[str, str, str]] = []
-    if env.get("TORCHINDUCTOR_CACHE_DIR"):
-        out.append(("inductor", env["TORCHINDUCTOR_CACHE_DIR"], "TORCHINDUCTOR_CACHE_DIR"))
+    if env.get("TORCHINDUCTOR_CACHE_DIR") is not None:
+        # torch uses the variable whenever it is set (even empty) and makes it absolute.
+        out.append(("inductor", os.path.abspath(env["TORCHINDUCTOR_CACHE_DIR"]),
+                    "TORCHINDUCTOR_CACHE_DIR"))
     else:
         user = _sanitized_user(facts.get("user"))
         out.append(("inductor", os.path.join(tempdir, f"torchinductor_{user}"), "default"))
@@ -63,18 +69,28 @@ def locations(env: Mapping[str, str], facts: Mapping[str, Any]) -> list[tuple[st
     return out
 
 
+_MOUNT_ESCAPE = re.compile(r"\\([0-7]{3})")
+
+
 def read_mounts(path: str = "/proc/self/mounts") -> list[tuple[str, str]]:
-    """(mount point, filesystem type), longest mount point first; empty off Linux."""
+    """(mount point, filesystem type), longest mount point first; empty off Linux.
+
+    A later mount over the same point hides the earlier one, so the last one listed wins.
+    """
     try:
-        with open(path, encoding="utf-8") as fh:
+        with open(path, encoding="utf-8", errors="surrogateescape") as fh:
             lines = fh.read().splitlines()
     except OSError:
         return []
-    mounts = []
+    by_point: dict[str, str] = {}
     for line in lines:
         parts = line.split()
         if len(parts) >= 3:
-            mounts.append((parts[1].replace("\\040", " "), parts[2]))
+            # The kernel escapes space, tab, newline and backslash as octal (\040 ...).
+            point = _MOUNT_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), parts[1])
+            by_point.pop(point, None)
+            by_point[point] = parts[2]
+    mounts = list(by_point.items())
     mounts.sort(key=lambda m: len(m[0]), reverse=True)
     return mounts
 
@@ -87,7 +103,9 @@ def filesystem_of(path: str, mounts: list[tuple[str, str]]) -> str | None:
     return None
 
 
-def _walk(root: str, issues: list[ProbeIssue]) -> tuple[int, int, dict[str, int], float | None, bool]:
+def _walk(
+    root: str, issues: list[ProbeIssue]
+) -> tuple[int, int, dict[str, int], float | None, bool]:
     """Bytes, files, files per top-level folder, newest mtime, truncated. Never follows links."""
     total = files = 0
     entries: dict[str, int] = {}
@@ -110,6 +128,8 @@ def _walk(root: str, issues: list[ProbeIssue]) -> tuple[int, int, dict[str, int]
                 if stat.S_ISDIR(st.st_mode):
                     stack.append((entry.path, top or entry.name))
                     continue
+                if not stat.S_ISREG(st.st_mode):
+                    continue  # symlinks (never followed), sockets, fifos: not cache entries
                 if entry.name == MARKER_NAME and top is None:
                     continue
                 files += 1
@@ -129,8 +149,9 @@ def _read_marker(root: str) -> list[BuildStamp] | None:
             data = json.load(fh)
     except (OSError, ValueError):
         return None
+    builds = data.get("builds") if isinstance(data, dict) else None
     stamps = []
-    for item in data.get("builds", []) if isinstance(data, dict) else []:
+    for item in builds if isinstance(builds, list) else []:
         if isinstance(item, dict) and isinstance(item.get("compat_key"), str):
             stamps.append(
                 BuildStamp(
@@ -151,9 +172,8 @@ def _str_or_none(value: object) -> str | None:
 def _update_marker(
     root: str, previous: list[BuildStamp], torch: TorchIdentity, issues: list[ProbeIssue]
 ) -> str:
-    assert torch.compat_key is not None
     stamp = BuildStamp(
-        compat_key=torch.compat_key,
+        compat_key=torch.compat_key or "unknown",
         torch_version=torch.version,
         torch_git_version=torch.git_version,
         triton_version=torch.triton_version,
@@ -201,7 +221,9 @@ def probe(
             known = {s.compat_key for s in populated}
             if torch.compat_key is not None and torch.compat_key in known:
                 marker = "seen"
-            elif torch.compat_key is not None and write_marker:
+            elif torch.compat_key is not None and write_marker and files > 0:
+                # An empty cache was populated by no build yet: stamping it now would
+                # blame this build for whatever a later one writes.
                 marker = _update_marker(path, populated, torch, issues)
         result.append(
             CacheDir(

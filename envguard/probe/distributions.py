@@ -118,6 +118,11 @@ def parse_headers(text: str) -> dict[str, list[str]]:
     return headers
 
 
+def _first(headers: dict[str, list[str]], key: str) -> str | None:
+    values = headers.get(key)
+    return values[0] if values else None
+
+
 def _read_text(path: str) -> str | None:
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
@@ -130,9 +135,11 @@ def _parse_direct_url(text: str) -> DirectUrl:
     data: Any = json.loads(text)
     if not isinstance(data, dict) or not isinstance(data.get("url"), str):
         raise ValueError("no 'url' string")
-    dir_info = data.get("dir_info") if isinstance(data.get("dir_info"), dict) else {}
-    vcs_info = data.get("vcs_info") if isinstance(data.get("vcs_info"), dict) else {}
-    archive = data.get("archive_info") if isinstance(data.get("archive_info"), dict) else {}
+    def section(key: str) -> dict[str, Any]:
+        value = data.get(key)
+        return value if isinstance(value, dict) else {}
+
+    dir_info, vcs_info, archive = section("dir_info"), section("vcs_info"), section("archive_info")
     archive_hash = None
     hashes = archive.get("hashes")
     if isinstance(hashes, dict) and isinstance(hashes.get("sha256"), str):
@@ -172,8 +179,8 @@ def read_distribution(site_dir: str, meta_name: str) -> InstalledDist:
         issues.append(ProbeIssue(section="packages", message="METADATA missing", path=meta_dir))
     else:
         headers = parse_headers(metadata_text)
-        meta_name_value = (headers.get("name") or [None])[0]
-        meta_version = (headers.get("version") or [None])[0]
+        meta_name_value = _first(headers, "name")
+        meta_version = _first(headers, "version")
         if not meta_name_value or not meta_version:
             issues.append(
                 ProbeIssue(
@@ -210,9 +217,9 @@ def read_distribution(site_dir: str, meta_name: str) -> InstalledDist:
     wheel_text = read_opt("WHEEL")
     if wheel_text is not None:
         wheel = parse_headers(wheel_text)
-        generator = (wheel.get("generator") or [None])[0]
+        generator = _first(wheel, "generator")
         tags = sorted(wheel.get("tag", []))
-        build = (wheel.get("build") or [None])[0]
+        build = _first(wheel, "build")
 
     record: list[RecordRow] | None = None
     record_total = 0

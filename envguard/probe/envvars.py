@@ -35,8 +35,11 @@ _SECRET_WORDS = frozenset(
      "CREDENTIAL", "CREDENTIALS", "CRED", "CREDS", "AUTH", "AUTHORIZATION", "PRIVATE", "SESSION",
      "COOKIE", "SIGNATURE", "APIKEY", "ACCESSKEY", "SAS", "BEARER", "JWT", "OAUTH"}
 )
+_SECRET_SUFFIXES = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD")
 _NOT_SECRET = frozenset({"PWD", "OLDPWD", "PATH", "TORCH_COMPILE_CACHE_KEY_TAG"})
-_URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@\s]+)@")
+# userinfo runs to the *last* "@" before the host: a raw "@" in a password must not leak
+# the rest of the password as if it were the host.
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/?#\s]+)@")
 MASK_KEY_ENV = "ENVGUARD_MASK_KEY"
 
 
@@ -45,8 +48,9 @@ def looks_secret(name: str) -> bool:
     upper = name.upper()
     if upper in _NOT_SECRET:
         return False
-    words = [w for w in re.split(r"[^A-Z0-9]+", upper) if w]
-    return any(w in _SECRET_WORDS for w in words) or upper.endswith(("KEY", "TOKEN", "SECRET"))
+    # Trailing digits do not make a word harmless: HF_TOKEN2, GITHUB_TOKEN_1.
+    words = [w.rstrip("0123456789") for w in re.split(r"[^A-Z0-9]+", upper)]
+    return any(w in _SECRET_WORDS or w.endswith(_SECRET_SUFFIXES) for w in words if w)
 
 
 def mask_key_path() -> Path:
@@ -54,14 +58,19 @@ def mask_key_path() -> Path:
     return Path(base) / "envguard" / "mask.key"
 
 
-def load_mask_key(issues: list[ProbeIssue]) -> bytes:
-    """The HMAC key: from ``$ENVGUARD_MASK_KEY``, else a per-user key file made on first use."""
-    explicit = os.environ.get(MASK_KEY_ENV)
+def load_mask_key(issues: list[ProbeIssue], env: Mapping[str, str] | None = None) -> bytes:
+    """The HMAC key: from ``$ENVGUARD_MASK_KEY``, else a per-user key file made on first use.
+
+    ``env`` is the environment being snapshotted (``os.environ`` by default).
+    """
+    explicit = (os.environ if env is None else env).get(MASK_KEY_ENV)
     if explicit:
         return explicit.encode("utf-8")
     path = mask_key_path()
     with contextlib.suppress(OSError):
-        return path.read_bytes().strip() or _create_key(path)
+        existing = path.read_bytes().strip()
+        if existing:
+            return existing
     try:
         return _create_key(path)
     except OSError as exc:
@@ -74,11 +83,31 @@ def load_mask_key(issues: list[ProbeIssue]) -> bytes:
 
 
 def _create_key(path: Path) -> bytes:
+    """Create the key file (0600) and return the key it holds afterwards.
+
+    When another process created it first, its key wins; an empty key file (an
+    interrupted first run) is replaced instead of blocking every later snapshot.
+    """
     import secrets
+    import tempfile
 
     path.parent.mkdir(parents=True, exist_ok=True)
     key = secrets.token_hex(32).encode()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        existing = path.read_bytes().strip()
+        if existing:
+            return existing
+        fd, tmp = tempfile.mkstemp(prefix=".mask.key.", dir=path.parent)  # mode 0600
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(key + b"\n")
+            os.replace(tmp, path)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        return key
     with os.fdopen(fd, "wb") as fh:
         fh.write(key + b"\n")
     return key
@@ -107,10 +136,10 @@ def collect(
     for name in names:
         value = env[name]
         if looks_secret(name):
-            key = key or load_mask_key(issues)
+            key = key or load_mask_key(issues, env)
             out[name] = EnvValue(value=None, masked=True, digest=_digest(key, name, value))
         elif _URL_CREDENTIALS.search(value):
-            key = key or load_mask_key(issues)
+            key = key or load_mask_key(issues, env)
             redacted = _URL_CREDENTIALS.sub(r"\g<scheme>***@", value)
             out[name] = EnvValue(value=redacted, masked=True, digest=_digest(key, name, value))
         else:

@@ -92,16 +92,16 @@ class _DistResult:
 
 def _check_dist(item: InstalledDist, hashing: bool, cache: HashCache | None) -> _DistResult:
     """Stat (and queue for hashing) every fingerprinted RECORD row of one distribution."""
-    assert item.record is not None
+    record = item.record or []
     name = item.dist.name
-    out = _DistResult(issues=[], jobs=[], tolerated=item.record_total - len(item.record))
+    out = _DistResult(issues=[], jobs=[], tolerated=item.record_total - len(record))
     meta_dir = os.path.join(item.site_dir, item.dist.metadata_dir)
     try:
         installed_ns: int | None = os.stat(os.path.join(meta_dir, "RECORD")).st_mtime_ns
     except OSError:
         installed_ns = None
     base = item.site_dir + os.sep
-    for rel, row_hash, row_size in item.record:
+    for rel, row_hash, row_size in record:
         if not row_hash and not row_size:
             out.tolerated += 1
             continue

@@ -1,0 +1,59 @@
+"""nox sessions: tests, lint, typecheck, bench. Run with `uv run nox -s NAME`.
+
+Sessions use uv to build their venvs. Set ENVGUARD_TORCH_FIND_LINKS to a folder
+of torch wheels (CI sets it to the machine's local CPU wheel) to avoid a
+multi-GB CUDA download.
+"""
+
+from __future__ import annotations
+
+import os
+
+import nox
+
+nox.options.default_venv_backend = "uv"
+nox.options.sessions = ["lint", "typecheck", "tests"]
+
+
+def _install_project(session: nox.Session, *, with_torch: bool) -> None:
+    args = ["-e", ".[dflash]" if with_torch else "."]
+    find_links = os.environ.get("ENVGUARD_TORCH_FIND_LINKS")
+    if with_torch and find_links:
+        session.install("--find-links", find_links, "torch==2.13.0+cpu")
+    session.install(*args)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The test suite (real venvs built with uv, real torch, offline)."""
+    _install_project(session, with_torch=True)
+    session.install("pytest", "hypothesis", "uv")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    session.install("ruff")
+    session.run("ruff", "check", "envguard", "dflash", "tests", "benchmarks", "noxfile.py")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    _install_project(session, with_torch=False)
+    session.install("mypy")
+    session.run("mypy", "envguard")
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Snapshot speed against pip freeze, uv pip freeze, collect_env and sha256sum.
+
+    `uv run nox -s bench -- --python /path/to/training/venv/bin/python` benchmarks that env;
+    without --python it benchmarks this session's own env (with torch installed).
+    """
+    _install_project(session, with_torch=True)
+    session.install("uv", "pip")
+    args = list(session.posargs)
+    if "--python" not in args:
+        args += ["--python", str(session.virtualenv.bin) + "/python"]
+    session.run("python", "benchmarks/bench_snapshot.py", "--markdown", *args)
