@@ -8,13 +8,13 @@ from envguard.exitcodes import ExitCode
 class EnvguardError(Exception):
     """Base of every error envguard reports as a one-line message."""
 
-    exit_code: ExitCode = ExitCode.INPUT_ERROR
+    exit_code: ExitCode = ExitCode.USAGE
 
 
 class InputError(EnvguardError):
     """An input file is missing, unreadable or malformed."""
 
-    exit_code = ExitCode.INPUT_ERROR
+    exit_code = ExitCode.USAGE
 
 
 class SnapshotValidationError(InputError):

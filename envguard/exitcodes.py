@@ -13,12 +13,11 @@ class ExitCode(IntEnum):
     DRIFT = 1
     """The environment differs from the reference (diff, check, run)."""
     USAGE = 2
-    """Bad command line: unknown option, missing argument (argparse's own code)."""
-    INPUT_ERROR = 3
-    """An input file is missing, unreadable, malformed, or from a newer schema."""
-    ENVIRONMENT_ERROR = 4
+    """Bad command line, or an input file that cannot be used: missing, unreadable, not JSON
+    or TOML, another tool's document, or a schema from a newer envguard."""
+    ENVIRONMENT_ERROR = 3
     """The target interpreter could not be run or probed at all."""
-    OUTPUT_ERROR = 5
+    OUTPUT_ERROR = 4
     """The result could not be written; any previous file is left untouched."""
     INTERNAL_ERROR = 70
     """A bug in envguard (EX_SOFTWARE); one line, the traceback only with ENVGUARD_DEBUG=1."""
