@@ -6,6 +6,7 @@ parent records the failure and the snapshot still completes. Prints one JSON lin
 """
 
 import json
+import os
 import sys
 import time
 
@@ -51,5 +52,9 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.path.pop(0)
+    # Drop this script's folder (envguard/probe) from the path, but only that: under
+    # ``python -P`` or PYTHONSAFEPATH sys.path[0] is a real entry of the environment.
+    here = os.path.dirname(os.path.abspath(__file__))
+    if sys.path and os.path.abspath(sys.path[0] or ".") == here:
+        sys.path.pop(0)
     print(json.dumps(main()))

@@ -7,9 +7,11 @@ md5 is recorded because that is what people compare by hand with ``md5sum``.
 
 from __future__ import annotations
 
+import errno
 import glob
 import hashlib
 import os
+import stat
 import sys
 from pathlib import Path
 
@@ -59,10 +61,18 @@ def project_config(pyproject: Path) -> tuple[list[str], list[str]]:
 
 
 def digest_file(path: str) -> tuple[int, str, str]:
-    """(size, md5 hex, sha256 hex), read once."""
+    """(size, md5 hex, sha256 hex), read once.
+
+    Raises OSError for anything but a regular file: reading a FIFO or a character
+    device that a glob happened to match would block or never end.
+    """
     md5, sha = hashlib.md5(usedforsecurity=False), hashlib.sha256()
     size = 0
-    with open(path, "rb") as fh:
+    # O_NONBLOCK: opening a FIFO with no writer must not block; regular files ignore it.
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
         while chunk := fh.read(_CHUNK):
             md5.update(chunk)
             sha.update(chunk)
@@ -104,7 +114,8 @@ def parse_git_status(result: CommandResult, root: str) -> GitState:
     commit = branch = None
     dirty: list[str] = []
     untracked = 0
-    for record in result.stdout.split("\0"):
+    records = iter(result.stdout.split("\0"))
+    for record in records:
         if record.startswith("# branch.oid "):
             oid = record.split(" ", 2)[2]
             commit = None if oid == "(initial)" else oid
@@ -115,6 +126,8 @@ def parse_git_status(result: CommandResult, root: str) -> GitState:
             fields = record.split(" ", {"1": 8, "2": 9, "u": 10}[record[0]])
             if len(dirty) < MAX_DIRTY:
                 dirty.append(fields[-1])
+            if record[0] == "2":
+                next(records, None)  # the rename's original path: not a record of its own
         elif record.startswith("? "):
             untracked += 1
     return GitState(root=root, commit=commit, branch=branch, dirty=sorted(dirty),

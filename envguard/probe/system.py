@@ -84,14 +84,20 @@ def parse_nvidia_smi(stdout: str) -> tuple[list[Gpu], str | None]:
     driver = None
     for line in stdout.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) < 4 or not parts[0].isdigit():
+        if len(parts) < 5 or not parts[0].isdigit():
             continue
-        memory = int(parts[2]) if parts[2].isdigit() else None
-        capability = parts[4] if len(parts) > 4 and parts[4] not in ("", "[N/A]") else None
-        gpus.append(Gpu(index=int(parts[0]), name=parts[1], memory_mib=memory,
-                        compute_capability=capability))
-        driver = driver or parts[3]
+        # index, name, memory.total, driver_version, compute_cap; a name may hold commas.
+        name = ", ".join(parts[1:-3])
+        mem, drv, cap = parts[-3:]
+        gpus.append(Gpu(index=int(parts[0]), name=name,
+                        memory_mib=int(mem) if mem.isdigit() else None,
+                        compute_capability=None if _not_available(cap) else cap))
+        driver = driver or (None if _not_available(drv) else drv)
     return gpus, driver
+
+
+def _not_available(value: str) -> bool:
+    return value in ("", "[N/A]", "N/A", "[Not Supported]")
 
 
 def nvcc_command(env: Mapping[str, str]) -> list[str] | None:

@@ -1,0 +1,198 @@
+"""Environment variables: allowlisted, secrets masked by keyed HMAC, changes still visible."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from envguard.model import Environment, ProbeIssue
+from envguard.probe import SnapshotOptions, collect, envvars
+
+HF = "hf_q8Zr7XyWsecretTOKENvalue0001"
+OPENAI = "sk-proj-Zq3secretOPENAIkey9876"
+PIP_URL = "https://user:hunter2@host/simple"
+
+
+@pytest.mark.parametrize(("name", "secret"), [
+    ("HF_TOKEN", True), ("HUGGING_FACE_HUB_TOKEN", True), ("WANDB_API_KEY", True),
+    ("AWS_SECRET_ACCESS_KEY", True), ("PIP_PASSWORD", True), ("MY_APIKEY", True),
+    ("OPENAI_API_KEY", True), ("UV_INDEX_CORP_PASSWORD", True), ("GITHUBTOKEN", True),
+    ("HF_TOKEN2", True), ("GITHUB_TOKEN_1", True), ("DB_PASSWD", True), ("hf_token", True),
+    ("AZURE_STORAGE_SAS", True), ("UV_PUBLISH_TOKEN", True), ("NCCL_AUTH_COOKIE", True),
+    ("PATH", False), ("PWD", False), ("OLDPWD", False), ("LD_LIBRARY_PATH", False),
+    ("CUDA_VISIBLE_DEVICES", False), ("TORCH_COMPILE_CACHE_KEY_TAG", False),
+    # KEYBOARD starts with KEY but is not a key; a keyring provider names a tool, not a secret.
+    ("KEYBOARD_LAYOUT", False), ("PIP_KEYRING_PROVIDER", False),
+    ("TOKENIZERS_PARALLELISM", False), ("PYTORCH_CUDA_ALLOC_CONF", False),
+])
+def test_looks_secret(name: str, secret: bool) -> None:
+    assert envvars.looks_secret(name) is secret
+
+
+def _collect(env: dict[str, str], extra: tuple[str, ...] = ()) -> tuple[Environment,
+                                                                        list[ProbeIssue]]:
+    issues: list[ProbeIssue] = []
+    return envvars.collect(env, extra, issues), issues
+
+
+def test_only_allowlisted_families_are_recorded() -> None:
+    env = {"PATH": "/usr/bin", "CUDA_VISIBLE_DEVICES": "0,1", "NCCL_DEBUG": "INFO",
+           "HOME": "/root", "SHELL": "/bin/bash", "WANDB_API_KEY": "w", "WANDB_PROJECT": "p",
+           "ENVGUARD_MASK_KEY": "the-key", "ENVGUARD_CACHE_DIR": "/c", "RANDOM": "1"}
+    environment, issues = _collect(env)
+    assert issues == []
+    assert sorted(environment.variables) == ["CUDA_VISIBLE_DEVICES", "ENVGUARD_CACHE_DIR",
+                                             "NCCL_DEBUG", "PATH"]
+    assert environment.variables["NCCL_DEBUG"].value == "INFO"
+    assert not environment.variables["PATH"].masked
+    assert environment.mask_key_id is None  # nothing was masked, so no key was needed
+    extra, _ = _collect(env, ("WANDB_*",))
+    assert extra.variables["WANDB_PROJECT"].value == "p"
+    assert extra.variables["WANDB_API_KEY"].masked
+    assert extra.variables["WANDB_API_KEY"].value is None
+    assert "ENVGUARD_MASK_KEY" not in extra.variables  # the key itself is never recorded
+
+
+def test_digests_detect_changes_without_revealing_values() -> None:
+    first, _ = _collect({"HF_TOKEN": HF, "HF_HUB_TOKEN": HF})
+    again, _ = _collect({"HF_TOKEN": HF})
+    changed, _ = _collect({"HF_TOKEN": HF + "x"})
+    token = first.variables["HF_TOKEN"]
+    assert token.value is None and token.masked
+    assert token.digest is not None and token.digest.startswith("hmac-sha256:")
+    assert HF not in token.digest
+    assert again.variables["HF_TOKEN"].digest == token.digest
+    assert changed.variables["HF_TOKEN"].digest != token.digest
+    # The name is part of the MAC: two variables holding one token do not look alike.
+    assert first.variables["HF_HUB_TOKEN"].digest != token.digest
+    key = envvars.mask_key_path().read_bytes().strip()
+    assert first.mask_key_id == again.mask_key_id == envvars.key_id(key)
+    assert first.mask_key_id is not None and len(first.mask_key_id) == 12
+
+
+def test_key_file_is_private_and_persistent(tmp_path: Path) -> None:
+    old = os.umask(0)  # even with a permissive umask
+    try:
+        first, issues = _collect({"HF_TOKEN": HF})
+    finally:
+        os.umask(old)
+    assert issues == []
+    path = envvars.mask_key_path()
+    assert path.is_relative_to(Path(os.environ["XDG_CONFIG_HOME"]))
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert first.mask_key_id == envvars.key_id(path.read_bytes().strip())
+    assert HF.encode() not in path.read_bytes()
+
+
+def test_empty_key_file_is_replaced_not_a_one_off_key_forever() -> None:
+    path = envvars.mask_key_path()
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"")
+    first, issues = _collect({"HF_TOKEN": HF})
+    assert issues == []
+    assert path.read_bytes().strip()
+    second, _ = _collect({"HF_TOKEN": HF})
+    assert first.variables["HF_TOKEN"].digest == second.variables["HF_TOKEN"].digest
+
+
+def test_unwritable_key_location_uses_a_one_off_key(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")  # a file where the config folder should be: fails even for root
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(blocker))
+    environment, issues = _collect({"HF_TOKEN": HF})
+    assert environment.variables["HF_TOKEN"].digest
+    assert [i.section for i in issues] == ["environment"]
+    assert "one-off key" in issues[0].message
+
+
+def test_explicit_mask_key_makes_digests_reproducible(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    def on_node(node: str, env: dict[str, str]) -> Environment:
+        monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / node))  # its own key file
+        return _collect(env)[0]
+
+    a, b = on_node("a", {"HF_TOKEN": HF}), on_node("b", {"HF_TOKEN": HF})
+    assert a.mask_key_id != b.mask_key_id
+    assert a.variables["HF_TOKEN"].digest != b.variables["HF_TOKEN"].digest
+    shared = {"HF_TOKEN": HF, "ENVGUARD_MASK_KEY": "cluster-wide-key"}
+    c, d = on_node("c", shared), on_node("d", shared)
+    assert c.mask_key_id == d.mask_key_id == envvars.key_id(b"cluster-wide-key")
+    assert c.variables["HF_TOKEN"].digest == d.variables["HF_TOKEN"].digest
+    assert not (tmp_path / "c" / "envguard" / "mask.key").exists()
+    # The CLI snapshots os.environ itself.
+    monkeypatch.setenv("ENVGUARD_MASK_KEY", "cluster-wide-key")
+    monkeypatch.setenv("HF_TOKEN", HF)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "e"))
+    e = envvars.collect(os.environ, (), [])
+    assert e.variables["HF_TOKEN"].digest == c.variables["HF_TOKEN"].digest
+
+
+@pytest.mark.parametrize(("value", "redacted", "leak"), [
+    (PIP_URL, "https://***@host/simple", "hunter2"),
+    ("https://__token__:pypi-AgEIcHlw@upload.example/simple/", "https://***@upload.example/simple/",
+     "pypi-AgEIcHlw"),
+    ("https://user:p@ss@host/simple", "https://***@host/simple", "ss@"),  # a raw @ in it
+    ("https://ghp_abc123@github.com/x.git", "https://***@github.com/x.git", "ghp_abc123"),
+    ("https://a:one@h1/s https://b:two@h2/s", "https://***@h1/s https://***@h2/s", "two"),
+])
+def test_url_credentials_are_redacted(value: str, redacted: str, leak: str) -> None:
+    environment, _ = _collect({"PIP_INDEX_URL": value, "UV_INDEX_URL": value})
+    for name in ("PIP_INDEX_URL", "UV_INDEX_URL"):
+        entry = environment.variables[name]
+        assert entry.value == redacted
+        assert entry.masked and entry.digest
+        assert leak not in (entry.value or "")
+
+
+def test_url_credential_change_is_detectable() -> None:
+    first, _ = _collect({"PIP_INDEX_URL": PIP_URL})
+    second, _ = _collect({"PIP_INDEX_URL": PIP_URL.replace("hunter2", "hunter3")})
+    plain, _ = _collect({"PIP_INDEX_URL": "https://host/simple"})
+    a, b = first.variables["PIP_INDEX_URL"], second.variables["PIP_INDEX_URL"]
+    assert a.value == b.value
+    assert a.digest != b.digest
+    assert plain.variables["PIP_INDEX_URL"].value == "https://host/simple"
+    assert not plain.variables["PIP_INDEX_URL"].masked
+
+
+def test_masked_values_appear_nowhere_in_the_snapshot(clean_cwd: Path) -> None:
+    env = {**os.environ, "HF_TOKEN": HF, "HUGGING_FACE_HUB_TOKEN": HF, "OPENAI_API_KEY": OPENAI,
+           "PIP_INDEX_URL": PIP_URL, "PIP_EXTRA_INDEX_URL": "https://u:hunter2@other/simple",
+           "TORCH_SECRET_THING": OPENAI}
+    (clean_cwd / "pyproject.toml").write_text('[tool.envguard]\nenv = ["OPENAI_*"]\n')
+    snapshot = collect(SnapshotOptions(cwd=clean_cwd, env=env, verify="none",
+                                       write_cache_marker=False))
+    text = snapshot.to_json()
+    for secret in (HF, OPENAI, "hunter2"):
+        assert secret not in text
+    variables = snapshot.environment.variables
+    assert {"HF_TOKEN", "OPENAI_API_KEY", "TORCH_SECRET_THING"} <= set(variables)
+    assert all(variables[n].masked for n in ("HF_TOKEN", "OPENAI_API_KEY", "PIP_INDEX_URL"))
+    assert snapshot.environment.mask_key_id
+    assert snapshot.validate() == snapshot
+
+
+def test_cli_never_prints_secrets(clean_cwd: Path) -> None:
+    env = {**os.environ, "HF_TOKEN": HF, "OPENAI_API_KEY": OPENAI, "PIP_INDEX_URL": PIP_URL,
+           "ENVGUARD_MASK_KEY": "k3y-that-is-also-secret"}
+    (clean_cwd / "pyproject.toml").write_text('[tool.envguard]\nenv = ["OPENAI_*"]\n')
+    proc = subprocess.run([sys.executable, "-m", "envguard", "snapshot", "--json", "--verify",
+                           "none", "--no-cache-marker"], capture_output=True, text=True,
+                          env=env, cwd=clean_cwd, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip()  # the summary was printed, and checked below
+    for secret in (HF, OPENAI, "hunter2", "k3y-that-is-also-secret"):
+        assert secret not in proc.stdout
+        assert secret not in proc.stderr
+    variables = json.loads(proc.stdout)["environment"]["variables"]
+    assert variables["HF_TOKEN"] == {"value": None, "masked": True,
+                                     "digest": variables["HF_TOKEN"]["digest"]}
+    assert variables["OPENAI_API_KEY"]["masked"]
+    assert variables["PIP_INDEX_URL"]["value"] == "https://***@host/simple"

@@ -1,0 +1,168 @@
+"""OS, CPU, memory, GPUs and CUDA tools.
+
+This machine has no GPU and no CUDA toolkit, so the GPU tests put fake ``nvidia-smi``
+and ``nvcc`` shell scripts first on PATH: they mock hardware and tools that cannot
+exist here, printing what the real tools print. Everything else runs for real.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from pathlib import Path
+
+import pytest
+
+from envguard.model import ProbeIssue, System
+from envguard.probe import SnapshotOptions, collect, commands, system
+
+SMI_OUTPUT = "0, NVIDIA H200, 143771, 580.159.04, 9.0\n1, NVIDIA H200, 143771, 580.159.04, 9.0\n"
+NVCC_OUTPUT = """nvcc: NVIDIA (R) Cuda compiler driver
+Copyright (c) 2005-2025 NVIDIA Corporation
+Built on Fri_Feb_21_20:23:50_PST_2025
+Cuda compilation tools, release 12.8, V12.8.93
+Build cuda_12.8.r12.8/compiler.35583870_0
+"""
+
+
+def _tool(folder: Path, name: str, body: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return path
+
+
+def _fake_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str) -> None:
+    _tool(tmp_path / "bin", "nvidia-smi", body)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+
+
+def _smi(timeout: float = 20) -> commands.CommandResult:
+    return commands.run(system.NVIDIA_SMI_QUERY, timeout=timeout)
+
+
+def _system(smi: commands.CommandResult | None, nvcc: commands.CommandResult | None = None,
+            env: dict[str, str] | None = None) -> tuple[System, list[ProbeIssue]]:
+    issues: list[ProbeIssue] = []
+    return system.collect(env or {}, "glibc 2.36", smi, nvcc, issues), issues
+
+
+# The fake checks that it was asked the query envguard depends on, like the real tool would.
+_CHECK_ARGS = ('[ "$1" = "--query-gpu=index,name,memory.total,driver_version,compute_cap" ] '
+               '&& [ "$2" = "--format=csv,noheader,nounits" ] || '
+               '{ echo "bad arguments: $*" >&2; exit 2; }\n')
+
+
+def test_two_fake_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_smi(tmp_path, monkeypatch, _CHECK_ARGS + f"printf '{SMI_OUTPUT}'\n")
+    sysinfo, issues = _system(_smi())
+    assert issues == []
+    assert sysinfo.gpu_probe == "ok"
+    assert sysinfo.driver_version == "580.159.04"
+    assert [(g.index, g.name, g.memory_mib, g.compute_capability) for g in sysinfo.gpus] == [
+        (0, "NVIDIA H200", 143771, "9.0"), (1, "NVIDIA H200", 143771, "9.0")]
+    assert sysinfo.cuda_driver_version is None  # no libcuda.so.1 on this machine
+    # The whole snapshot runs the same query through PATH.
+    snapshot = collect(SnapshotOptions(cwd=tmp_path, verify="none", write_cache_marker=False))
+    assert snapshot.system.gpu_probe == "ok"
+    assert [g.name for g in snapshot.system.gpus] == ["NVIDIA H200", "NVIDIA H200"]
+
+
+def test_failing_fake_smi_is_an_error_and_an_issue(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_smi(tmp_path, monkeypatch, "echo \"NVIDIA-SMI has failed because it couldn't "
+              "communicate with the NVIDIA driver.\" >&2\nexit 9\n")
+    sysinfo, issues = _system(_smi())
+    assert sysinfo.gpu_probe == "error"
+    assert sysinfo.gpus == [] and sysinfo.driver_version is None
+    assert len(issues) == 1 and issues[0].section == "system"
+    assert "exit status 9" in issues[0].message
+    assert "couldn't communicate with the NVIDIA driver" in issues[0].message
+
+
+def test_hanging_fake_smi_times_out_quickly(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_smi(tmp_path, monkeypatch, "exec sleep 60\n")
+    started = time.monotonic()
+    smi = _smi(timeout=1)
+    assert time.monotonic() - started < 10
+    assert smi.returncode is None
+    sysinfo, issues = _system(smi)
+    assert sysinfo.gpu_probe == "error"
+    assert [i.section for i in issues] == ["system"]
+    assert "timed out after 1 s" in issues[0].message
+
+
+def test_missing_smi_is_absent_not_an_error(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    smi = _smi()
+    assert not smi.ok
+    for result in (smi, None):
+        sysinfo, issues = _system(result)
+        assert (sysinfo.gpu_probe, sysinfo.gpus, issues) == ("absent", [], [])
+
+
+@pytest.mark.parametrize(("stdout", "expected", "driver"), [
+    (SMI_OUTPUT, [(0, "NVIDIA H200", 143771, "9.0"), (1, "NVIDIA H200", 143771, "9.0")],
+     "580.159.04"),
+    ("0, Tesla K80, 11441, 470.82.01, [N/A]\r\n", [(0, "Tesla K80", 11441, None)], "470.82.01"),
+    ("0, NVIDIA A100-SXM4-80GB, [N/A], 535.104.05, 8.0\n",
+     [(0, "NVIDIA A100-SXM4-80GB", None, "8.0")], "535.104.05"),
+    ("0, NVIDIA GH200 480GB, Grace Hopper, 97871, 570.1, 9.0\n",
+     [(0, "NVIDIA GH200 480GB, Grace Hopper", 97871, "9.0")], "570.1"),
+    ("No devices were found\n\n", [], None),
+    ("Unable to determine the device handle for GPU0000:3B:00.0: Unknown Error\n"
+     "1, NVIDIA L4, 23034, 550.54.15, 8.9\n", [(1, "NVIDIA L4", 23034, "8.9")], "550.54.15"),
+    ("0, short, line\n", [], None),
+    ("", [], None),
+])
+def test_parse_nvidia_smi(stdout: str, expected: list[tuple[int, str, int | None, str | None]],
+                          driver: str | None) -> None:
+    gpus, found_driver = system.parse_nvidia_smi(stdout)
+    assert [(g.index, g.name, g.memory_mib, g.compute_capability) for g in gpus] == expected
+    assert found_driver == driver
+
+
+def test_fake_nvcc_on_path(tmp_path: Path) -> None:
+    _tool(tmp_path / "bin", "nvcc", f"cat <<'EOF'\n{NVCC_OUTPUT}EOF\n")
+    env = {"PATH": str(tmp_path / "bin")}
+    command = system.nvcc_command(env)
+    assert command == [str(tmp_path / "bin" / "nvcc"), "--version"]
+    sysinfo, issues = _system(None, commands.run(command, timeout=20), env)
+    assert issues == []
+    assert sysinfo.nvcc == "12.8 (V12.8.93)"
+
+
+def test_nvcc_found_through_cuda_home_and_failures_recorded(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    cuda = tmp_path / "cuda-12.8"
+    _tool(cuda / "bin", "nvcc", "echo 'nvcc fatal : Unknown option' >&2\nexit 1\n")
+    assert system.nvcc_command({"PATH": str(tmp_path / "empty")}) is None
+    env = {"PATH": str(tmp_path / "empty"), "CUDA_HOME": str(cuda)}
+    command = system.nvcc_command(env)
+    assert command == [str(cuda / "bin" / "nvcc"), "--version"]
+    sysinfo, issues = _system(None, commands.run(command, timeout=20), env)
+    assert sysinfo.nvcc is None
+    assert sysinfo.cuda_home == str(cuda)
+    assert [i.section for i in issues] == ["system"]
+    assert "exit status 1" in issues[0].message and "Unknown option" in issues[0].message
+
+
+def test_host_facts_are_real() -> None:
+    physical, memory = system.cpu_and_memory()
+    assert physical is not None and physical > 0
+    assert memory is not None and memory > 64 << 20
+    sysinfo, _ = _system(None)
+    assert sysinfo.cpu_logical == os.cpu_count()
+    assert sysinfo.cpu_physical == physical <= (os.cpu_count() or physical)
+    assert sysinfo.memory_bytes == memory
+    assert sysinfo.kernel == platform.release()
+    assert sysinfo.machine == platform.machine()
+    assert sysinfo.glibc == "glibc 2.36"
+    if platform.system() == "Linux":
+        assert sysinfo.os.startswith("Linux")
+        assert sysinfo.cpu_model
