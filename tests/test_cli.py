@@ -75,7 +75,7 @@ def test_errors_are_one_line_with_a_documented_code(clean_cwd: Path, args: list[
     assert "Traceback" not in proc.stderr
 
 
-def test_unwritable_output_is_an_output_error_and_keeps_nothing_half_written(clean_cwd: Path) -> None:
+def test_unwritable_output_is_an_output_error_and_writes_nothing(clean_cwd: Path) -> None:
     (clean_cwd / "blocker").write_text("")
     proc = envguard("snapshot", "-q", "-o", str(clean_cwd / "blocker" / "snap.json"))
     assert proc.returncode == ExitCode.OUTPUT_ERROR

@@ -32,7 +32,9 @@ def test_globs_record_real_size_md5_and_sha256(clean_cwd: Path) -> None:
     tracked, issues = _track(str(clean_cwd / "*.py"), str(clean_cwd / "configs/**/*.yaml"),
                              str(clean_cwd / "weights.bin"), str(clean_cwd / "*.bin"),
                              str(clean_cwd / "configs"), str(clean_cwd / "nothing*.txt"))
-    assert issues == []
+    # Naming a folder is recorded as a mistake, with a hint; everything else is fine.
+    assert [(i.path, i.message.split(";")[0]) for i in issues] == [
+        (str(clean_cwd / "configs"), "is a folder")]
     real = [clean_cwd / "train.py", clean_cwd / "configs" / "a.yaml",
             clean_cwd / "configs" / "deep" / "b.yaml", clean_cwd / "weights.bin"]
     for path in real:

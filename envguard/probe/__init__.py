@@ -116,14 +116,13 @@ def collect(options: SnapshotOptions, progress: Progress | None = None) -> Snaps
 
     with ThreadPoolExecutor(max_workers=5) as pool:
         # Slow external commands first, so they overlap with the interpreter probe.
-        smi: Future[CommandResult] = pool.submit(run, system.NVIDIA_SMI_QUERY,
-                                                 timeout=COMMAND_TIMEOUT_S)
+        smi: Future[CommandResult] = pool.submit(system.query_gpus, env, COMMAND_TIMEOUT_S)
         nvcc_cmd = system.nvcc_command(env)
         nvcc = pool.submit(run, nvcc_cmd, timeout=COMMAND_TIMEOUT_S) if nvcc_cmd else None
         git_root = pool.submit(run, ["git", "rev-parse", "--show-toplevel"], cwd=cwd,
-                               timeout=COMMAND_TIMEOUT_S)
+                               env=env, timeout=COMMAND_TIMEOUT_S)
         git_status = pool.submit(run, ["git", "status", "--porcelain=v2", "--branch", "-z"],
-                                 cwd=cwd, timeout=COMMAND_TIMEOUT_S)
+                                 cwd=cwd, env=env, timeout=COMMAND_TIMEOUT_S)
         target = probe_python(options.python) if options.python else probe_self()
         deep_result = pool.submit(deep.collect, target.executable) if options.deep else None
 

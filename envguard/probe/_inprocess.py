@@ -76,6 +76,7 @@ def collect(drop_first_path=False):
         "glibc": glibc,
         "tempdir": tempfile.gettempdir(),
         "user": _user(),
+        "uid": os.getuid() if hasattr(os, "getuid") else None,
         "home": os.path.expanduser("~"),
         "scripts": sysconfig.get_paths().get("scripts"),
         "maxsize_64bit": sys.maxsize > 2**32,

@@ -35,12 +35,15 @@ MAX_ENTRIES = 500_000
 _MARKED_KINDS = ("inductor", "triton")
 
 
-def _sanitized_user(user: str | None) -> str:
+def _sanitized_user(user: str | None, uid: object = None) -> str:
     # torch falls back to uid_<uid> when getpass.getuser() fails (no passwd entry), then
-    # replaces characters that are illegal in Windows paths.
+    # replaces characters that are illegal in Windows paths. The uid is the target's,
+    # as its probe reported it; envguard's own only when the probe did not say.
     if not user:
-        getuid = getattr(os, "getuid", None)
-        user = f"uid_{getuid()}" if callable(getuid) else "unknown_user"
+        if not isinstance(uid, int):
+            getuid = getattr(os, "getuid", None)
+            uid = getuid() if callable(getuid) else None
+        user = f"uid_{uid}" if isinstance(uid, int) else "unknown_user"
     return re.sub(r'[\\/:*?"<>|]', "_", user)
 
 
@@ -54,7 +57,7 @@ def locations(env: Mapping[str, str], facts: Mapping[str, Any]) -> list[tuple[st
         out.append(("inductor", os.path.abspath(env["TORCHINDUCTOR_CACHE_DIR"]),
                     "TORCHINDUCTOR_CACHE_DIR"))
     else:
-        user = _sanitized_user(facts.get("user"))
+        user = _sanitized_user(facts.get("user"), facts.get("uid"))
         out.append(("inductor", os.path.join(tempdir, f"torchinductor_{user}"), "default"))
     if env.get("TRITON_CACHE_DIR"):
         out.append(("triton", env["TRITON_CACHE_DIR"], "TRITON_CACHE_DIR"))

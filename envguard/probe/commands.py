@@ -7,6 +7,7 @@ in one line, so a probe can record it and the snapshot still completes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -46,26 +47,41 @@ def run(
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
 ) -> CommandResult:
-    """Run ``args``; never raises for a missing, failing, crashing or hanging command."""
+    """Run ``args``; never raises for a missing, failing, crashing or hanging command.
+
+    The command is looked up on ``env``'s PATH when ``env`` is given. It runs in its own
+    process group, so a timeout kills everything it started (torch may spawn workers).
+    """
     argv = tuple(str(a) for a in args)
-    if os.sep not in argv[0] and shutil.which(argv[0]) is None:
-        return CommandResult(argv, None, "", "", f"{argv[0]}: not found on PATH")
+    if os.sep not in argv[0]:
+        search = env.get("PATH") if env is not None else None
+        found = shutil.which(argv[0], path=search)
+        if found is None:
+            return CommandResult(argv, None, "", "", f"{argv[0]}: not found on PATH")
+        argv = (found, *argv[1:])
     try:
-        proc = subprocess.run(
+        proc = subprocess.Popen(
             argv,
-            capture_output=True,
-            timeout=timeout,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
             env=dict(env) if env is not None else None,
             cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            check=False,
+            start_new_session=True,
         )
-    except subprocess.TimeoutExpired:
-        return CommandResult(argv, None, "", "", f"{argv[0]}: timed out after {timeout:g} s")
     except OSError as exc:
         return CommandResult(argv, None, "", "", f"{argv[0]}: {exc.strerror or exc}")
-    out = proc.stdout.decode("utf-8", "replace")
-    err = proc.stderr.decode("utf-8", "replace")
+    try:
+        raw_out, raw_err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        return CommandResult(argv, None, "", "",
+                             f"{os.path.basename(argv[0])}: timed out after {timeout:g} s")
+    except BaseException:
+        _kill_group(proc)
+        raise
+    out = raw_out.decode("utf-8", "replace")
+    err = raw_err.decode("utf-8", "replace")
     if proc.returncode != 0:
         last = next((ln.strip() for ln in reversed(err.splitlines()) if ln.strip()), "")
         reason = f"{os.path.basename(argv[0])}: {describe_returncode(proc.returncode)}"
@@ -73,3 +89,11 @@ def run(
             reason += f": {last[:300]}"
         return CommandResult(argv, proc.returncode, out, err, reason)
     return CommandResult(argv, proc.returncode, out, err, None)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        proc.kill()
+    proc.communicate()

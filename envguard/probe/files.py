@@ -86,7 +86,11 @@ def track(patterns: list[str], issues: list[ProbeIssue]) -> list[TrackedFile]:
         matches = sorted(glob.glob(pattern, recursive=True)) if glob.has_magic(pattern) else [
             pattern
         ]
-        matches = [m for m in matches if not os.path.isdir(m)]
+        folders = [m for m in matches if os.path.isdir(m)]
+        if folders and not glob.has_magic(pattern):
+            issues.append(ProbeIssue(section="files", message="is a folder; name files or use "
+                                     "a glob such as DIR/**/*.py", path=os.path.abspath(pattern)))
+        matches = [m for m in matches if m not in folders]
         if not matches:
             out.setdefault(pattern, TrackedFile(pattern=pattern, path=pattern, exists=False))
             continue

@@ -13,13 +13,19 @@ import shutil
 from collections.abc import Mapping
 
 from envguard.model import Gpu, ProbeIssue, System
-from envguard.probe.commands import CommandResult
+from envguard.probe.commands import CommandResult, run
 
 NVIDIA_SMI_QUERY = (
     "nvidia-smi",
     "--query-gpu=index,name,memory.total,driver_version,compute_cap",
     "--format=csv,noheader,nounits",
 )
+NVIDIA_SMI_QUERY_OLD = (
+    "nvidia-smi",
+    "--query-gpu=index,name,memory.total,driver_version",
+    "--format=csv,noheader,nounits",
+)
+"""For drivers older than 510, which reject the ``compute_cap`` field."""
 _NVCC_RE = re.compile(r"release (\S+?),\s*(V\S+)")
 
 
@@ -108,6 +114,14 @@ def nvcc_command(env: Mapping[str, str]) -> list[str] | None:
     if home and os.path.isfile(os.path.join(home, "bin", "nvcc")):
         return [os.path.join(home, "bin", "nvcc"), "--version"]
     return None
+
+
+def query_gpus(env: Mapping[str, str], timeout: float) -> CommandResult:
+    """``nvidia-smi`` GPU query, retried without ``compute_cap`` for old drivers."""
+    result = run(NVIDIA_SMI_QUERY, timeout=timeout, env=env)
+    if not result.ok and "compute_cap" in (result.stdout + result.stderr):
+        return run(NVIDIA_SMI_QUERY_OLD, timeout=timeout, env=env)
+    return result
 
 
 def collect(
