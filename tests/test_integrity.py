@@ -71,11 +71,11 @@ def test_missing_file_and_missing_record(torch_env: Venv, venvs: VenvFactory,
 
 
 def test_hash_cache_makes_a_warm_rerun_read_nothing(torch_env: Venv, tmp_path: Path) -> None:
-    cache = HashCache(tmp_path / "hashes.json")
+    cache = HashCache(tmp_path / "hashes.marshal")
     cold = _verify(torch_env, "hash", cache)
     assert cold.hashed_bytes > 0
     assert cache.save() is None
-    warm_cache = HashCache(tmp_path / "hashes.json")
+    warm_cache = HashCache(tmp_path / "hashes.marshal")
     warm_cache.load()
     warm = _verify(torch_env, "hash", warm_cache)
     assert warm.hashed_bytes == 0
@@ -89,12 +89,21 @@ def test_hash_cache_makes_a_warm_rerun_read_nothing(torch_env: Venv, tmp_path: P
 
 
 def test_corrupt_hash_cache_is_ignored_with_a_note(tmp_path: Path) -> None:
-    path = tmp_path / "hashes.json"
-    path.write_text("{not json")
+    import marshal
+
+    path = tmp_path / "hashes.marshal"
+    path.write_bytes(b"\xffgarbage")
     cache = HashCache(path)
     cache.load()
     assert cache.load_error is not None and "ignored" in cache.load_error
     assert cache.get("/x", (1, 2, 3, 4), "sha256") is None
+    # Readable but of another format or shape: silently a miss, never a crash.
+    for doc in ({"sha256:/x": ((1, 2, 3, 4), "d")}, (("other", 1, 1), {}),
+                (("envguard-hashcache", 2, marshal.version), {"sha256:/x": ["bad"]})):
+        path.write_bytes(marshal.dumps(doc))
+        cache = HashCache(path)
+        cache.load()
+        assert cache.get("/x", (1, 2, 3, 4), "sha256") is None
 
 
 def test_unknown_mode_is_rejected() -> None:

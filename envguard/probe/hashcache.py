@@ -3,19 +3,22 @@
 A warm ``--verify hash`` re-run on an unchanged environment only stats files.
 The ctime is part of the key because it cannot be set from user space: a file
 edited and then ``touch``-ed back to its old mtime is still re-hashed.
+
+The cache is a ``marshal`` file (loads 70,000 entries in a few milliseconds, where
+JSON takes tens): private to this machine, tagged with the marshal version, and
+simply ignored when unreadable or of another format.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import json
+import marshal
 import os
+import tempfile
 from pathlib import Path
 
-from envguard.atomic import write_text_atomic
-from envguard.errors import OutputError
-
-_FORMAT = 1
+_FORMAT = ("envguard-hashcache", 2, marshal.version)
 Key = tuple[int, int, int, int]
 
 
@@ -45,36 +48,32 @@ class HashCache:
     @classmethod
     def for_prefix(cls, prefix: str, root: Path | None = None) -> HashCache:
         digest = hashlib.sha256(os.path.realpath(prefix).encode()).hexdigest()[:16]
-        cache = cls((root or default_cache_root()) / f"hashes-{digest}.json")
+        cache = cls((root or default_cache_root()) / f"hashes-{digest}.marshal")
         cache.load()
         return cache
 
     def load(self) -> None:
         try:
-            raw = json.loads(self.path.read_text(encoding="utf-8"))
+            data = self.path.read_bytes()
         except FileNotFoundError:
             return
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
+            self.load_error = f"hash cache {self.path} ignored: {exc.strerror or exc}"
+            return
+        try:
+            doc = marshal.loads(data)
+        except (ValueError, EOFError, TypeError) as exc:
             # A corrupt cache is only a slower run: start empty and overwrite it.
             self.load_error = f"hash cache {self.path} ignored: {exc}"
             return
-        if not isinstance(raw, dict) or raw.get("format") != _FORMAT:
-            return
-        entries = raw.get("entries")
-        if not isinstance(entries, dict):
-            return
-        for path, value in entries.items():
-            if (
-                isinstance(value, list)
-                and len(value) == 5
-                and all(isinstance(v, int) for v in value[:4])
-                and isinstance(value[4], str)
-            ):
-                self._entries[path] = ((value[0], value[1], value[2], value[3]), value[4])
+        if isinstance(doc, tuple) and len(doc) == 2 and doc[0] == _FORMAT \
+                and isinstance(doc[1], dict):
+            self._entries = doc[1]
 
     def get(self, path: str, key: Key, algorithm: str) -> str | None:
         hit = self._entries.get(f"{algorithm}:{path}")
-        if hit is not None and hit[0] == key:
+        # Entries are checked on use, not on load: a malformed one is just a miss.
+        if type(hit) is tuple and len(hit) == 2 and hit[0] == key and type(hit[1]) is str:
             return hit[1]
         return None
 
@@ -83,16 +82,21 @@ class HashCache:
         self._dirty = True
 
     def save(self) -> str | None:
-        """Write the cache if it changed; return an error message instead of raising."""
+        """Write the cache atomically if it changed; return an error message, never raise."""
         if not self._dirty:
             return None
-        doc = {
-            "format": _FORMAT,
-            "entries": {p: [*k, d] for p, (k, d) in sorted(self._entries.items())},
-        }
         try:
-            write_text_atomic(self.path, json.dumps(doc, separators=(",", ":")))
-        except OutputError as exc:
-            return str(exc)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".hashes.", dir=self.path.parent)
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    marshal.dump((_FORMAT, self._entries), fh)
+                os.replace(tmp, self.path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+        except OSError as exc:
+            return f"cannot write {self.path}: {exc.strerror or exc}"
         self._dirty = False
         return None
