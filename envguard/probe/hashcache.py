@@ -61,7 +61,7 @@ class HashCache:
             self.load_error = f"hash cache {self.path} ignored: {exc.strerror or exc}"
             return
         try:
-            doc = marshal.loads(data)
+            doc = marshal.loads(data)  # noqa: S302 - our own cache file; marshal runs no code
         except (ValueError, EOFError, TypeError) as exc:
             # A corrupt cache is only a slower run: start empty and overwrite it.
             self.load_error = f"hash cache {self.path} ignored: {exc}"
