@@ -278,6 +278,8 @@ class Snapshot:
     environment: Environment
     deep: Deep | None = None
     errors: list[ProbeIssue] = field(default_factory=list)
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    """Where the snapshot's time went, per phase; never compared by diff."""
 
     def package(self, name: str) -> Distribution | None:
         """The distribution called ``name`` (normalized), if installed."""

@@ -166,3 +166,43 @@ def test_host_facts_are_real() -> None:
     if platform.system() == "Linux":
         assert sysinfo.os.startswith("Linux")
         assert sysinfo.cpu_model
+
+
+def test_gpu_facts_are_cached_by_driver_state(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """nvidia-smi (faked: no GPU here) runs once per driver/GPU state, not per snapshot.
+
+    The /proc/driver/nvidia tree is faked too, in a temp folder with the real layout.
+    """
+    from envguard.probe import gpu_cache
+
+    proc = tmp_path / "proc"
+    (proc / "gpus" / "0000:18:00.0").mkdir(parents=True)
+    (proc / "version").write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04\n")
+    info = proc / "gpus" / "0000:18:00.0" / "information"
+    info.write_text("Model: \t\t NVIDIA H200\nIRQ:   \t\t 42\nGPU UUID: \t GPU-1234\n")
+    calls = tmp_path / "calls"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\necho x >> {calls}\n"
+                   "echo '0, NVIDIA H200, 143771, 580.159.04, 9.0'\n")
+    smi.chmod(0o755)
+    env = {"PATH": str(bin_dir)}
+    cache = tmp_path / "cache"
+
+    def ask() -> str:
+        result, _cuda = gpu_cache.query(env, 10.0, cache, proc_root=str(proc))
+        assert result.ok
+        return result.stdout.strip()
+
+    assert ask() == "0, NVIDIA H200, 143771, 580.159.04, 9.0"
+    assert ask() == "0, NVIDIA H200, 143771, 580.159.04, 9.0"
+    assert calls.read_text().count("x") == 1
+    info.write_text(info.read_text().replace("IRQ:   \t\t 42", "IRQ:   \t\t 43"))
+    ask()
+    assert calls.read_text().count("x") == 1  # an IRQ number is not a new GPU
+    (proc / "version").write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  590.1\n")
+    ask()
+    assert calls.read_text().count("x") == 2  # a driver upgrade asks again
+    assert gpu_cache.driver_state(str(tmp_path / "no-driver")) is None

@@ -47,6 +47,10 @@ def _dist(name: str, version: str) -> Distribution:
         ([("nvidia-cublas-cu12", "12.8.4.1"), ("nvidia-cudnn-cu12", "9.10.2.21")], "cu12"),
         ([("cuda-toolkit", "13.0.3"), ("nvidia-cublas", "13.1.0.3")], "cu13"),
         ([("nvidia-cudnn-cu13", "9.13.0.50")], "cu13"),
+        # The H200 image's CUDA 13 set: unsuffixed libraries with their own versions.
+        ([("cuda-toolkit", "13.0.2"), ("nvidia-cufft", "12.0.0.61"),
+          ("nvidia-curand", "10.4.0.35"), ("nvidia-cufile", "1.15.1.6"),
+          ("nvidia-cusparse", "12.6.3.3"), ("nvidia-nccl-cu13", "2.28.9")], "cu13"),
         ([("nvidia-cublas-cu12", "12.8.4.1"), ("nvidia-cublas", "13.1.0.3")], "mixed"),
         ([("nvidia-ml-py", "13.580.82"), ("numpy", "2.0")], None),
     ],

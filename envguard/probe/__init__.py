@@ -24,12 +24,13 @@ from envguard.probe import (
     distributions,
     envvars,
     files,
+    gpu_cache,
     integrity,
     system,
     torch_identity,
 )
 from envguard.probe.commands import CommandResult, run
-from envguard.probe.hashcache import HashCache
+from envguard.probe.hashcache import HashCache, default_cache_root
 from envguard.probe.interpreter import Target, probe_python, probe_self
 from envguard.progress import NullProgress, Progress
 
@@ -113,10 +114,20 @@ def collect(options: SnapshotOptions, progress: Progress | None = None) -> Snaps
     env = options.env if options.env is not None else os.environ
     issues: list[ProbeIssue] = []
     cwd = str(options.cwd)
+    timings: dict[str, float] = {}
+    mark = time.perf_counter()
+
+    def lap(phase: str) -> None:
+        nonlocal mark
+        now = time.perf_counter()
+        timings[phase] = round((now - mark) * 1000, 1)
+        mark = now
 
     with ThreadPoolExecutor(max_workers=5) as pool:
         # Slow external commands first, so they overlap with the interpreter probe.
-        smi: Future[CommandResult] = pool.submit(system.query_gpus, env, COMMAND_TIMEOUT_S)
+        smi: Future[tuple[CommandResult, str | None]] = pool.submit(
+            gpu_cache.query, env, COMMAND_TIMEOUT_S,
+            options.hash_cache_root or default_cache_root())
         nvcc_cmd = system.nvcc_command(env)
         nvcc = pool.submit(run, nvcc_cmd, timeout=COMMAND_TIMEOUT_S) if nvcc_cmd else None
         git_root = pool.submit(run, ["git", "rev-parse", "--show-toplevel"], cwd=cwd,
@@ -124,12 +135,14 @@ def collect(options: SnapshotOptions, progress: Progress | None = None) -> Snaps
         git_status = pool.submit(run, ["git", "status", "--porcelain=v2", "--branch", "-z"],
                                  cwd=cwd, env=env, timeout=COMMAND_TIMEOUT_S)
         target = probe_python(options.python) if options.python else probe_self()
+        lap("interpreter")
         deep_result = pool.submit(deep.collect, target.executable) if options.deep else None
 
         installed, scan_issues = distributions.scan(target.sys_path)
         issues.extend(scan_issues)
         torch, torch_issues = torch_identity.probe(installed, target.sys_path)
         issues.extend(torch_issues)
+        lap("packages")
 
         cache = None
         if options.verify == "hash":
@@ -141,6 +154,7 @@ def collect(options: SnapshotOptions, progress: Progress | None = None) -> Snaps
                                    or NullProgress())
         if cache is not None and (error := cache.save()):
             issues.append(ProbeIssue(section="integrity", message=f"hash cache not saved: {error}"))
+        lap("integrity")
 
         project_files, extra_env = _project_config(options, issues)
         user_patterns = [str(options.cwd / p) for p in options.file_patterns]
@@ -148,16 +162,21 @@ def collect(options: SnapshotOptions, progress: Progress | None = None) -> Snaps
         tracked = files.collect([*user_patterns, *project_files],
                                 git_root_result if git_root_result.ok else None,
                                 git_status.result(), issues)
+        lap("files")
         environment = envvars.collect(env, extra_env, issues)
-        sysinfo = system.collect(env, target.facts.get("glibc"), smi.result(),
-                                 nvcc.result() if nvcc else None, issues)
+        smi_result, cuda_driver = smi.result()
+        lap("gpu_wait")
+        sysinfo = system.collect(env, target.facts.get("glibc"), smi_result,
+                                 nvcc.result() if nvcc else None, issues, cuda_driver)
         torch_item = next((i for i in installed if i.dist.name == "torch"), None)
         torch = dataclasses.replace(torch, compat_key=torch_identity.compat_key(
             torch, torch_item, [g.name for g in sysinfo.gpus]))
         cache_dirs, cache_issues = caches.probe(env, target.facts, torch,
                                                 write_marker=options.write_cache_marker)
         issues.extend(cache_issues)
+        lap("caches")
         deep_section = deep_result.result() if deep_result else None
+        lap("deep_wait")
     if deep_section is not None and not deep_section.ok:
         issues.append(ProbeIssue(section="deep", message=deep_section.error or "failed"))
 
@@ -179,6 +198,7 @@ def collect(options: SnapshotOptions, progress: Progress | None = None) -> Snaps
         environment=environment,
         deep=deep_section,
         errors=sorted(issues, key=_issue_key),
+        timings_ms=timings,
     )
 
 

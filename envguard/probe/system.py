@@ -130,6 +130,7 @@ def collect(
     smi: CommandResult | None,
     nvcc: CommandResult | None,
     issues: list[ProbeIssue],
+    cuda_driver: str | None = None,
 ) -> System:
     uname = platform.uname()
     gpus: list[Gpu] = []
@@ -165,7 +166,7 @@ def collect(
         gpu_probe=gpu_probe,
         gpus=gpus,
         driver_version=driver,
-        cuda_driver_version=cuda_driver_version() if gpu_probe == "ok" else None,
+        cuda_driver_version=cuda_driver if gpu_probe == "ok" else None,
         nvcc=nvcc_version,
         cuda_home=cuda_home,
     )
