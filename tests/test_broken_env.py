@@ -99,3 +99,21 @@ def test_symlink_loop_on_sys_path(env: Venv, clean_cwd: Path, tmp_path: Path,
     snapshot = _snap(env, clean_cwd)
     assert any(e.path == str(loop) for e in snapshot.errors), snapshot.errors
     assert snapshot.torch.version == "2.11.0+cu128"
+
+
+@pytest.mark.parametrize("tmpdir_value", [None, "{tmp}", "/nonexistent/folder"])
+def test_probe_tempdir_and_user_match_the_stdlib(tmpdir_value: str | None, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe re-implements tempfile.gettempdir and getpass.getuser to start faster."""
+    import getpass
+    import tempfile
+
+    from envguard.probe import _inprocess
+
+    if tmpdir_value is None:
+        monkeypatch.delenv("TMPDIR", raising=False)
+    else:
+        monkeypatch.setenv("TMPDIR", tmpdir_value.format(tmp=tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # forget the stdlib's cached answer
+    assert _inprocess._tempdir() == tempfile.gettempdir()
+    assert _inprocess._user() == getpass.getuser()

@@ -32,6 +32,7 @@ from envguard.probe import (
 from envguard.probe.commands import CommandResult, run
 from envguard.probe.hashcache import HashCache, default_cache_root
 from envguard.probe.interpreter import Target, probe_python, probe_self
+from envguard.probe.recordcache import RecordCache
 from envguard.progress import NullProgress, Progress
 
 __all__ = ["SnapshotOptions", "collect"]
@@ -52,6 +53,9 @@ class SnapshotOptions:
     write_cache_marker: bool = True
     env: Mapping[str, str] | None = None
     hash_cache_root: Path | None = None
+    """Folder of envguard's private caches (hashes, parsed RECORDs, GPU facts)."""
+    use_caches: bool = True
+    """Reuse parsed RECORDs from earlier snapshots of the same environment."""
 
 
 def _abi_tag(soabi: str | None, interpreter_tag: str) -> str | None:
@@ -115,6 +119,7 @@ def collect(options: SnapshotOptions, progress: Progress | None = None) -> Snaps
     issues: list[ProbeIssue] = []
     cwd = str(options.cwd)
     timings: dict[str, float] = {}
+    cache_root = options.hash_cache_root or default_cache_root()
     mark = time.perf_counter()
 
     def lap(phase: str) -> None:
@@ -126,8 +131,7 @@ def collect(options: SnapshotOptions, progress: Progress | None = None) -> Snaps
     with ThreadPoolExecutor(max_workers=5) as pool:
         # Slow external commands first, so they overlap with the interpreter probe.
         smi: Future[tuple[CommandResult, str | None]] = pool.submit(
-            gpu_cache.query, env, COMMAND_TIMEOUT_S,
-            options.hash_cache_root or default_cache_root())
+            gpu_cache.query, env, COMMAND_TIMEOUT_S, cache_root)
         nvcc_cmd = system.nvcc_command(env)
         nvcc = pool.submit(run, nvcc_cmd, timeout=COMMAND_TIMEOUT_S) if nvcc_cmd else None
         git_root = pool.submit(run, ["git", "rev-parse", "--show-toplevel"], cwd=cwd,
@@ -138,16 +142,21 @@ def collect(options: SnapshotOptions, progress: Progress | None = None) -> Snaps
         lap("interpreter")
         deep_result = pool.submit(deep.collect, target.executable) if options.deep else None
 
-        installed, scan_issues = distributions.scan(target.sys_path)
+        prefix = str(target.facts.get("prefix") or "")
+        records = RecordCache.for_prefix(prefix, cache_root) if options.use_caches else None
+        installed, scan_issues = distributions.scan(target.sys_path, records)
         issues.extend(scan_issues)
+        if records is not None:
+            for note in (records.load_error, records.save()):
+                if note:
+                    issues.append(ProbeIssue(section="packages", message=note))
         torch, torch_issues = torch_identity.probe(installed, target.sys_path)
         issues.extend(torch_issues)
         lap("packages")
 
         cache = None
         if options.verify == "hash":
-            cache = HashCache.for_prefix(str(target.facts.get("prefix") or ""),
-                                         options.hash_cache_root)
+            cache = HashCache.for_prefix(prefix, cache_root)
             if cache.load_error:
                 issues.append(ProbeIssue(section="integrity", message=cache.load_error))
         checked = integrity.verify(installed, options.verify, cache=cache, progress=progress

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envguard.model import DirectUrl, Distribution, ProbeIssue
+from envguard.probe.hashcache import stat_key
+from envguard.probe.recordcache import RecordCache
 
 _NORMALIZE_RE = re.compile(r"[-_.]+")
 _DROPPED_DIST_INFO_FILES = frozenset(
@@ -31,7 +33,8 @@ def normalize_name(name: str) -> str:
 
 
 RecordRow = tuple[str, str, str]
-"""(path, ``algorithm=urlsafe-b64-digest``, size) as written in RECORD; empty strings allowed."""
+"""(path, ``algorithm=urlsafe-b64-digest``, size) as written in RECORD; empty strings allowed.
+"""
 
 
 @dataclass(slots=True)
@@ -44,6 +47,8 @@ class InstalledDist:
     """Fingerprinted rows only (see :func:`is_fingerprinted`); None without a RECORD."""
     record_total: int = 0
     """All rows in RECORD, including the ones skipped for the fingerprint."""
+    record_mtime_ns: int | None = None
+    """When RECORD was written: the end of the install."""
     issues: list[ProbeIssue] = field(default_factory=list)
 
 
@@ -177,7 +182,9 @@ def _parse_direct_url(text: str) -> DirectUrl:
     )
 
 
-def read_distribution(site_dir: str, meta_name: str) -> InstalledDist:
+def read_distribution(
+    site_dir: str, meta_name: str, cache: RecordCache | None = None
+) -> InstalledDist:
     """Read one ``*.dist-info`` or ``*.egg-info`` folder; problems become issues, not raises."""
     meta_dir = os.path.join(site_dir, meta_name)
     issues: list[ProbeIssue] = []
@@ -238,13 +245,26 @@ def read_distribution(site_dir: str, meta_name: str) -> InstalledDist:
 
     record: list[RecordRow] | None = None
     record_total = 0
-    record_text = None if is_egg else _read_text(os.path.join(meta_dir, "RECORD"))
-    if record_text is not None:
-        all_rows = parse_record(record_text)
-        record_total = len(all_rows)
-        record = [r for r in all_rows if is_fingerprinted(r[0])]
-    elif not is_egg:
-        issues.append(ProbeIssue(section="packages", message="RECORD missing", path=meta_dir))
+    fingerprint = None
+    record_mtime_ns = None
+    if not is_egg:
+        record_path = os.path.join(meta_dir, "RECORD")
+        try:
+            st = os.stat(record_path)
+        except FileNotFoundError:
+            issues.append(ProbeIssue(section="packages", message="RECORD missing", path=meta_dir))
+        else:
+            record_mtime_ns = st.st_mtime_ns
+            key = stat_key(st)
+            parsed = cache.get(record_path, key) if cache is not None else None
+            if parsed is None:
+                with open(record_path, encoding="utf-8", errors="replace") as fh:
+                    all_rows = parse_record(fh.read())
+                kept = [r for r in all_rows if is_fingerprinted(r[0])]
+                parsed = (len(all_rows), kept, fingerprint_record(kept))
+                if cache is not None:
+                    cache.put(record_path, key, parsed)
+            record_total, record, fingerprint = parsed
 
     dist = Distribution(
         name=normalize_name(name),
@@ -255,7 +275,7 @@ def read_distribution(site_dir: str, meta_name: str) -> InstalledDist:
         requested=requested,
         editable=bool(direct_url and direct_url.editable),
         direct_url=direct_url,
-        fingerprint=fingerprint_record(record) if record is not None else None,
+        fingerprint=fingerprint,
         record_entries=record_total,
         wheel_generator=str(generator).strip() if generator else None,
         wheel_tags=tags,
@@ -263,10 +283,12 @@ def read_distribution(site_dir: str, meta_name: str) -> InstalledDist:
         requires=requires,
     )
     return InstalledDist(dist=dist, site_dir=site_dir, record=record, record_total=record_total,
-                         issues=issues)
+                         record_mtime_ns=record_mtime_ns, issues=issues)
 
 
-def scan(sys_path: list[str]) -> tuple[list[InstalledDist], list[ProbeIssue]]:
+def scan(
+    sys_path: list[str], cache: RecordCache | None = None
+) -> tuple[list[InstalledDist], list[ProbeIssue]]:
     """Every distribution on ``sys_path``, first occurrence of a name winning (as import does).
 
     Later copies of a name are listed in the winner's ``shadowed``: a classic sign of a
@@ -297,7 +319,7 @@ def scan(sys_path: list[str]) -> tuple[list[InstalledDist], list[ProbeIssue]]:
             if not meta_name.endswith((".dist-info", ".egg-info")):
                 continue
             try:
-                installed = read_distribution(site_dir, meta_name)
+                installed = read_distribution(site_dir, meta_name, cache)
             except OSError as exc:
                 issues.append(
                     ProbeIssue(section="packages", message=f"unreadable: {exc.strerror or exc}",

@@ -11,14 +11,12 @@ simply ignored when unreadable or of another format.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import marshal
 import os
-import tempfile
 from pathlib import Path
 
-_FORMAT = ("envguard-hashcache", 2, marshal.version)
+from envguard.probe import marshalstore
+
 Key = tuple[int, int, int, int]
 
 
@@ -39,6 +37,8 @@ def stat_key(st: os.stat_result) -> Key:
 class HashCache:
     """Digests of files of one environment (one cache file per interpreter prefix)."""
 
+    TAG = ("envguard-hashcache", 2)
+
     def __init__(self, path: Path) -> None:
         self.path = path
         self._entries: dict[str, tuple[Key, str]] = {}
@@ -47,28 +47,12 @@ class HashCache:
 
     @classmethod
     def for_prefix(cls, prefix: str, root: Path | None = None) -> HashCache:
-        digest = hashlib.sha256(os.path.realpath(prefix).encode()).hexdigest()[:16]
-        cache = cls((root or default_cache_root()) / f"hashes-{digest}.marshal")
+        cache = cls((root or default_cache_root()) / f"hashes-{prefix_digest(prefix)}.marshal")
         cache.load()
         return cache
 
     def load(self) -> None:
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            self.load_error = f"hash cache {self.path} ignored: {exc.strerror or exc}"
-            return
-        try:
-            doc = marshal.loads(data)  # noqa: S302 - our own cache file; marshal runs no code
-        except (ValueError, EOFError, TypeError) as exc:
-            # A corrupt cache is only a slower run: start empty and overwrite it.
-            self.load_error = f"hash cache {self.path} ignored: {exc}"
-            return
-        if isinstance(doc, tuple) and len(doc) == 2 and doc[0] == _FORMAT \
-                and isinstance(doc[1], dict):
-            self._entries = doc[1]
+        self._entries, self.load_error = marshalstore.load(self.path, self.TAG)
 
     def get(self, path: str, key: Key, algorithm: str) -> str | None:
         hit = self._entries.get(f"{algorithm}:{path}")
@@ -85,18 +69,12 @@ class HashCache:
         """Write the cache atomically if it changed; return an error message, never raise."""
         if not self._dirty:
             return None
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".hashes.", dir=self.path.parent)
-            try:
-                with os.fdopen(fd, "wb") as fh:
-                    marshal.dump((_FORMAT, self._entries), fh)
-                os.replace(tmp, self.path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
-        except OSError as exc:
-            return f"cannot write {self.path}: {exc.strerror or exc}"
-        self._dirty = False
-        return None
+        error = marshalstore.save(self.path, self.TAG, self._entries)
+        if error is None:
+            self._dirty = False
+        return error
+
+
+def prefix_digest(prefix: str) -> str:
+    """A short stable name for one environment's cache files."""
+    return hashlib.sha256(os.path.realpath(prefix).encode()).hexdigest()[:16]

@@ -153,11 +153,7 @@ def _work_units(
     units = []
     for item in installed:
         rows = item.record or []
-        try:
-            record_path = os.path.join(item.site_dir, item.dist.metadata_dir, "RECORD")
-            installed_ns: int | None = os.stat(record_path).st_mtime_ns
-        except OSError:
-            installed_ns = None
+        installed_ns = item.record_mtime_ns
         for start in range(0, max(len(rows), 1), _CHUNK_ROWS):
             units.append((item, rows[start:start + _CHUNK_ROWS], installed_ns))
     return units

@@ -7,7 +7,7 @@ interpreter; envguard never imports the target's packages.
 
 from __future__ import annotations
 
-import json
+import ast
 import os
 import shutil
 from dataclasses import dataclass
@@ -66,9 +66,9 @@ def probe_python(python: str) -> Target:
     if not result.ok:
         raise ProbeError(f"cannot probe {exe}: {result.error}")
     try:
-        facts = json.loads(result.stdout.strip().splitlines()[-1])
-    except (json.JSONDecodeError, IndexError):
-        raise ProbeError(f"cannot probe {exe}: it printed no JSON facts") from None
+        facts = ast.literal_eval(result.stdout.strip().splitlines()[-1])
+    except (ValueError, SyntaxError, IndexError, MemoryError, RecursionError):
+        raise ProbeError(f"cannot probe {exe}: it printed no facts") from None
     if not isinstance(facts, dict) or "sys_path" not in facts:
         raise ProbeError(f"cannot probe {exe}: unexpected probe output")
     return Target(facts=facts, external=True)
