@@ -117,3 +117,18 @@ def test_probe_tempdir_and_user_match_the_stdlib(tmpdir_value: str | None, tmp_p
     monkeypatch.setattr(tempfile, "tempdir", None)  # forget the stdlib's cached answer
     assert _inprocess._tempdir() == tempfile.gettempdir()
     assert _inprocess._user() == getpass.getuser()
+
+
+def test_current_interpreter_is_recognised_but_not_another_venv_of_the_same_base(
+    venvs: VenvFactory, tmp_path: Path
+) -> None:
+    import sys
+
+    from envguard.probe.interpreter import is_current_interpreter
+
+    assert is_current_interpreter(sys.executable)
+    other = venvs.create()
+    assert not is_current_interpreter(str(other.python))
+    link = tmp_path / "python-link"
+    link.symlink_to(sys.executable)
+    assert not is_current_interpreter(str(link))  # outside the venv: runs as the base Python

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import os
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,9 +59,39 @@ def probe_self() -> Target:
     return Target(facts=_inprocess.collect(drop_first_path=True), external=False)
 
 
+def _venv_prefix(exe: str) -> str | None:
+    """The venv folder an interpreter path belongs to (``pyvenv.cfg`` one level up)."""
+    folder = os.path.dirname(os.path.dirname(os.path.abspath(exe)))
+    return folder if os.path.isfile(os.path.join(folder, "pyvenv.cfg")) else None
+
+
+def is_current_interpreter(exe: str) -> bool:
+    """Whether ``exe`` is this very interpreter *and* environment.
+
+    A venv's ``python`` is a symlink to the base interpreter, so the resolved paths
+    of two venvs are equal: the venv folders must match too.
+    """
+    here = sys.executable
+    if os.path.abspath(exe) == os.path.abspath(here):
+        return True
+    try:
+        same_binary = os.path.samefile(exe, here)
+    except OSError:
+        return False
+    prefix = _venv_prefix(exe)
+    return same_binary and os.path.abspath(prefix or sys.base_prefix) == os.path.abspath(
+        sys.prefix)
+
+
 def probe_python(python: str) -> Target:
-    """Run the stdlib-only probe under ``python``; raise ProbeError if it cannot run."""
+    """Run the stdlib-only probe under ``python``; raise ProbeError if it cannot run.
+
+    When ``python`` is the interpreter envguard runs in, the facts are gathered in
+    this process instead: a second interpreter start costs 10-80 ms.
+    """
     exe = resolve_python(python)
+    if is_current_interpreter(exe):
+        return probe_self()
     script = Path(_inprocess.__file__)
     result = run([exe, str(script)], timeout=PROBE_TIMEOUT_S)
     if not result.ok:
