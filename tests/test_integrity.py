@@ -119,3 +119,21 @@ def test_issue_list_is_capped_per_package(torch_env: Venv, venvs: VenvFactory,
         path.unlink()
     result = _verify(torch_env, "size")
     assert sum(1 for i in result.issues if i.package == "big") == integrity._MAX_ISSUES_PER_PACKAGE
+
+
+def test_parallel_map_keeps_order_and_reraises() -> None:
+    from envguard.probe.background import Task, parallel_map
+
+    assert list(parallel_map(lambda x: x * x, range(50), 4)) == [x * x for x in range(50)]
+    assert list(parallel_map(lambda x: x, [], 4)) == []
+
+    def boom(x: int) -> int:
+        if x == 3:
+            raise KeyError("three")
+        return x
+
+    with pytest.raises(KeyError, match="three"):
+        list(parallel_map(boom, range(6), 3))
+    assert Task(lambda: 41 + 1).result() == 42
+    with pytest.raises(ZeroDivisionError):
+        Task(lambda: 1 // 0).result()

@@ -10,14 +10,13 @@ import dataclasses
 import os
 import time
 from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from envguard import __version__
 from envguard.errors import InputError
-from envguard.model import SCHEMA, Interpreter, Options, ProbeIssue, Snapshot
+from envguard.model import SCHEMA, Integrity, Interpreter, Options, ProbeIssue, Snapshot
 from envguard.probe import (
     caches,
     deep,
@@ -29,6 +28,7 @@ from envguard.probe import (
     system,
     torch_identity,
 )
+from envguard.probe.background import Task
 from envguard.probe.commands import CommandResult, run
 from envguard.probe.hashcache import HashCache, default_cache_root
 from envguard.probe.interpreter import Target, probe_python, probe_self
@@ -111,16 +111,64 @@ def _project_config(options: SnapshotOptions, issues: list[ProbeIssue]) -> tuple
         return [], []
 
 
+@dataclass(frozen=True)
+class _Commands:
+    """External commands started first, so they overlap with the file work."""
+
+    gpus: Task[tuple[CommandResult, str | None]]
+    nvcc: Task[CommandResult] | None
+    git_root: Task[CommandResult]
+    git_status: Task[CommandResult]
+
+    @classmethod
+    def start(cls, env: Mapping[str, str], cwd: str, cache_root: Path) -> _Commands:
+        nvcc_cmd = system.nvcc_command(env)
+        git_status = ["git", "status", "--porcelain=v2", "--branch", "-z"]
+        return cls(
+            gpus=Task(lambda: gpu_cache.query(env, COMMAND_TIMEOUT_S, cache_root)),
+            nvcc=Task(lambda: run(nvcc_cmd, timeout=COMMAND_TIMEOUT_S)) if nvcc_cmd else None,
+            git_root=Task(lambda: run(["git", "rev-parse", "--show-toplevel"], cwd=cwd,
+                                      env=env, timeout=COMMAND_TIMEOUT_S)),
+            git_status=Task(lambda: run(git_status, cwd=cwd, env=env, timeout=COMMAND_TIMEOUT_S)),
+        )
+
+
+def _scan(target: Target, options: SnapshotOptions, cache_root: Path,
+          issues: list[ProbeIssue]) -> list[distributions.InstalledDist]:
+    prefix = str(target.facts.get("prefix") or "")
+    records = RecordCache.for_prefix(prefix, cache_root) if options.use_caches else None
+    installed, scan_issues = distributions.scan(target.sys_path, records)
+    issues.extend(scan_issues)
+    if records is not None:
+        for note in (records.load_error, records.save()):
+            if note:
+                issues.append(ProbeIssue(section="packages", message=note))
+    return installed
+
+
+def _verify(installed: list[distributions.InstalledDist], target: Target,
+            options: SnapshotOptions, cache_root: Path, progress: Progress | None,
+            issues: list[ProbeIssue]) -> Integrity:
+    cache = None
+    if options.verify == "hash":
+        cache = HashCache.for_prefix(str(target.facts.get("prefix") or ""), cache_root)
+        if cache.load_error:
+            issues.append(ProbeIssue(section="integrity", message=cache.load_error))
+    checked = integrity.verify(installed, options.verify, cache=cache,
+                               progress=progress or NullProgress())
+    if cache is not None and (error := cache.save()):
+        issues.append(ProbeIssue(section="integrity", message=f"hash cache not saved: {error}"))
+    return checked
+
+
 def collect(options: SnapshotOptions, progress: Progress | None = None) -> Snapshot:
     """Snapshot the target environment. Raises only if the interpreter cannot be probed."""
     started = time.perf_counter()
     created = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     env = options.env if options.env is not None else os.environ
     issues: list[ProbeIssue] = []
-    cwd = str(options.cwd)
     timings: dict[str, float] = {}
-    cache_root = options.hash_cache_root or default_cache_root()
-    mark = time.perf_counter()
+    mark = started
 
     def lap(phase: str) -> None:
         nonlocal mark
@@ -128,75 +176,50 @@ def collect(options: SnapshotOptions, progress: Progress | None = None) -> Snaps
         timings[phase] = round((now - mark) * 1000, 1)
         mark = now
 
-    with ThreadPoolExecutor(max_workers=5) as pool:
-        # Slow external commands first, so they overlap with the interpreter probe.
-        smi: Future[tuple[CommandResult, str | None]] = pool.submit(
-            gpu_cache.query, env, COMMAND_TIMEOUT_S, cache_root)
-        nvcc_cmd = system.nvcc_command(env)
-        nvcc = pool.submit(run, nvcc_cmd, timeout=COMMAND_TIMEOUT_S) if nvcc_cmd else None
-        git_root = pool.submit(run, ["git", "rev-parse", "--show-toplevel"], cwd=cwd,
-                               env=env, timeout=COMMAND_TIMEOUT_S)
-        git_status = pool.submit(run, ["git", "status", "--porcelain=v2", "--branch", "-z"],
-                                 cwd=cwd, env=env, timeout=COMMAND_TIMEOUT_S)
-        target = probe_python(options.python) if options.python else probe_self()
-        lap("interpreter")
-        deep_result = pool.submit(deep.collect, target.executable) if options.deep else None
+    cache_root = options.hash_cache_root or default_cache_root()
+    commands = _Commands.start(env, str(options.cwd), cache_root)
+    target = probe_python(options.python) if options.python else probe_self()
+    deep_task = Task(lambda: deep.collect(target.executable)) if options.deep else None
+    lap("interpreter")
 
-        prefix = str(target.facts.get("prefix") or "")
-        records = RecordCache.for_prefix(prefix, cache_root) if options.use_caches else None
-        installed, scan_issues = distributions.scan(target.sys_path, records)
-        issues.extend(scan_issues)
-        if records is not None:
-            for note in (records.load_error, records.save()):
-                if note:
-                    issues.append(ProbeIssue(section="packages", message=note))
-        torch, torch_issues = torch_identity.probe(installed, target.sys_path)
-        issues.extend(torch_issues)
-        lap("packages")
+    installed = _scan(target, options, cache_root, issues)
+    torch, torch_issues = torch_identity.probe(installed, target.sys_path)
+    issues.extend(torch_issues)
+    lap("packages")
+    checked = _verify(installed, target, options, cache_root, progress, issues)
+    lap("integrity")
 
-        cache = None
-        if options.verify == "hash":
-            cache = HashCache.for_prefix(prefix, cache_root)
-            if cache.load_error:
-                issues.append(ProbeIssue(section="integrity", message=cache.load_error))
-        checked = integrity.verify(installed, options.verify, cache=cache, progress=progress
-                                   or NullProgress())
-        if cache is not None and (error := cache.save()):
-            issues.append(ProbeIssue(section="integrity", message=f"hash cache not saved: {error}"))
-        lap("integrity")
-
-        project_files, extra_env = _project_config(options, issues)
-        user_patterns = [str(options.cwd / p) for p in options.file_patterns]
-        git_root_result = git_root.result()
-        tracked = files.collect([*user_patterns, *project_files],
-                                git_root_result if git_root_result.ok else None,
-                                git_status.result(), issues)
-        lap("files")
-        environment = envvars.collect(env, extra_env, issues)
-        smi_result, cuda_driver = smi.result()
-        lap("gpu_wait")
-        sysinfo = system.collect(env, target.facts.get("glibc"), smi_result,
-                                 nvcc.result() if nvcc else None, issues, cuda_driver)
-        torch_item = next((i for i in installed if i.dist.name == "torch"), None)
-        torch = dataclasses.replace(torch, compat_key=torch_identity.compat_key(
-            torch, torch_item, [g.name for g in sysinfo.gpus]))
-        cache_dirs, cache_issues = caches.probe(env, target.facts, torch,
-                                                write_marker=options.write_cache_marker)
-        issues.extend(cache_issues)
-        lap("caches")
-        deep_section = deep_result.result() if deep_result else None
-        lap("deep_wait")
+    project_files, extra_env = _project_config(options, issues)
+    user_patterns = [str(options.cwd / p) for p in options.file_patterns]
+    git_root = commands.git_root.result()
+    tracked = files.collect([*user_patterns, *project_files], git_root if git_root.ok else None,
+                            commands.git_status.result(), issues)
+    environment = envvars.collect(env, extra_env, issues)
+    lap("files")
+    smi_result, cuda_driver = commands.gpus.result()
+    lap("gpu_wait")
+    sysinfo = system.collect(env, target.facts.get("glibc"), smi_result,
+                             commands.nvcc.result() if commands.nvcc else None, issues,
+                             cuda_driver)
+    torch_item = next((i for i in installed if i.dist.name == "torch"), None)
+    torch = dataclasses.replace(torch, compat_key=torch_identity.compat_key(
+        torch, torch_item, [g.name for g in sysinfo.gpus]))
+    cache_dirs, cache_issues = caches.probe(env, target.facts, torch,
+                                            write_marker=options.write_cache_marker)
+    issues.extend(cache_issues)
+    lap("caches")
+    deep_section = deep_task.result() if deep_task else None
     if deep_section is not None and not deep_section.ok:
         issues.append(ProbeIssue(section="deep", message=deep_section.error or "failed"))
+    lap("deep_wait")
 
-    opts = Options(verify=options.verify, deep=options.deep, python=options.python,
-                   file_patterns=list(options.file_patterns))
     return Snapshot(
         schema=SCHEMA,
         envguard_version=__version__,
         created_at=created,
         duration_s=round(time.perf_counter() - started, 3),
-        options=opts,
+        options=Options(verify=options.verify, deep=options.deep, python=options.python,
+                        file_patterns=list(options.file_patterns)),
         interpreter=interpreter_section(target),
         torch=torch,
         packages=[i.dist for i in installed],

@@ -15,10 +15,10 @@ import base64
 import hashlib
 import os
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from envguard.model import Integrity, IntegrityIssue
+from envguard.probe.background import parallel_map
 from envguard.probe.distributions import InstalledDist
 from envguard.probe.hashcache import HashCache, Key, stat_key
 from envguard.progress import NullProgress, Progress
@@ -189,28 +189,27 @@ def verify(
     )
     units = _work_units(with_record)
     skipped = sum(i.record_total - len(i.record or ()) for i in with_record)
-    with ThreadPoolExecutor(max_workers=max(1, n_workers)) as pool:
-        results = [_check_rows(u[0], u[1], u[2], hashing, cache) for u in units]
-        issues = [x for r in results for x in r.issues]
-        jobs = [j for r in results for j in r.jobs]
-        hashed_bytes = 0
-        if jobs:
-            progress.start("hashing installed files", sum(j.key[0] for j in jobs))
-            for batch in pool.map(_hash_batch, _batches(jobs)):
-                for job, digest, error in batch:
-                    progress.advance(job.key[0])
-                    if digest is None:
-                        issues.append(IntegrityIssue(package=job.package, path=job.rel,
-                                                     problem="unreadable", actual=error))
-                        continue
-                    hashed_bytes += job.key[0]
-                    if cache is not None:
-                        cache.put(job.full, job.key, job.algorithm, digest)
-                    if digest != job.expected:
-                        issues.append(IntegrityIssue(package=job.package, path=job.rel,
-                                                     problem="hash", expected=job.expected,
-                                                     actual=digest))
-            progress.finish()
+    results = [_check_rows(u[0], u[1], u[2], hashing, cache) for u in units]
+    issues = [x for r in results for x in r.issues]
+    jobs = [j for r in results for j in r.jobs]
+    hashed_bytes = 0
+    if jobs:
+        progress.start("hashing installed files", sum(j.key[0] for j in jobs))
+        for batch in parallel_map(_hash_batch, _batches(jobs), n_workers):
+            for job, digest, error in batch:
+                progress.advance(job.key[0])
+                if digest is None:
+                    issues.append(IntegrityIssue(package=job.package, path=job.rel,
+                                                 problem="unreadable", actual=error))
+                    continue
+                hashed_bytes += job.key[0]
+                if cache is not None:
+                    cache.put(job.full, job.key, job.algorithm, digest)
+                if digest != job.expected:
+                    issues.append(IntegrityIssue(package=job.package, path=job.rel,
+                                                 problem="hash", expected=job.expected,
+                                                 actual=digest))
+        progress.finish()
     issues.sort(key=lambda i: (i.package, i.path, i.problem))
     return Integrity(
         mode=mode,
