@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, NoReturn
 from envguard import __version__
 from envguard.errors import EnvguardError, OutputError
 from envguard.exitcodes import ExitCode
+from envguard.render.formats import OutputFormat
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -65,6 +66,21 @@ def build_parser() -> argparse.ArgumentParser:
                       help="ignore [tool.envguard] in the nearest pyproject.toml")
     snap.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
     snap.set_defaults(handler=cmd_snapshot)
+
+    dif = sub.add_parser(
+        "diff", help="explain what changed between two snapshots",
+        description="Compare two snapshots and explain the likely causes of a regression, "
+        "most likely first, with evidence and a remedy.",
+        epilog="exit status: 0 equivalent, 1 different, 2 bad input or usage "
+        "(see docs/CLI.md)")
+    dif.add_argument("old", metavar="GOOD.json", help="the snapshot of the state that worked")
+    dif.add_argument("new", metavar="NOW.json", help="the snapshot of the state that fails")
+    dif.add_argument("--format", choices=[f.value for f in OutputFormat], default="text",
+                     help="text (default, for a terminal), json (stable schema) or markdown")
+    dif.add_argument("--symptom", metavar="TEXT",
+                     help="a pasted error line; findings it points at come first")
+    dif.add_argument("--all", action="store_true", help="list every change, also immaterial")
+    dif.set_defaults(handler=cmd_diff)
     return parser
 
 
@@ -146,6 +162,49 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     if show_summary and console is not None:
         _print_summary(console, snapshot, destination)
     return ExitCode.OK
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from envguard.diff import diff
+    from envguard.explain import explain
+    from envguard.report import DiffReport
+    from envguard.store import read_snapshot
+
+    old, new = read_snapshot(args.old), read_snapshot(args.new)
+    changes = diff(old, new)
+    report = DiffReport(old_name=args.old, new_name=args.new, diff=changes,
+                        findings=tuple(explain(old, new, changes, args.symptom)),
+                        symptom=args.symptom)
+    fmt = OutputFormat(args.format)
+    if fmt is OutputFormat.TEXT:
+        from rich.console import Console
+
+        from envguard.render import diff_text
+
+        Console(highlight=False).print(diff_text.render(report, show_all=args.all))
+    elif fmt is OutputFormat.JSON:
+        from envguard.render import diff_json
+
+        _write_stdout(diff_json.render(report))
+    elif fmt is OutputFormat.MARKDOWN:
+        from envguard.render import diff_markdown
+
+        _write_stdout(diff_markdown.render(report, show_all=args.all))
+    else:  # pragma: no cover - every member is handled above (mypy checks)
+        _unreachable(fmt)
+    return ExitCode.OK if report.equivalent else ExitCode.DRIFT
+
+
+def _unreachable(value: NoReturn) -> NoReturn:
+    raise AssertionError(f"unhandled {value!r}")
+
+
+def _write_stdout(text: str) -> None:
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise OutputError("stdout closed before the output was written") from None
 
 
 def _print_summary(console: Console, snapshot: Snapshot, destination: str | None) -> None:

@@ -23,3 +23,14 @@ def clean_path(value: object, limit: int = 120) -> str:
     """Like :func:`clean`, but a long path keeps its informative end: ``…/site-packages/x``."""
     text = clean(value, limit=10_000)
     return text if len(text) <= limit else "…" + text[-(limit - 1):]
+
+
+def display_value(v: object) -> str:
+    """A changed value in one line: lists joined, dicts as ``key value`` pairs, None as ``–``."""
+    if v is None:
+        return "–"
+    if isinstance(v, dict):
+        return ", ".join(f"{k} {v[k]}" for k in sorted(v))
+    if isinstance(v, list):
+        return ", ".join(map(str, v)) or "–"
+    return str(v)

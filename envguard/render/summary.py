@@ -8,17 +8,7 @@ from rich.text import Text
 
 from envguard.model import Snapshot
 from envguard.render.sanitize import clean, clean_path
-
-
-def human_bytes(n: int | None) -> str:
-    if n is None:
-        return "?"
-    value = float(n)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if value < 1000 or unit == "TB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    raise AssertionError("unreachable")
+from envguard.units import human_bytes
 
 
 def _torch_line(s: Snapshot) -> Text:

@@ -1,0 +1,41 @@
+"""Explain a diff: run every rule, rank the findings, re-rank by a pasted symptom.
+
+Rules are listed explicitly in ``ALL_RULES`` (no registry). Their ids are a public
+contract (docs/DIFF.md).
+"""
+
+from __future__ import annotations
+
+import re
+
+from envguard.diff import SnapshotDiff, diff
+from envguard.explain import caches, environment, packages, torch
+from envguard.explain.interface import Context, Finding, Rule, Severity
+from envguard.model import Snapshot
+
+__all__ = ["ALL_RULES", "Finding", "Rule", "Severity", "explain", "matches_symptom"]
+
+ALL_RULES: tuple[Rule, ...] = (*torch.RULES, *caches.RULES, *packages.RULES,
+                               *environment.RULES)
+_RULES_BY_ID = {rule.id: rule for rule in ALL_RULES}
+
+
+def matches_symptom(finding: Finding, symptom: str) -> bool:
+    """Whether any keyword of the finding's rule, or of the finding itself, is in ``symptom``."""
+    text = re.sub(r"\s+", " ", symptom.lower())
+    rule = _RULES_BY_ID.get(finding.rule)
+    words = (*(rule.keywords if rule else ()), *finding.keywords)
+    return any(w and w.lower() in text for w in words)
+
+
+def explain(old: Snapshot, new: Snapshot, changes: SnapshotDiff | None = None,
+            symptom: str | None = None) -> list[Finding]:
+    """Findings, most likely cause first: by symptom match, then severity, then directness."""
+    ctx = Context(old=old, new=new, diff=changes if changes is not None else diff(old, new))
+    findings = [f for rule in ALL_RULES for f in rule.check(ctx)]
+
+    def rank(f: Finding) -> tuple[int, int, int, str]:
+        hit = 0 if symptom and matches_symptom(f, symptom) else 1
+        return (hit, f.severity.rank, -f.weight, f.rule)
+
+    return sorted(findings, key=rank)

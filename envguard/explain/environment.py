@@ -1,0 +1,190 @@
+"""Rules about the interpreter, the machine, environment variables and your own files."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from envguard.diff import ADDED, MASKED, REMOVED
+from envguard.explain.interface import Context, Finding, Rule, Severity
+
+_BEHAVIOUR_VARS = ("CUDA", "NCCL", "TORCH", "PYTORCH", "TRITON", "NVIDIA", "CUBLAS", "CUDNN",
+                   "NVSHMEM", "LD_", "OMP_", "MKL_", "PYTHONPATH", "HF_", "TRANSFORMERS_")
+
+
+def python_changed(ctx: Context) -> Iterator[Finding]:
+    changes = ctx.diff.find("interpreter")
+    if not changes:
+        return
+    old, new = ctx.old.interpreter, ctx.new.interpreter
+    minor = old.version.split(".")[:2] != new.version.split(".")[:2]
+    major = minor or old.implementation != new.implementation
+    yield Finding(
+        rule="python-changed",
+        severity=Severity.CRITICAL if major else Severity.WARNING,
+        title=(f"Python changed from {old.implementation} {old.version} to "
+               f"{new.implementation} {new.version}" if major or old.version != new.version
+               else f"the interpreter moved or the venv was recreated ({new.prefix})"),
+        explanation=(
+            "Compiled wheels are built per Python minor version, and a recreated venv starts "
+            "from whatever the installer resolves today. A different sys.path changes which "
+            "copy of a module is imported."
+        ),
+        evidence=tuple(f"{c.key}: {c.old} → {c.new}" for c in changes
+                       if c.key != "sys_path") + tuple(
+            "sys.path changed" for c in changes if c.key == "sys_path"),
+        remedy=(f"recreate the venv with Python {old.version}: uv venv --python "
+                f"{old.version} {old.prefix}",),
+        changes=tuple(changes),
+        weight=88,
+    )
+
+
+def gpu_driver_changed(ctx: Context) -> Iterator[Finding]:
+    keys = ("gpus", "driver_version", "cuda_driver_version", "gpu_probe", "nvcc")
+    changes = [c for c in ctx.diff.find("system") if c.key in keys]
+    if not changes:
+        return
+    hardware = any(c.key in ("gpus", "gpu_probe") for c in changes)
+    yield Finding(
+        rule="gpu-driver-changed",
+        severity=Severity.CRITICAL if hardware else Severity.WARNING,
+        title="the GPUs changed" if hardware else "the NVIDIA driver or CUDA toolkit changed",
+        explanation=(
+            "A driver older than the CUDA build of torch fails at the first CUDA call; another "
+            "GPU model changes kernels (compute capability), memory and compile-cache keys, "
+            "which include the GPU name."
+        ),
+        evidence=tuple(f"{c.key}: {c.old} → {c.new}" for c in changes),
+        remedy=("check nvidia-smi; torch's CUDA build needs a driver whose CUDA version is at "
+                "least torch.version.cuda",),
+        changes=tuple(changes),
+        weight=75,
+    )
+
+
+def cuda_runtime_changed(ctx: Context) -> Iterator[Finding]:
+    changes = ctx.diff.find("deep")
+    if not changes:
+        return
+    lost = any(c.key == "cuda_available" and c.old and not c.new for c in changes)
+    yield Finding(
+        rule="cuda-runtime-changed",
+        severity=Severity.CRITICAL if lost else Severity.WARNING,
+        title="torch can no longer use CUDA" if lost else
+              "what torch sees at run time changed (from --deep snapshots)",
+        explanation="These facts come from importing torch: the CUDA runtime, cuDNN and NCCL "
+                    "it actually loaded, and inductor's own torch_key.",
+        evidence=tuple(f"{c.key}: {c.old} → {c.new}" for c in changes),
+        remedy=("compare torch.version.cuda with the driver (nvidia-smi) and the CUDA wheels "
+                "installed",),
+        changes=tuple(changes),
+        weight=93 if lost else 45,
+    )
+
+
+def env_var_changed(ctx: Context) -> Iterator[Finding]:
+    changes = ctx.diff.find("environment")
+    if not changes:
+        return
+    behaviour = [c for c in changes if c.key.startswith(_BEHAVIOUR_VARS)]
+
+    def show(value: object) -> str:
+        return "unset" if value is None else str(value)
+
+    lines = []
+    for c in sorted(changes, key=lambda c: (c not in behaviour, c.key)):
+        if c.kind == ADDED:
+            lines.append(f"{c.key} set to {show(c.new)}")
+        elif c.kind == REMOVED:
+            lines.append(f"{c.key} unset (was {show(c.old)})")
+        else:
+            lines.append(f"{c.key}: {show(c.old)} → {show(c.new)}")
+    masked = [c.key for c in changes if MASKED in f"{c.old}{c.new}"]
+    keywords = [c.key.lower() for c in changes]
+    if any(c.key.startswith("NCCL") for c in changes):
+        keywords.append("nccl")
+    if any(c.key.startswith("PYTORCH_CUDA_ALLOC") for c in changes):
+        keywords += ["out of memory", "oom"]
+    yield Finding(
+        rule="env-var-changed",
+        severity=Severity.WARNING if behaviour else Severity.INFO,
+        title=f"{len(changes)} environment variable(s) changed: "
+              + ", ".join(c.key for c in changes[:6]) + (" …" if len(changes) > 6 else ""),
+        explanation=(
+            "CUDA_*, NCCL_*, TORCH*, TRITON_* and PYTORCH_* variables change device "
+            "visibility, allocator behaviour, communication and compilation without any "
+            "package changing."
+            + (f" Values of {', '.join(masked)} are secret and shown masked; only the fact "
+               "that they changed is known." if masked else "")
+        ),
+        evidence=tuple(lines),
+        remedy=("set them back in the launch script, or export the good values: "
+                + "; ".join(f"export {c.key}={c.old}" for c in changes
+                            if c.old not in (None, MASKED) and c.kind != ADDED)[:300]
+                or "restore the launch environment",),
+        changes=tuple(changes),
+        weight=55,
+        keywords=tuple(keywords),
+    )
+
+
+def file_changed(ctx: Context) -> Iterator[Finding]:
+    changes = [c for c in ctx.diff.find("files") if c.material]
+    if not changes:
+        return
+    lines = []
+    for c in changes:
+        if c.kind == REMOVED:
+            lines.append(f"{c.key}: missing now (md5 was {c.old['md5']})")
+        elif c.kind == ADDED:
+            lines.append(f"{c.key}: exists now (md5 {c.new['md5']})")
+        else:
+            lines.append(f"{c.key}: md5 {c.old['md5']} → {c.new['md5']}")
+    git = ctx.diff.first("git", "repository", "commit")
+    if git is not None:
+        lines.append(f"git commit {git.old} → {git.new}")
+    names = [c.key.rsplit("/", 1)[-1] for c in changes]
+    yield Finding(
+        rule="file-changed",
+        severity=Severity.WARNING,
+        title=f"{len(changes)} tracked file(s) changed: " + ", ".join(names[:5])
+              + (" …" if len(names) > 5 else ""),
+        explanation="Your own training code or configuration is not what ran before. Compare "
+                    "with md5sum on the machine that ran it, or with git.",
+        evidence=tuple(lines),
+        remedy=(f"git diff {git.old} -- <file>" if git is not None and git.old else
+                "git diff -- <file>", "git checkout <good commit> -- <file> to restore it"),
+        changes=tuple(changes),
+        weight=65,
+        keywords=tuple(names),
+    )
+
+
+def git_state_changed(ctx: Context) -> Iterator[Finding]:
+    changes = ctx.diff.find("git")
+    if not changes or ctx.diff.find("files"):
+        return  # with tracked files, file-changed already says it
+    yield Finding(
+        rule="git-state-changed", severity=Severity.INFO,
+        title="the project's git state changed",
+        explanation="Another commit, branch or set of uncommitted edits is checked out.",
+        evidence=tuple(f"{c.field}: {c.old} → {c.new}" for c in changes),
+        remedy=("git diff <good commit>",), changes=tuple(changes), weight=30)
+
+
+RULES = (
+    Rule(id="python-changed", title="interpreter changed", check=python_changed,
+         keywords=("python", "abi", "undefined symbol", "importerror", "no module named")),
+    Rule(id="gpu-driver-changed", title="GPU, driver or CUDA toolkit changed",
+         check=gpu_driver_changed,
+         keywords=("driver", "cuda driver version is insufficient", "no cuda gpus",
+                   "cuda-capable", "nvml", "cuda error", "out of memory", "no kernel image")),
+    Rule(id="cuda-runtime-changed", title="CUDA runtime seen by torch changed",
+         check=cuda_runtime_changed,
+         keywords=("cuda", "cudnn", "nccl", "is_available", "no cuda gpus")),
+    Rule(id="env-var-changed", title="environment variable changed", check=env_var_changed,
+         keywords=("environment", "visible devices")),
+    Rule(id="file-changed", title="tracked file changed", check=file_changed,
+         keywords=("md5", "checksum")),
+    Rule(id="git-state-changed", title="git state changed", check=git_state_changed),
+)

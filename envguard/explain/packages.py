@@ -1,0 +1,239 @@
+"""Rules about installed distributions and the files they installed."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+
+from packaging.version import InvalidVersion, Version
+
+from envguard.diff import ADDED, REMOVED, Change
+from envguard.explain.interface import Context, Finding, Rule, Severity, short
+
+# Serving and inference stacks: each pins its own torch/CUDA/triton and JIT-builds kernels.
+FOREIGN_STACKS = re.compile(
+    r"^(sglang(-.*)?|vllm(-.*)?|flashinfer(-.*)?|tilelang|xformers|tensorrt(-.*)?|"
+    r"tensorrt-llm|lmdeploy|text-generation(-server)?|exllamav2|llama-cpp-python|mlc-llm(-.*)?|"
+    r"sgl-kernel|outlines(-core)?|xgrammar|vllm-flash-attn|decord|torchao|triton-kernels)$"
+)
+# Checked first when versions move: what the trainer imports directly.
+CORE = frozenset({"torch", "triton", "numpy", "transformers", "accelerate", "safetensors",
+                  "tokenizers", "huggingface-hub", "datasets", "sympy", "networkx", "jinja2",
+                  "fsspec", "filelock", "typing-extensions", "setuptools", "packaging"})
+_TORCH_OWNED = frozenset({"torch", "triton", "pytorch-triton"})
+
+
+def _is_cuda_wheel(name: str) -> bool:
+    return name.startswith("nvidia-") or name.startswith("cuda-")
+
+
+def foreign_stack_installed(ctx: Context) -> Iterator[Finding]:
+    added = [c for c in ctx.diff.find("packages") if c.kind == ADDED and c.field is None]
+    foreign = [c for c in added if FOREIGN_STACKS.match(c.key)]
+    if not foreign:
+        return
+    dragged = [c for c in ctx.diff.find("torch") if c.key in ("version", "git_version", "cuda",
+                                                               "cuda_wheel_family")]
+    cuda_added = [c.key for c in added if _is_cuda_wheel(c.key)]
+    evidence = ["added: " + ", ".join(f"{c.key} {c.new}" for c in foreign)]
+    if dragged:
+        evidence.append("in the same change: " + "; ".join(
+            f"torch {c.key} {c.old} → {c.new}" for c in dragged))
+    if cuda_added:
+        evidence.append(f"and {len(cuda_added)} CUDA wheels: " + ", ".join(cuda_added[:8])
+                        + (" …" if len(cuda_added) > 8 else ""))
+    names = " ".join(c.key for c in foreign)
+    yield Finding(
+        rule="foreign-stack-installed",
+        severity=Severity.CRITICAL if dragged else Severity.WARNING,
+        title=f"inference packages went into the training environment ({names})",
+        explanation=(
+            "Serving stacks pin their own torch, CUDA wheels and triton, and JIT-compile "
+            "kernels against them. Installing one into a training venv silently replaces or "
+            "mixes those (measured: one pip install of common ML packages replaced torch "
+            "2.13.0+cpu with 2.14.1 and added 18 nvidia/cuda wheels, without a prompt)."
+        ),
+        evidence=tuple(evidence),
+        remedy=(
+            "keep serving and training in separate venvs",
+            f"remove them here: uv pip uninstall {names}",
+            "then check torch with envguard diff again; if it moved, reinstall the good build",
+        ),
+        changes=tuple(foreign),
+        weight=85,
+        keywords=tuple(c.key for c in foreign),
+    )
+
+
+def _version(ctx: Context, name: str) -> str | None:
+    dist = ctx.new.package(name)
+    return dist.version if dist is not None else None
+
+
+def _others(ctx: Context, field: str) -> list[Change]:
+    return [c for c in ctx.diff.find("packages") if c.field == field
+            and c.key not in _TORCH_OWNED]
+
+
+def package_build_changed(ctx: Context) -> Iterator[Finding]:
+    changed = _others(ctx, "fingerprint")
+    if not changed:
+        return
+    yield Finding(
+        rule="package-build-changed",
+        severity=Severity.WARNING,
+        title=f"{len(changed)} package(s) kept their version but are another build: "
+              + ", ".join(c.key for c in changed[:6]) + (" …" if len(changed) > 6 else ""),
+        explanation=(
+            "Same version, different files: a rebuilt wheel, a wheel from another index "
+            "(PyPI vs download.pytorch.org), or a local build. Version-pinned locks cannot "
+            "see it; compiled extensions in it may target another torch or CUDA."
+        ),
+        evidence=tuple(f"{c.key} {_version(ctx, c.key)}: {short(c.old, 16)} → "
+                       f"{short(c.new, 16)}" for c in changed),
+        remedy=("reinstall the good wheels by file or URL (uv pip install --reinstall "
+                "--no-deps <wheel>) and re-run envguard diff",),
+        changes=tuple(changed),
+        weight=60,
+        keywords=tuple(c.key for c in changed),
+    )
+
+
+def bump_kind(old: str | None, new: str | None) -> str:
+    """``major``, ``minor``, ``patch``, ``local`` (only the +label) or ``other``."""
+    try:
+        a, b = Version(old or ""), Version(new or "")
+    except InvalidVersion:
+        return "other"
+    if a.public == b.public:
+        return "local" if a.local != b.local else "other"
+    ra, rb = ((*a.release, 0, 0, 0))[:3], ((*b.release, 0, 0, 0))[:3]
+    if ra[0] != rb[0]:
+        return "major"
+    if ra[1] != rb[1]:
+        return "minor"
+    return "patch"
+
+
+def package_version_changed(ctx: Context) -> Iterator[Finding]:
+    changed = _others(ctx, "version")
+    if not changed:
+        return
+    torch_deps = {re.split(r"[ ;<>=!~\[(]", r, maxsplit=1)[0].lower().replace("_", "-")
+                  for p in (ctx.old.package("torch"),) if p for r in p.requires}
+    core = CORE | torch_deps
+
+    def order(c: Change) -> tuple[int, str]:
+        return (0 if c.key in core or _is_cuda_wheel(c.key) else 1, c.key)
+
+    changed.sort(key=order)
+    lines, serious = [], False
+    for c in changed:
+        kind = bump_kind(c.old, c.new)
+        direction = ""
+        with contextlib.suppress(InvalidVersion):
+            direction = " (downgrade)" if Version(c.new) < Version(c.old) else ""
+        is_core = order(c)[0] == 0
+        serious |= kind == "major" or (is_core and kind in ("minor", "local"))
+        lines.append(f"{c.key}: {c.old} → {c.new}, {kind}{direction}"
+                     + (" [core]" if is_core else ""))
+    yield Finding(
+        rule="package-version-changed",
+        severity=Severity.WARNING if serious else Severity.INFO,
+        title=f"{len(changed)} package(s) changed version: "
+              + ", ".join(c.key for c in changed[:6]) + (" …" if len(changed) > 6 else ""),
+        explanation=(
+            "Upgrades and downgrades change APIs and defaults; the core dependencies of the "
+            "trainer (torch's own requirements, transformers, numpy, CUDA wheels) are listed "
+            "first. A local-label change (+cu128 → +cu130) is a different build entirely."
+        ),
+        evidence=tuple(lines),
+        remedy=("pin the good versions: uv pip install " + " ".join(
+            f'"{c.key}=={c.old}"' for c in changed[:10]),),
+        changes=tuple(changed),
+        weight=50,
+        keywords=tuple(c.key for c in changed),
+    )
+
+
+def package_added(ctx: Context) -> Iterator[Finding]:
+    added = [c for c in ctx.diff.find("packages") if c.kind == ADDED and c.field is None
+             and not FOREIGN_STACKS.match(c.key)]
+    if not added:
+        return
+    yield Finding(
+        rule="package-added", severity=Severity.INFO,
+        title=f"{len(added)} package(s) appeared: " + ", ".join(c.key for c in added[:8])
+              + (" …" if len(added) > 8 else ""),
+        explanation="New distributions can shadow modules, register plugins or entry points, "
+                    "and usually arrive with dependency upgrades.",
+        evidence=tuple(f"{c.key} {c.new}" for c in added),
+        remedy=("if unwanted: uv pip uninstall " + " ".join(c.key for c in added[:10]),),
+        changes=tuple(added), weight=20, keywords=tuple(c.key for c in added))
+
+
+def package_removed(ctx: Context) -> Iterator[Finding]:
+    removed = [c for c in ctx.diff.find("packages") if c.kind == REMOVED and c.field is None]
+    if not removed:
+        return
+    yield Finding(
+        rule="package-removed", severity=Severity.WARNING,
+        title=f"{len(removed)} package(s) disappeared: " + ", ".join(c.key for c in removed[:8])
+              + (" …" if len(removed) > 8 else ""),
+        explanation="Code that imports them now fails with ModuleNotFoundError, or falls back "
+                    "to a slower path when the import is optional (fused kernels, tokenizers).",
+        evidence=tuple(f"{c.key} {c.old}" for c in removed),
+        remedy=("uv pip install " + " ".join(f'"{c.key}=={c.old}"' for c in removed[:10]),),
+        changes=tuple(removed), weight=40,
+        keywords=("modulenotfounderror", "no module named", *(c.key for c in removed)))
+
+
+def installed_files_modified(ctx: Context) -> Iterator[Finding]:
+    new_issues = [c for c in ctx.diff.find("integrity") if c.new is not None]
+    if not new_issues:
+        return
+    packages = sorted({c.key for c in new_issues})
+    versions = {p: _version(ctx, p) for p in packages}
+    yield Finding(
+        rule="installed-files-modified",
+        severity=Severity.CRITICAL,
+        title=f"{len(new_issues)} installed file(s) no longer match their RECORD, in "
+              + ", ".join(packages[:5]) + (" …" if len(packages) > 5 else ""),
+        explanation=(
+            "Someone edited, replaced or deleted files inside site-packages (a monkey-patch "
+            "while debugging, a half-finished install). pip and uv still report the package "
+            "as installed and unchanged. An edit to a torch .py file also changes torch's "
+            "source hash, so every compile-cache entry misses."
+        ),
+        evidence=tuple(f"{c.key}: {c.field} ({c.new})" for c in new_issues[:20])
+        + ((f"… and {len(new_issues) - 20} more",) if len(new_issues) > 20 else ()),
+        remedy=tuple(f'uv pip install --reinstall --no-deps "{p}=={versions[p]}"'
+                     for p in packages[:5] if versions[p])
+        or ("reinstall the affected packages",),
+        changes=tuple(new_issues),
+        weight=97,
+        keywords=(*packages, *{c.field.rsplit("/", 1)[-1].removesuffix(".py")
+                               for c in new_issues if c.field}),
+    )
+
+
+RULES = (
+    Rule(id="foreign-stack-installed", title="serving/inference stack installed",
+         check=foreign_stack_installed,
+         keywords=("undefined symbol", "flashinfer", "sglang", "vllm", "xformers", "tilelang",
+                   "nccl", "importerror", "version conflict")),
+    Rule(id="installed-files-modified", title="site-packages files differ from RECORD",
+         check=installed_files_modified,
+         keywords=("is_fx_symbolic_tracing", "monkey", "patch", "attributeerror", "nameerror",
+                   "syntaxerror")),
+    Rule(id="package-build-changed", title="same version, different build",
+         check=package_build_changed, keywords=("undefined symbol", "abi")),
+    Rule(id="package-version-changed", title="package upgraded or downgraded",
+         check=package_version_changed,
+         keywords=("importerror", "attributeerror", "has no attribute", "deprecat",
+                   "unexpected keyword", "typeerror")),
+    Rule(id="package-added", title="package added", check=package_added),
+    Rule(id="package-removed", title="package removed", check=package_removed,
+         keywords=("modulenotfounderror", "no module named")),
+)

@@ -1,0 +1,71 @@
+"""Default ``envguard diff`` output: a rich renderable, a pure function of the report.
+
+Every string from a snapshot goes into ``Text`` objects after ``clean()``: no markup
+is interpreted and no terminal escape reaches the terminal.
+"""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+
+from envguard.diff import Change
+from envguard.explain import Finding, Severity
+from envguard.render.sanitize import clean, display_value
+from envguard.report import DiffReport
+
+_STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "bold yellow",
+          Severity.INFO: "bold blue"}
+MAX_CHANGES = 40
+
+
+def _finding(f: Finding) -> RenderableType:
+    head = Text()
+    head.append(f"{f.severity.value.upper():9}", style=_STYLE[f.severity])
+    head.append(clean(f.title, 400), style="bold")
+    head.append(f"  [{f.rule}]", style="dim")
+    parts: list[RenderableType] = [head, Padding(Text(clean(f.explanation, 2000)), (0, 0, 0, 8))]
+    if f.evidence:
+        ev = Text()
+        for i, line in enumerate(f.evidence):
+            ev.append(("\n" if i else "") + "• " + clean(line, 400))
+        parts.append(Padding(ev, (0, 0, 0, 8)))
+    if f.remedy:
+        fix = Text("Remedy:", style="bold green")
+        for i, step in enumerate(f.remedy, 1):
+            fix.append(f"\n{i}. ", style="green")
+            fix.append(clean(step, 500))
+        parts.append(Padding(fix, (0, 0, 0, 8)))
+    return Group(*parts, Text(""))
+
+
+def _changes_table(changes: tuple[Change, ...], total: int) -> RenderableType:
+    table = Table(title=f"{total} change(s)" + ("" if len(changes) == total else
+                                                f", {len(changes)} shown (--all for every one)"),
+                  title_justify="left", show_edge=False, pad_edge=False)
+    for col in ("section", "key", "old", "new"):
+        table.add_column(col, overflow="fold")
+    for c in changes:
+        key = c.key + (f" · {c.field}" if c.field else "")
+        table.add_row(Text(clean(c.section)), Text(clean(key, 100)),
+                      Text(clean(display_value(c.old), 120), style="red"),
+                      Text(clean(display_value(c.new), 120), style="green"))
+    return table
+
+
+def render(report: DiffReport, *, show_all: bool = False) -> RenderableType:
+    verdict = Text()
+    verdict.append(f"{clean(report.old_name)} → {clean(report.new_name)}: ", style="bold")
+    verdict.append(clean(report.verdict, 600),
+                   style="bold green" if report.equivalent else "bold red")
+    parts: list[RenderableType] = [verdict, Text("")]
+    if report.symptom:
+        parts.insert(1, Text(f"symptom: {clean(report.symptom, 300)}", style="dim"))
+    parts += [_finding(f) for f in report.findings]
+    pool = report.diff.changes if show_all else report.diff.material
+    if pool:
+        shown = pool if show_all else pool[:MAX_CHANGES]
+        parts.append(_changes_table(tuple(shown), len(pool)))
+    return Group(*parts)

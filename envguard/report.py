@@ -1,0 +1,37 @@
+"""The input of every diff renderer: two snapshots' differences and their explanation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from envguard.diff import SnapshotDiff
+from envguard.explain import Finding, Severity
+
+DIFF_SCHEMA = "envguard.diff/1"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DiffReport:
+    old_name: str
+    new_name: str
+    diff: SnapshotDiff
+    findings: tuple[Finding, ...]
+    symptom: str | None = None
+
+    @property
+    def equivalent(self) -> bool:
+        return self.diff.equivalent
+
+    @property
+    def verdict(self) -> str:
+        """The headline: one sentence."""
+        if self.equivalent:
+            return "equivalent: no difference that changes behaviour"
+        if not self.findings:
+            n = len(self.diff.material)
+            return f"{n} difference(s), none matching a known failure mode"
+        top = self.findings[0]
+        critical = sum(1 for f in self.findings if f.severity is Severity.CRITICAL)
+        lead = "most likely cause" + (" of the symptom" if self.symptom else "")
+        tail = f" ({critical} critical finding(s) in all)" if critical > 1 else ""
+        return f"{lead}: {top.title}{tail}"
