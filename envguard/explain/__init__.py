@@ -13,29 +13,39 @@ from envguard.explain import caches, environment, packages, torch
 from envguard.explain.interface import Context, Finding, Rule, Severity
 from envguard.model import Snapshot
 
-__all__ = ["ALL_RULES", "Finding", "Rule", "Severity", "explain", "matches_symptom"]
+__all__ = ["ALL_RULES", "Finding", "Rule", "Severity", "explain", "matches_symptom",
+           "symptom_score"]
 
 ALL_RULES: tuple[Rule, ...] = (*torch.RULES, *caches.RULES, *packages.RULES,
                                *environment.RULES)
 _RULES_BY_ID = {rule.id: rule for rule in ALL_RULES}
 
 
-def matches_symptom(finding: Finding, symptom: str) -> bool:
-    """Whether any keyword of the finding's rule, or of the finding itself, is in ``symptom``."""
+def symptom_score(finding: Finding, symptom: str) -> int:
+    """How many distinct keywords of the finding (and its rule) occur in ``symptom``."""
     text = re.sub(r"\s+", " ", symptom.lower())
     rule = _RULES_BY_ID.get(finding.rule)
-    words = (*(rule.keywords if rule else ()), *finding.keywords)
-    return any(w and w.lower() in text for w in words)
+    words = {w.lower() for w in (*(rule.keywords if rule else ()), *finding.keywords) if w}
+    return sum(1 for w in words if w in text)
+
+
+def matches_symptom(finding: Finding, symptom: str) -> bool:
+    """Whether any keyword of the finding's rule, or of the finding itself, is in ``symptom``."""
+    return symptom_score(finding, symptom) > 0
 
 
 def explain(old: Snapshot, new: Snapshot, changes: SnapshotDiff | None = None,
             symptom: str | None = None) -> list[Finding]:
-    """Findings, most likely cause first: by symptom match, then severity, then directness."""
+    """Findings, most likely cause first.
+
+    Without a symptom: by severity, then by how directly the rule explains a breakage.
+    With one: findings whose keywords the symptom mentions come first, more matches first.
+    """
     ctx = Context(old=old, new=new, diff=changes if changes is not None else diff(old, new))
     findings = [f for rule in ALL_RULES for f in rule.check(ctx)]
 
     def rank(f: Finding) -> tuple[int, int, int, str]:
-        hit = 0 if symptom and matches_symptom(f, symptom) else 1
-        return (hit, f.severity.rank, -f.weight, f.rule)
+        score = symptom_score(f, symptom) if symptom else 0
+        return (-score, f.severity.rank, -f.weight, f.rule)
 
     return sorted(findings, key=rank)

@@ -8,7 +8,7 @@ from envguard.diff import Change
 from envguard.render.sanitize import clean, display_value
 from envguard.report import DiffReport
 
-_SPECIAL = re.compile(r"([\\`*_{}\[\]<>()#+!|~])")
+_SPECIAL = re.compile(r"([\\`*_\[\]<>|~])")
 _ICON = {"critical": "🔴", "warning": "🟡", "info": "🔵"}
 
 
