@@ -365,7 +365,7 @@ def _build(cls: type[_T], data: object, context: str) -> _T:
             f"expected an object, got {_type_name(data)}", context=context
         )
     kwargs: dict[str, Any] = {}
-    for name, tp, required in _spec(cls):
+    for name, tp, required in _spec(typing.cast(Any, cls)):
         if name not in data:
             if required:
                 where = f"{context}.{name}" if context else name
