@@ -27,3 +27,7 @@ PYTHONPATH=. "$PY" benchmarks/bench_snapshot.py --python "$PY" --envguard-src . 
     --json "$OUT/bench.json" --markdown > "$OUT/bench.md" 2> "$OUT/bench.err"
 echo "bench exit $?"
 cat "$OUT/bench.md"
+
+# envguard diff on ~300 distributions (in-process and CLI).
+PYTHONPATH=. "$PY" benchmarks/bench_diff.py --json "$OUT/diff.json" > "$OUT/diff.md" 2>&1
+cat "$OUT/diff.md"
