@@ -24,7 +24,7 @@ SCHEMA_MAJOR = 1
 SCHEMA_MINOR = 0
 SCHEMA = f"{SCHEMA_NAME}/{SCHEMA_MAJOR}"
 
-_SCHEMA_RE = re.compile(rf"^{re.escape(SCHEMA_NAME)}/(\d+)(?:\.(\d+))?$")
+_SCHEMA_RE = re.compile(rf"{re.escape(SCHEMA_NAME)}/([0-9]+)(?:\.([0-9]+))?")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -311,6 +311,10 @@ class Snapshot:
             raise SnapshotValidationError(
                 f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
             ) from None
+        except ValueError as exc:  # an integer longer than int() converts (4300 digits)
+            raise SnapshotValidationError(
+                f"not valid JSON ({str(exc).split(':', 1)[0]})"
+            ) from None
         return cls.from_dict(data)
 
     def validate(self) -> Snapshot:
@@ -324,12 +328,12 @@ def check_schema(value: object) -> tuple[int, int]:
         raise SnapshotValidationError(
             f"missing or invalid schema (expected '{SCHEMA}')", context="schema"
         )
-    match = _SCHEMA_RE.match(value)
+    match = _SCHEMA_RE.fullmatch(value)
     if match is None:
         raise SnapshotValidationError(
             f"not an envguard snapshot (schema {value!r})", context="schema"
         )
-    major, minor = int(match.group(1)), int(match.group(2) or 0)
+    major, minor = _schema_int(match.group(1)), _schema_int(match.group(2) or "0")
     if major > SCHEMA_MAJOR:
         raise UnsupportedSchemaError(
             f"snapshot schema {value} is newer than this envguard reads ({SCHEMA}); "
@@ -338,6 +342,12 @@ def check_schema(value: object) -> tuple[int, int]:
     if major < 1:
         raise SnapshotValidationError(f"unknown schema version {value!r}", context="schema")
     return major, minor
+
+
+def _schema_int(digits: str) -> int:
+    """A schema version number; absurdly long ones (int() refuses > 4300 digits) saturate."""
+    digits = digits.lstrip("0") or "0"
+    return int(digits) if len(digits) <= 9 else 10**9
 
 
 _T = TypeVar("_T")

@@ -96,8 +96,12 @@ def compile_cache_stale(ctx: Context) -> Iterator[Finding]:
             continue
         known = [s.compat_key for s in new.populated_under]
         other_builds = [s for s in new.populated_under if s.compat_key != key]
+        # Only news counts: a cache that was equally stale in the good snapshot is not a
+        # difference (and a snapshot diffed with itself has no findings).
+        was_known = [s.compat_key for s in old.populated_under] if old is not None else []
         stale_by_marker = bool(known) and key is not None and (key not in known or
-                                                               new.marker == "added")
+                                                               new.marker == "added") \
+            and known != was_known
         stale_by_diff = key_change is not None and old is not None and old.exists \
             and old.files > 0
         if not (stale_by_marker and other_builds) and not stale_by_diff:

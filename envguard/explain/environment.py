@@ -162,8 +162,8 @@ def file_changed(ctx: Context) -> Iterator[Finding]:
 
 def git_state_changed(ctx: Context) -> Iterator[Finding]:
     changes = ctx.diff.find("git")
-    if not changes or ctx.diff.find("files"):
-        return  # with tracked files, file-changed already says it
+    if not changes or any(c.material for c in ctx.diff.find("files")):
+        return  # file-changed already says it (it reports only material file changes)
     yield Finding(
         rule="git-state-changed", severity=Severity.INFO,
         title="the project's git state changed",

@@ -150,7 +150,7 @@ def package_version_changed(ctx: Context) -> Iterator[Finding]:
         ),
         evidence=tuple(lines),
         remedy=("pin the good versions: uv pip install " + " ".join(
-            f'"{c.key}=={c.old}"' for c in changed[:10]),),
+            f'"{c.key}=={c.old}"' for c in changed[:10] if c.old),),
         changes=tuple(changed),
         weight=50,
         keywords=tuple(c.key for c in changed),

@@ -180,12 +180,12 @@ def triton_changed(ctx: Context) -> Iterator[Finding]:
 RULES_KEYWORDS: dict[str, tuple[str, ...]] = {
     "torch-build-changed": ("is_fx_symbolic_tracing", "symbolically trace", "fx", "dynamo",
                             "inductor", "compile", "undefined symbol", "segmentation fault",
-                            "illegal instruction", "git_version", "torch"),
-    "torch-version-changed": ("undefined symbol", "importerror", "attributeerror", "torch",
+                            "illegal instruction", "git_version"),
+    "torch-version-changed": ("undefined symbol", "importerror", "attributeerror",
                               "dynamo", "inductor", "out of memory", "deprecat"),
     "cuda-build-changed": ("undefined symbol", "libcudart", "libcublas", "libcudnn", "libnvrtc",
                            ".so.12", ".so.13", "cuda error", "no kernel image", "nccl",
-                           "cublas", "cudnn", "cuda driver version is insufficient"),
+                           "cublas", "cudnn", "cuda driver version is insufficient", "cuda"),
     "triton-changed": ("triton", "ptxas", "inductor", "compile", "llvm"),
 }
 
