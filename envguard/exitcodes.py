@@ -15,9 +15,11 @@ class ExitCode(IntEnum):
     USAGE = 2
     """Bad command line, or an input file that cannot be used: missing, unreadable, not JSON
     or TOML, another tool's document, or a schema from a newer envguard."""
-    ENVIRONMENT_ERROR = 3
+    REFUSED = 3
+    """``envguard run`` refused to start the command: the environment does not match its lock."""
+    ENVIRONMENT_ERROR = 4
     """The target interpreter could not be run or probed at all."""
-    OUTPUT_ERROR = 4
+    OUTPUT_ERROR = 5
     """The result could not be written; any previous file is left untouched."""
     INTERNAL_ERROR = 70
     """A bug in envguard (EX_SOFTWARE); one line, the traceback only with ENVGUARD_DEBUG=1."""
