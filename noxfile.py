@@ -15,6 +15,7 @@ nox.options.default_venv_backend = "uv"
 nox.options.sessions = ["lint", "typecheck", "tests"]
 
 
+
 def _install_project(session: nox.Session, *, with_torch: bool) -> None:
     args = ["-e", ".[dflash]" if with_torch else "."]
     find_links = os.environ.get("ENVGUARD_TORCH_FIND_LINKS")
@@ -57,3 +58,17 @@ def bench(session: nox.Session) -> None:
     if "--python" not in args:
         args += ["--python", str(session.virtualenv.bin) + "/python"]
     session.run("python", "benchmarks/bench_snapshot.py", "--markdown", *args)
+
+
+@nox.session(venv_backend="none")
+def lock(session: nox.Session) -> None:
+    """Regenerate lockfiles/dflash-train.toml: the CI environment and the H200 reference.
+
+    Run it in the environment .ci/run builds (the project .venv with .ci/constraints.txt).
+    The H200 entry comes from a snapshot taken on that machine (tests/data/); refresh it
+    with `envguard snapshot -o tests/data/h200-snapshot.json` there.
+    """
+    run = ("uv", "run", "--no-sync", "envguard", "lock", "dflash-train")
+    session.run(*run, "--entry", "ci-cpu", "--file", "dflash/*.py", external=True)
+    session.run(*run, "--from", "tests/data/h200-snapshot.json", "--entry", "h200-cu130",
+                external=True)

@@ -81,6 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a pasted error line; findings it points at come first")
     dif.add_argument("--all", action="store_true", help="list every change, also immaterial")
     dif.set_defaults(handler=cmd_diff)
+
+    from envguard import cli_gate
+
+    cli_gate.add_parsers(sub)
     return parser
 
 

@@ -56,6 +56,8 @@ class SnapshotOptions:
     """Folder of envguard's private caches (hashes, parsed RECORDs, GPU facts)."""
     use_caches: bool = True
     """Reuse parsed RECORDs from earlier snapshots of the same environment."""
+    integrity_only: frozenset[str] | None = None
+    """Check only these distributions against RECORD (the gate's fast path); None: all."""
 
 
 def _abi_tag(soabi: str | None, interpreter_tag: str) -> str | None:
@@ -154,7 +156,9 @@ def _verify(installed: list[distributions.InstalledDist], target: Target,
         cache = HashCache.for_prefix(str(target.facts.get("prefix") or ""), cache_root)
         if cache.load_error:
             issues.append(ProbeIssue(section="integrity", message=cache.load_error))
-    checked = integrity.verify(installed, options.verify, cache=cache,
+    scope = installed if options.integrity_only is None else [
+        i for i in installed if i.dist.name in options.integrity_only]
+    checked = integrity.verify(scope, options.verify, cache=cache,
                                progress=progress or NullProgress())
     if cache is not None and (error := cache.save()):
         issues.append(ProbeIssue(section="integrity", message=f"hash cache not saved: {error}"))

@@ -1,0 +1,220 @@
+"""``envguard lock``, ``check`` and ``run``: the command-line side of lockfiles and the gate.
+
+Part of the CLI layer (it prints); the decisions live in :mod:`envguard.lock` and
+:mod:`envguard.gate`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from envguard.atomic import write_text_atomic
+from envguard.errors import InputError
+from envguard.exitcodes import ExitCode
+from envguard.gate import (
+    VERIFIED_ENV,
+    GateResult,
+    check,
+    find_lock,
+    interpreter_of,
+    project_root_of,
+    read_lock,
+)
+from envguard.lock import (
+    CACHE_POLICIES,
+    DEFAULT_FORBIDDEN,
+    Lock,
+    build_entry,
+    dump_lock,
+    hash_files,
+    script_owner,
+    validate_name,
+)
+from envguard.model import Snapshot
+from envguard.render.formats import OutputFormat
+
+
+def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
+    lock = sub.add_parser(
+        "lock", help="bless the current environment as known-good for a command",
+        description="Write or update lockfiles/NAME.toml with this environment as one entry "
+        "(other machines' entries are kept).")
+    lock.add_argument("name", help="the lock's name: the command it guards (dflash-train)")
+    lock.add_argument("--from", dest="from_snapshot", metavar="SNAPSHOT",
+                      help="lock the environment recorded in this snapshot instead")
+    lock.add_argument("--python", metavar="PY", help="lock another interpreter's environment")
+    lock.add_argument("--lock", metavar="PATH", help="lockfile path (default lockfiles/NAME.toml)")
+    lock.add_argument("--entry", metavar="ID", help="entry id (default <host>-py<X.Y>-<cuda>)")
+    lock.add_argument("--distribution", metavar="DIST",
+                      help="the command's distribution (default: found from its entry point)")
+    lock.add_argument("--extra", dest="extras", action="append", default=None, metavar="EXTRA",
+                      help="extras of the distribution the command needs (repeatable)")
+    lock.add_argument("--file", dest="files", action="append", default=None, metavar="GLOB",
+                      help="files to pin by md5/sha256, relative to the project (repeatable)")
+    lock.add_argument("--cache-policy", choices=CACHE_POLICIES, default=None)
+    lock.add_argument("--forbid", action="append", default=None, metavar="PATTERN",
+                      help="forbidden distributions (default: serving/inference stacks)")
+    lock.set_defaults(handler=cmd_lock)
+
+    chk = sub.add_parser("check", help="does this environment match a lock?",
+                         epilog="exit status: 0 match, 1 mismatch, 2 error")
+    chk.add_argument("name", nargs="?", help="lock name, looked up in ./lockfiles")
+    chk.add_argument("--lock", metavar="PATH")
+    chk.add_argument("--python", metavar="PY")
+    chk.add_argument("--format", choices=[f.value for f in OutputFormat], default="text")
+    chk.set_defaults(handler=cmd_check)
+
+    run = sub.add_parser(
+        "run", help="run a command only if the environment matches its lock",
+        usage="envguard run [--lock PATH] [--python PY] [--force] -- CMD [ARGS...]",
+        epilog="exit status: the command's own on a match; 3 when refused; 2 bad input")
+    run.add_argument("--lock", metavar="PATH")
+    run.add_argument("--python", metavar="PY")
+    run.add_argument("--force", action="store_true", help="run even if it does not match")
+    run.add_argument("argv", nargs=argparse.REMAINDER, metavar="CMD")
+    run.set_defaults(handler=cmd_run)
+
+
+def _snapshot(python: str | None, lock: Lock, root: Path, *, fast: bool) -> Snapshot:
+    from envguard.probe import SnapshotOptions, collect
+
+    patterns = tuple(str(root / p) for p in lock.file_patterns)
+    names = {p.name for e in lock.entries for p in e.packages} | {lock.distribution}
+    options = SnapshotOptions(
+        python=python, file_patterns=patterns, cwd=root, use_project_config=False,
+        write_cache_marker=not fast,
+        integrity_only=frozenset(names) if fast and lock.entries else None)
+    return collect(options)
+
+
+def cmd_lock(args: argparse.Namespace) -> int:
+    from envguard.store import read_snapshot
+
+    name = validate_name(args.name)
+    path = Path(args.lock) if args.lock else Path("lockfiles") / f"{name}.toml"
+    root = project_root_of(path)
+    existing = read_lock(path) if path.exists() else None
+    lock = existing or Lock(name=name, command=name, distribution=args.distribution or "")
+    lock = dataclasses.replace(
+        lock,
+        distribution=args.distribution or lock.distribution,
+        extras=tuple(args.extras) if args.extras is not None else lock.extras,
+        file_patterns=tuple(args.files) if args.files is not None else lock.file_patterns,
+        cache_policy=args.cache_policy or lock.cache_policy,
+        forbidden=tuple(args.forbid) if args.forbid is not None else
+        (lock.forbidden or DEFAULT_FORBIDDEN))
+    if args.from_snapshot:
+        snapshot = read_snapshot(args.from_snapshot)
+    else:
+        snapshot = _snapshot(args.python, lock, root, fast=False)
+    if not lock.distribution:
+        owner = script_owner(snapshot, lock.command)
+        if owner is None:
+            raise InputError(f"no installed distribution provides the command {lock.command!r};"
+                             " pass --distribution")
+        lock = dataclasses.replace(lock, distribution=owner[0],
+                                   extras=lock.extras or owner[1])
+    entry = build_entry(snapshot, lock, entry_id=args.entry, project_root=root)
+    lock = dataclasses.replace(lock, files=hash_files(lock, root))
+    snap_rel = f"{name}.snapshots/{entry.id}.json"
+    write_text_atomic(path.parent / snap_rel, snapshot.to_json())
+    entry = dataclasses.replace(entry, snapshot_file=snap_rel)
+    lock = lock.with_entry(entry)
+    write_text_atomic(path, dump_lock(lock))
+    verb = "replaced" if existing and any(e.id == entry.id for e in existing.entries) else "added"
+    print(f"{path}: {verb} entry {entry.id} ({len(entry.packages)} packages; "
+          f"{len(lock.entries)} entries in all; {len(lock.files)} files pinned)")
+    return ExitCode.OK
+
+
+def _resolve_lock(name: str | None, explicit: str | None) -> Path:
+    if explicit:
+        return Path(explicit)
+    if not name:
+        raise InputError("name a lock (envguard check NAME) or pass --lock PATH")
+    return find_lock(validate_name(name), Path.cwd())
+
+
+def _render(result: GateResult, fmt: OutputFormat, *, stream: TextIO) -> None:
+    from envguard.report import DiffReport
+
+    closest = result.matched or result.closest
+    if closest is None:
+        raise InputError(f"{result.lock_path}: the lock has no environment entries")
+    report = DiffReport(old_name=f"{result.lock_path} [{closest.entry.id}]",
+                        new_name="this environment", diff=closest.diff,
+                        findings=result.findings)
+    if fmt is OutputFormat.JSON:
+        from envguard.render import diff_json
+
+        print(diff_json.render(report), end="", file=stream)
+    elif fmt is OutputFormat.MARKDOWN:
+        from envguard.render import diff_markdown
+
+        print(diff_markdown.render(report), end="", file=stream)
+    else:
+        from rich.console import Console
+
+        from envguard.render import diff_text
+
+        console = Console(file=stream, highlight=False)
+        if result.passed:
+            console.print(f"envguard: matches entry {closest.entry.id} of {result.lock_path}",
+                          markup=False, highlight=False)
+            for f in result.findings:
+                console.print(f"warning: {f.title}", markup=False)
+        else:
+            console.print(diff_text.render(report))
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    path = _resolve_lock(args.name, args.lock)
+    lock = read_lock(path)
+    root = project_root_of(path)
+    result = check(_snapshot(args.python, lock, root, fast=True), lock, str(path), root)
+    _render(result, OutputFormat(args.format), stream=sys.stdout)
+    return ExitCode.OK if result.passed else ExitCode.DRIFT
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from envguard.runner import record_run, run_child
+
+    argv = list(args.argv)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        raise InputError("no command: envguard run [options] -- CMD [ARGS...]")
+    name = os.path.basename(argv[0])
+    path = Path(args.lock) if args.lock else find_lock(validate_name(name), Path.cwd())
+    lock = read_lock(path)
+    root = project_root_of(path)
+    python = args.python or interpreter_of(argv[0])
+    snapshot = _snapshot(python, lock, root, fast=True)
+    result = check(snapshot, lock, str(path), root)
+    entry = result.matched.entry.id if result.matched else None
+    meta = {"schema": "envguard.run/1", "argv": argv, "lock": lock.name,
+            "lockfile": str(path), "entry": entry, "passed": result.passed,
+            "forced": args.force and not result.passed,
+            "findings": [f.rule for f in result.findings]}
+    if not result.passed and not args.force:
+        _render(result, OutputFormat.TEXT, stream=sys.stderr)
+        print(f"envguard: refused to run {name}: the environment does not match "
+              f"{path} (use --force to run anyway)", file=sys.stderr)
+        record_run(snapshot, {**meta, "exit_code": None}, Path.cwd(), good=False)
+        return ExitCode.REFUSED
+    if not result.passed:
+        print(f"envguard: --force: running {name} although the environment does not match "
+              f"{path}", file=sys.stderr)
+    elif result.findings:
+        _render(result, OutputFormat.TEXT, stream=sys.stderr)
+    env = dict(os.environ)
+    if result.passed:
+        env[VERIFIED_ENV] = f"{lock.name}:{entry}:{result.snapshot.created_at}"
+    code = run_child(argv, env)
+    record_run(snapshot, {**meta, "exit_code": code}, Path.cwd(), good=result.passed)
+    return code

@@ -1,0 +1,246 @@
+"""The gate: does this environment match a lock entry, and if not, why not?
+
+``check(snapshot, lock)`` compares the snapshot with every entry. For each entry it
+builds two snapshots restricted to what the lock pins (the entry as a reference, and
+the current environment cut to the same scope), so the ordinary diff engine and
+its rules explain a mismatch: ``torch-build-changed``, ``foreign-stack-installed``,
+``file-changed`` with both md5 values, and so on. The gate passes if any entry has
+no material difference; otherwise the closest entry's findings are the reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from envguard.diff import SnapshotDiff, diff
+from envguard.errors import InputError
+from envguard.explain import Finding, Severity, explain
+from envguard.lock import Lock, LockEntry, closure, parse_lock, project_requires
+from envguard.model import (
+    Distribution,
+    Files,
+    Integrity,
+    Snapshot,
+    TorchIdentity,
+    TrackedFile,
+)
+
+VERIFIED_ENV = "ENVGUARD_VERIFIED"
+"""Set by ``envguard run`` for the child: ``<lock name>:<entry id>:<snapshot digest>``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EntryComparison:
+    entry: LockEntry
+    diff: SnapshotDiff
+    findings: tuple[Finding, ...]
+
+    @property
+    def matches(self) -> bool:
+        return self.diff.equivalent
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GateResult:
+    lock: Lock
+    lock_path: str
+    snapshot: Snapshot
+    comparisons: tuple[EntryComparison, ...]
+    cache_note: Finding | None = None
+    """A cold compile cache under ``warn-if-cold`` (a warning) or ``require-warm`` (fatal)."""
+
+    @property
+    def matched(self) -> EntryComparison | None:
+        return next((c for c in self.comparisons if c.matches), None)
+
+    @property
+    def closest(self) -> EntryComparison | None:
+        if not self.comparisons:
+            return None
+        return min(self.comparisons, key=lambda c: (len(c.diff.material), c.entry.id))
+
+    @property
+    def passed(self) -> bool:
+        cache_blocks = (self.cache_note is not None
+                        and self.cache_note.severity is Severity.CRITICAL)
+        return self.matched is not None and not cache_blocks
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        """Why the gate failed (or what it warns about): the closest entry's findings."""
+        base = () if self.matched is not None else (
+            self.closest.findings if self.closest else ())
+        return (*((self.cache_note,) if self.cache_note else ()), *base)
+
+
+def _minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def _scope_names(lock: Lock, entry: LockEntry, snapshot: Snapshot,
+                 project_root: Path) -> set[str]:
+    """What the gate looks at: the locked packages, the current closure, forbidden ones."""
+    names = {p.name for p in entry.packages}
+    names |= set(closure(snapshot, lock.distribution, lock.extras,
+                         project_requires(project_root, lock.distribution)))
+    names -= {p.name for p in snapshot.packages if p.editable}
+    names |= set(lock.forbidden_installed(snapshot))
+    return names
+
+
+def _cut(snapshot: Snapshot, names: set[str], files: dict[str, TrackedFile],
+         torch: TorchIdentity) -> Snapshot:
+    """The snapshot reduced to the gate's scope; everything outside it made identical."""
+    interp = dataclasses.replace(snapshot.interpreter,
+                                 version=_minor(snapshot.interpreter.version),
+                                 executable="", prefix="", base_prefix="", is_venv=True,
+                                 best_tag=None, sys_path=[])
+    integrity = dataclasses.replace(snapshot.integrity, issues=[
+        i for i in snapshot.integrity.issues if i.package in names])
+    # Sizes are not pinned (md5 and sha256 are); patterns differ between the two sides.
+    pinned = [dataclasses.replace(f, size=None, pattern=f.path) for f in files.values()]
+    return dataclasses.replace(
+        snapshot, interpreter=interp, torch=torch,
+        packages=[p for p in snapshot.packages if p.name in names],
+        integrity=integrity, files=Files(files=pinned),
+        deep=None)
+
+
+def _reference(lock: Lock, entry: LockEntry, current: Snapshot, project_root: Path) -> tuple[
+        list[Distribution], dict[str, TrackedFile], TorchIdentity]:
+    by_name = {p.name: p for p in current.packages}
+    dists = []
+    for locked in entry.packages:
+        base = by_name.get(locked.name)
+        if base is None:
+            base = Distribution(name=locked.name, version=None, location="",
+                                metadata_dir=f"{locked.name}.dist-info")
+        dists.append(dataclasses.replace(base, version=locked.version,
+                                         fingerprint=locked.fingerprint or base.fingerprint,
+                                         shadowed=[], editable=False))
+    files = {}
+    for f in lock.files:
+        path = str((project_root / f.path).resolve()) if not os.path.isabs(f.path) else f.path
+        files[path] = TrackedFile(pattern=path, path=path, exists=True, md5=f.md5,
+                                  sha256=f.sha256)
+    return dists, files, dataclasses.replace(
+        current.torch, present=entry.torch_version is not None, version=entry.torch_version,
+        git_version=entry.torch_git_version, cuda=entry.torch_cuda,
+        triton_version=entry.triton_version)
+
+
+def compare(entry: LockEntry, lock: Lock, current: Snapshot,
+            project_root: Path) -> EntryComparison:
+    ref_dists, ref_files, ref_torch = _reference(lock, entry, current, project_root)
+    names = _scope_names(lock, entry, current, project_root)
+    cur_files = {f.path: f for f in current.files.files if f.path in ref_files}
+    for path in ref_files:
+        cur_files.setdefault(path, TrackedFile(pattern=path, path=path, exists=False))
+    now = _cut(current, names, cur_files, current.torch)
+    ref_interp = dataclasses.replace(current.interpreter,
+                                     implementation=entry.python_implementation,
+                                     version=entry.python_version)
+    reference = _cut(dataclasses.replace(current, interpreter=ref_interp,
+                                         packages=ref_dists, integrity=Integrity(
+                                             mode=current.integrity.mode)),
+                     {p.name for p in ref_dists}, ref_files, ref_torch)
+    # Compile-compat keys and wheel families are not pinned by a lock entry.
+    reference = dataclasses.replace(reference, torch=dataclasses.replace(
+        reference.torch, compat_key=now.torch.compat_key, dist_version=now.torch.dist_version,
+        triton_fingerprint=now.torch.triton_fingerprint,
+        cuda_wheel_family=now.torch.cuda_wheel_family, cuda_wheels=now.torch.cuda_wheels,
+        location=now.torch.location))
+    changes = diff(reference, now)
+    return EntryComparison(entry=entry, diff=changes,
+                           findings=tuple(explain(reference, now, changes)))
+
+
+def _cache_note(lock: Lock, snapshot: Snapshot) -> Finding | None:
+    if lock.cache_policy == "ignore":
+        return None
+    inductor = next((c for c in snapshot.caches if c.kind == "inductor"), None)
+    if inductor is not None and inductor.exists and inductor.files:
+        return None
+    fatal = lock.cache_policy == "require-warm"
+    where = inductor.path if inductor else "the inductor cache"
+    return Finding(
+        rule="compile-cache-cold",
+        severity=Severity.CRITICAL if fatal else Severity.WARNING,
+        title=f"the torch.compile cache {where} is empty"
+              + (" and this lock requires a warm cache" if fatal else ""),
+        explanation="The first step will compile everything cold; first-time compiles in "
+                    "several threads of one process can hang or fail (see docs/DIFF.md, "
+                    "compile-cache-cold).",
+        evidence=(f"{where}: {'missing' if not inductor or not inductor.exists else 'empty'}",),
+        remedy=("warm the cache with one single-threaded step first, or restore it",),
+        weight=98)
+
+
+def check(snapshot: Snapshot, lock: Lock, lock_path: str, project_root: Path) -> GateResult:
+    comparisons = tuple(compare(e, lock, snapshot, project_root) for e in lock.entries)
+    return GateResult(lock=lock, lock_path=lock_path, snapshot=snapshot,
+                      comparisons=comparisons, cache_note=_cache_note(lock, snapshot))
+
+
+# ---------------------------------------------------------------------------- finding locks
+
+def bundled_lock_dirs() -> list[Path]:
+    """Lockfiles shipped with envguard: inside the wheel, or the source checkout's."""
+    here = Path(__file__).resolve().parent
+    return [here / "lockfiles", here.parent / "lockfiles"]
+
+
+def find_lock(name: str, cwd: Path) -> Path:
+    for folder in (cwd / "lockfiles", *bundled_lock_dirs()):
+        candidate = folder / f"{name}.toml"
+        if candidate.is_file():
+            return candidate
+    raise InputError(f"no lockfile for {name!r}: looked in ./lockfiles and the bundled "
+                     f"lockfiles; create one with `envguard lock {name}`")
+
+
+def read_lock(path: Path) -> Lock:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") \
+            from None
+    return parse_lock(text, str(path))
+
+
+def project_root_of(lock_path: Path) -> Path:
+    """The folder that holds ``lockfiles/``: locked file paths are relative to it."""
+    folder = lock_path.resolve().parent
+    return folder.parent if folder.name == "lockfiles" else folder
+
+
+def interpreter_of(command: str) -> str | None:
+    """The Python a console script runs under (from its shebang), or None."""
+    from envguard.runner import resolve_command
+
+    path = resolve_command(command)
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(1024).decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    if not head or not head[0].startswith("#!"):
+        return None
+    first = head[0][2:].strip()
+    if first == "/bin/sh" and len(head) > 1 and head[1].startswith("'''exec' "):
+        first = head[1].split("'", 4)[3].strip().split(" ")[0].strip('"')
+    parts = first.split()
+    if not parts:
+        return None
+    if os.path.basename(parts[0]) == "env" and len(parts) > 1:
+        found = shutil.which(parts[-1])
+        return found if found and "python" in os.path.basename(found) else None
+    return parts[0] if "python" in os.path.basename(parts[0]) else None

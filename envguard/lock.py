@@ -1,0 +1,405 @@
+"""Lockfiles: known-good environments for one command, in reviewable TOML.
+
+``lockfiles/NAME.toml`` holds one or more *entries* (the CPU CI environment, the
+H200 environment, ...). An entry pins the interpreter, torch's identity (version,
+git commit, CUDA), triton, the exact version and build fingerprint of every
+distribution in the command's dependency closure, md5/sha256 of the listed files,
+and the digest of the full snapshot it came from (kept next to the lock in
+``lockfiles/NAME.snapshots/``). Forbidden packages and the compile-cache policy
+apply to every entry. Locking again on another machine adds or replaces that
+machine's entry and never drops the others.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import hashlib
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.markers import InvalidMarker, Marker
+from packaging.requirements import InvalidRequirement, Requirement
+
+from envguard.errors import InputError, UnsupportedSchemaError
+from envguard.model import ProbeIssue, Snapshot
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+LOCK_SCHEMA = "envguard.lock/1"
+CACHE_POLICIES = ("require-warm", "warn-if-cold", "ignore")
+DEFAULT_FORBIDDEN = ("sglang*", "vllm*", "flashinfer*", "tilelang", "xformers", "tensorrt*",
+                     "lmdeploy", "sgl-kernel", "text-generation*", "exllamav2",
+                     "llama-cpp-python", "mlc-llm*")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LockedPackage:
+    name: str
+    version: str
+    fingerprint: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LockedFile:
+    path: str
+    """Relative to the project root (the folder that holds ``lockfiles/``)."""
+    md5: str
+    sha256: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LockEntry:
+    id: str
+    """Which environment this is (``--entry``, default ``<host>-<cpu|cuXYZ>``)."""
+    created_at: str
+    python_implementation: str
+    python_version: str
+    """major.minor"""
+    torch_version: str | None = None
+    torch_git_version: str | None = None
+    torch_cuda: str | None = None
+    triton_version: str | None = None
+    packages: tuple[LockedPackage, ...] = ()
+    snapshot_digest: str | None = None
+    snapshot_file: str | None = None
+    """Relative to the lockfile's folder."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Lock:
+    name: str
+    command: str
+    distribution: str
+    """The command's own distribution; its requirements define the closure."""
+    extras: tuple[str, ...] = ()
+    """Extras of ``distribution`` that the command needs (``dflash`` pulls in torch)."""
+    cache_policy: str = "warn-if-cold"
+    forbidden: tuple[str, ...] = DEFAULT_FORBIDDEN
+    file_patterns: tuple[str, ...] = ()
+    files: tuple[LockedFile, ...] = ()
+    """md5/sha256 of the files matching ``file_patterns``: the project's, so shared by all
+    entries and re-hashed from the working tree at every ``envguard lock``."""
+    entries: tuple[LockEntry, ...] = field(default=())
+
+    def with_entry(self, entry: LockEntry) -> Lock:
+        """This lock with ``entry`` added, replacing an entry of the same id."""
+        kept = tuple(e for e in self.entries if e.id != entry.id)
+        return dataclasses.replace(self, entries=tuple(sorted((*kept, entry),
+                                                             key=lambda e: e.id)))
+
+    def forbidden_installed(self, snapshot: Snapshot) -> list[str]:
+        return sorted(p.name for p in snapshot.packages
+                      if any(fnmatch.fnmatchcase(p.name, pat) for pat in self.forbidden))
+
+
+# ---------------------------------------------------------------------------- closure
+
+def marker_environment(snapshot: Snapshot) -> dict[str, str]:
+    """PEP 508 marker values of the snapshotted interpreter (not envguard's own)."""
+    interp = snapshot.interpreter
+    version = interp.version
+    machine = interp.platform.split("-", 1)[-1] if "-" in interp.platform else ""
+    system = interp.platform.split("-", 1)[0]
+    return {
+        "implementation_name": interp.implementation,
+        "implementation_version": version,
+        "os_name": "nt" if system.startswith("win") else "posix",
+        "platform_machine": machine,
+        "platform_python_implementation": {"cpython": "CPython", "pypy": "PyPy"}.get(
+            interp.implementation, interp.implementation),
+        "platform_release": snapshot.system.kernel,
+        "platform_system": {"linux": "Linux", "macosx": "Darwin", "win": "Windows"}.get(
+            system, system.capitalize()),
+        "platform_version": "",
+        "python_full_version": version,
+        "python_version": ".".join(version.split(".")[:2]),
+        "sys_platform": "linux" if system == "linux" else ("darwin" if system == "macosx"
+                                                            else system),
+    }
+
+
+def closure(snapshot: Snapshot, root: str, extras: tuple[str, ...] = (),
+            root_requires: list[str] | None = None) -> list[str]:
+    """Names of ``root`` and everything it requires, transitively, as installed.
+
+    Requirements come from each installed distribution's Requires-Dist, with markers
+    evaluated for the snapshotted interpreter and the extras that were asked for.
+    ``root_requires`` stands in for the root's own Requires-Dist when the root is not
+    installed there (envguard run from a source tree on the GPU machine).
+    """
+    env = marker_environment(snapshot)
+    by_name = {p.name: p for p in snapshot.packages}
+    wanted: dict[str, set[str]] = {_norm(root): set(extras)}
+    queue = [_norm(root)]
+    while queue:
+        name = queue.pop()
+        dist = by_name.get(name)
+        if dist is not None:
+            requires = dist.requires
+        elif name == _norm(root) and root_requires is not None:
+            requires = root_requires
+        else:
+            continue
+        for text in requires:
+            try:
+                req = Requirement(text)
+            except InvalidRequirement:
+                continue
+            if req.marker is not None and not _marker_ok(req.marker, env, wanted[name]):
+                continue
+            dep = _norm(req.name)
+            new_extras = set(req.extras)
+            if dep not in wanted:
+                wanted[dep] = new_extras
+                queue.append(dep)
+            elif not new_extras <= wanted[dep]:
+                wanted[dep] |= new_extras
+                queue.append(dep)
+    return sorted(n for n in wanted if n in by_name)
+
+
+def project_requires(project_root: Path, distribution: str) -> list[str] | None:
+    """Requires-Dist of ``distribution`` read from the project's own pyproject.toml."""
+    try:
+        data = tomllib.loads((project_root / "pyproject.toml").read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return None
+    project = data.get("project", {})
+    if not isinstance(project, dict) or _norm(str(project.get("name", ""))) != _norm(
+            distribution):
+        return None
+    reqs = [r for r in project.get("dependencies", []) if isinstance(r, str)]
+    for extra, items in (project.get("optional-dependencies") or {}).items():
+        reqs += [f"{r} ; extra == '{extra}'" if ";" not in r else f"{r} and extra == '{extra}'"
+                 for r in items if isinstance(r, str)]
+    return reqs
+
+
+def _marker_ok(marker: Marker, env: dict[str, str], extras: set[str]) -> bool:
+    try:
+        if not extras:
+            return bool(marker.evaluate({**env, "extra": ""}))
+        return any(marker.evaluate({**env, "extra": e}) for e in extras)
+    except (InvalidMarker, ValueError, KeyError):
+        return True
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+# ---------------------------------------------------------------------------- build
+
+def snapshot_digest(snapshot: Snapshot) -> str:
+    return "sha256:" + hashlib.sha256(snapshot.to_json().encode()).hexdigest()
+
+
+def default_entry_id(snapshot: Snapshot) -> str:
+    build = (snapshot.torch.cuda and "cu" + snapshot.torch.cuda.replace(".", "")) or "cpu"
+    host = re.sub(r"[^A-Za-z0-9_-]+", "-", snapshot.system.hostname) or "host"
+    py = ".".join(snapshot.interpreter.version.split(".")[:2])
+    return f"{host}-py{py}-{build}"
+
+
+def hash_files(lock: Lock, project_root: Path) -> tuple[LockedFile, ...]:
+    """The lock's file patterns, hashed from the working tree; paths relative to the root."""
+    from envguard.probe.files import track
+
+    issues: list[ProbeIssue] = []
+    tracked = track([str(project_root / p) for p in lock.file_patterns], issues)
+    if issues:
+        raise InputError(f"cannot hash the locked files: {issues[0].message} ({issues[0].path})")
+    out = []
+    for f in tracked:
+        if f.exists and f.md5 and f.sha256:
+            rel = Path(f.path).resolve().relative_to(project_root.resolve()).as_posix()
+            out.append(LockedFile(path=rel, md5=f.md5, sha256=f.sha256))
+    return tuple(sorted(out, key=lambda f: f.path))
+
+
+def build_entry(snapshot: Snapshot, lock: Lock, *, entry_id: str | None,
+                project_root: Path) -> LockEntry:
+    installed = _norm(lock.distribution) in {p.name for p in snapshot.packages}
+    root_requires = None if installed else project_requires(project_root, lock.distribution)
+    if not installed and root_requires is None:
+        raise InputError(f"{lock.distribution} is not installed in "
+                         f"{snapshot.interpreter.executable} and is not the project in "
+                         f"{project_root}: its requirements are unknown")
+    names = closure(snapshot, lock.distribution, lock.extras, root_requires)
+    by_name = {p.name: p for p in snapshot.packages}
+    packages = tuple(LockedPackage(name=n, version=by_name[n].version or "",
+                                   fingerprint=by_name[n].fingerprint)
+                     for n in names if not by_name[n].editable)
+    t = snapshot.torch
+    return LockEntry(
+        id=entry_id or default_entry_id(snapshot),
+        created_at=snapshot.created_at,
+        python_implementation=snapshot.interpreter.implementation,
+        python_version=".".join(snapshot.interpreter.version.split(".")[:2]),
+        torch_version=t.version if t.present else None,
+        torch_git_version=t.git_version if t.present else None,
+        torch_cuda=t.cuda if t.present else None,
+        triton_version=t.triton_version,
+        packages=packages,
+        snapshot_digest=snapshot_digest(snapshot),
+    )
+
+
+# ---------------------------------------------------------------------------- TOML
+
+def _get(data: dict[str, Any], key: str, tp: type, ctx: str, default: Any = ...) -> Any:
+    if key not in data:
+        if default is ...:
+            raise InputError(f"{ctx}: missing '{key}'")
+        return default
+    value = data[key]
+    if not isinstance(value, tp) or (isinstance(value, bool) and tp is not bool):
+        raise InputError(f"{ctx}: '{key}' must be {tp.__name__}, not {type(value).__name__}")
+    return value
+
+
+def _str_list(data: dict[str, Any], key: str, ctx: str) -> tuple[str, ...]:
+    value = _get(data, key, list, ctx, [])
+    if not all(isinstance(v, str) for v in value):
+        raise InputError(f"{ctx}: '{key}' must be a list of strings")
+    return tuple(value)
+
+
+def parse_lock(text: str, source: str) -> Lock:
+    """A Lock from TOML text; InputError (exit 2) naming ``source`` for any problem."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{source}: not valid TOML: {exc}") from None
+    schema = data.get("schema")
+    match = re.fullmatch(r"envguard\.lock/([0-9]{1,6})(?:\.[0-9]{1,6})?", str(schema))
+    if not isinstance(schema, str) or match is None:
+        raise InputError(f"{source}: not an envguard lockfile (schema {schema!r})")
+    if int(match.group(1)) > 1:
+        raise UnsupportedSchemaError(f"{source}: lock schema {schema} is newer than this "
+                                     f"envguard reads ({LOCK_SCHEMA}); upgrade envguard")
+    policy = _get(data, "cache_policy", str, source, "warn-if-cold")
+    if policy not in CACHE_POLICIES:
+        raise InputError(f"{source}: cache_policy must be one of {', '.join(CACHE_POLICIES)}")
+    entries = []
+    for i, raw in enumerate(_get(data, "environment", list, source, [])):
+        ctx = f"{source}: environment[{i}]"
+        if not isinstance(raw, dict):
+            raise InputError(f"{ctx}: must be a table")
+        packages = tuple(LockedPackage(name=_get(p, "name", str, ctx),
+                                       version=_get(p, "version", str, ctx),
+                                       fingerprint=_get(p, "fingerprint", str, ctx, None))
+                         for p in _tables(raw, "packages", ctx))
+        entries.append(LockEntry(
+            id=_get(raw, "id", str, ctx), created_at=_get(raw, "created_at", str, ctx, ""),
+            python_implementation=_get(raw, "python_implementation", str, ctx),
+            python_version=_get(raw, "python_version", str, ctx),
+            torch_version=_get(raw, "torch_version", str, ctx, None),
+            torch_git_version=_get(raw, "torch_git_version", str, ctx, None),
+            torch_cuda=_get(raw, "torch_cuda", str, ctx, None),
+            triton_version=_get(raw, "triton_version", str, ctx, None),
+            packages=packages,
+            snapshot_digest=_get(raw, "snapshot_digest", str, ctx, None),
+            snapshot_file=_get(raw, "snapshot_file", str, ctx, None)))
+    return Lock(name=_get(data, "name", str, source), command=_get(data, "command", str, source),
+                distribution=_get(data, "distribution", str, source),
+                extras=_str_list(data, "extras", source), cache_policy=policy,
+                forbidden=_str_list(data, "forbidden", source) if "forbidden" in data
+                else DEFAULT_FORBIDDEN,
+                file_patterns=_str_list(data, "files", source),
+                files=tuple(LockedFile(path=_get(f, "path", str, source),
+                                       md5=_get(f, "md5", str, source),
+                                       sha256=_get(f, "sha256", str, source))
+                            for f in _tables(data, "file", source)),
+                entries=tuple(entries))
+
+
+def _tables(raw: dict[str, Any], key: str, ctx: str) -> list[dict[str, Any]]:
+    items: list[Any] = _get(raw, key, list, ctx, [])
+    tables = [i for i in items if isinstance(i, dict)]
+    if len(tables) != len(items):
+        raise InputError(f"{ctx}: '{key}' must be an array of tables")
+    return tables
+
+
+def _toml_str(value: str) -> str:
+    out = value.replace("\\", "\\\\").replace('"', '\\"')
+    out = re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\u{ord(m.group()):04x}", out)
+    return f'"{out}"'
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return _toml_str(value)
+    if isinstance(value, (list, tuple)):
+        if not value:
+            return "[]"
+        return "[\n" + "".join(f"    {_toml_value(v)},\n" for v in value) + "]"
+    raise TypeError(f"cannot write {type(value).__name__} to TOML")
+
+
+def dump_lock(lock: Lock) -> str:
+    """Deterministic, reviewable TOML; keys with no value (None) are left out."""
+    lines = ["# envguard lockfile: known-good environments for one command.",
+             "# Regenerate with `envguard lock` (see docs/LOCK.md); review changes in PRs.",
+             f"schema = {_toml_str(LOCK_SCHEMA)}"]
+    head = {"name": lock.name, "command": lock.command, "distribution": lock.distribution,
+            "extras": list(lock.extras), "cache_policy": lock.cache_policy,
+            "forbidden": list(lock.forbidden), "files": list(lock.file_patterns)}
+    lines += [f"{k} = {_toml_value(v)}" for k, v in head.items()]
+    for fl in lock.files:
+        lines += ["", "[[file]]", f"path = {_toml_str(fl.path)}", f"md5 = {_toml_str(fl.md5)}",
+                  f"sha256 = {_toml_str(fl.sha256)}"]
+    for entry in lock.entries:
+        lines += ["", "[[environment]]"]
+        for f in dataclasses.fields(LockEntry):
+            value = getattr(entry, f.name)
+            if f.name == "packages" or value is None:
+                continue
+            lines.append(f"{f.name} = {_toml_value(value)}")
+        for pkg in entry.packages:
+            lines += ["", "[[environment.packages]]", f"name = {_toml_str(pkg.name)}",
+                      f"version = {_toml_str(pkg.version)}"]
+            if pkg.fingerprint:
+                lines.append(f"fingerprint = {_toml_str(pkg.fingerprint)}")
+    return "\n".join(lines) + "\n"
+
+
+def validate_name(name: str) -> str:
+    if not _NAME_RE.match(name):
+        raise InputError(f"lock name {name!r} must be letters, digits, '.', '_' or '-'")
+    return name
+
+
+def script_owner(snapshot: Snapshot, script: str) -> tuple[str, tuple[str, ...]] | None:
+    """(distribution, extras) whose ``console_scripts`` entry point is ``script``."""
+    for dist in snapshot.packages:
+        path = Path(dist.location) / dist.metadata_dir / "entry_points.txt"
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        section = ""
+        for line in text.splitlines():
+            line = line.strip()
+            if line.startswith("["):
+                section = line.strip("[]").strip()
+            elif section == "console_scripts" and "=" in line:
+                name, _, target = line.partition("=")
+                if name.strip() == script:
+                    extras = re.findall(r"\[([^\]]*)\]", target)
+                    found = tuple(e.strip() for e in extras[0].split(",")) if extras else ()
+                    return dist.name, found
+    return None
