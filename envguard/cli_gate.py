@@ -11,32 +11,20 @@ import dataclasses
 import os
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from envguard.atomic import write_text_atomic
 from envguard.errors import InputError
 from envguard.exitcodes import ExitCode
-from envguard.gate import (
-    VERIFIED_ENV,
-    GateResult,
-    check,
-    find_lock,
-    interpreter_of,
-    project_root_of,
-    read_lock,
-)
-from envguard.lock import (
-    CACHE_POLICIES,
-    DEFAULT_FORBIDDEN,
-    Lock,
-    build_entry,
-    dump_lock,
-    hash_files,
-    script_owner,
-    validate_name,
-)
-from envguard.model import Snapshot
 from envguard.render.formats import OutputFormat
+
+if TYPE_CHECKING:
+    from envguard.gate import GateResult
+    from envguard.lock import Lock
+    from envguard.model import Snapshot
+
+# The policies, repeated here so that building the parser imports nothing heavy
+# (envguard.lock needs packaging.markers: 20-60 ms on every command otherwise).
+CACHE_POLICIES = ("require-warm", "warn-if-cold", "ignore")
 
 
 def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
@@ -93,6 +81,17 @@ def _snapshot(python: str | None, lock: Lock, root: Path, *, fast: bool) -> Snap
 
 
 def cmd_lock(args: argparse.Namespace) -> int:
+    from envguard.atomic import write_text_atomic
+    from envguard.gate import project_root_of, read_lock
+    from envguard.lock import (
+        DEFAULT_FORBIDDEN,
+        Lock,
+        build_entry,
+        dump_lock,
+        hash_files,
+        script_owner,
+        validate_name,
+    )
     from envguard.store import read_snapshot
 
     name = validate_name(args.name)
@@ -133,6 +132,9 @@ def cmd_lock(args: argparse.Namespace) -> int:
 
 
 def _resolve_lock(name: str | None, explicit: str | None) -> Path:
+    from envguard.gate import find_lock
+    from envguard.lock import validate_name
+
     if explicit:
         return Path(explicit)
     if not name:
@@ -141,6 +143,7 @@ def _resolve_lock(name: str | None, explicit: str | None) -> Path:
 
 
 def _render(result: GateResult, fmt: OutputFormat, *, stream: TextIO) -> None:
+    from envguard.render.sanitize import clean
     from envguard.report import DiffReport
 
     closest = result.matched or result.closest
@@ -157,22 +160,23 @@ def _render(result: GateResult, fmt: OutputFormat, *, stream: TextIO) -> None:
         from envguard.render import diff_markdown
 
         print(diff_markdown.render(report), end="", file=stream)
+    elif result.passed:
+        # Plain text on the happy path: rich costs 40 ms of the gate's budget.
+        print(f"envguard: matches entry {clean(closest.entry.id)} of "
+              f"{clean(result.lock_path)}", file=stream)
+        for f in result.findings:
+            print(f"envguard: warning: {clean(f.title, 300)} [{f.rule}]", file=stream)
     else:
         from rich.console import Console
 
         from envguard.render import diff_text
 
-        console = Console(file=stream, highlight=False)
-        if result.passed:
-            console.print(f"envguard: matches entry {closest.entry.id} of {result.lock_path}",
-                          markup=False, highlight=False)
-            for f in result.findings:
-                console.print(f"warning: {f.title}", markup=False)
-        else:
-            console.print(diff_text.render(report))
+        Console(file=stream, highlight=False).print(diff_text.render(report))
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from envguard.gate import check, project_root_of, read_lock
+
     path = _resolve_lock(args.name, args.lock)
     lock = read_lock(path)
     root = project_root_of(path)
@@ -182,6 +186,15 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from envguard.gate import (
+        VERIFIED_ENV,
+        check,
+        find_lock,
+        interpreter_of,
+        project_root_of,
+        read_lock,
+    )
+    from envguard.lock import validate_name
     from envguard.runner import record_run, run_child
 
     argv = list(args.argv)
