@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,7 +75,12 @@ class GateResult:
         """Why the gate failed (or what it warns about): the closest entry's findings."""
         base = () if self.matched is not None else (
             self.closest.findings if self.closest else ())
-        return (*((self.cache_note,) if self.cache_note else ()), *base)
+        note = self.cache_note
+        if note is None:
+            return base
+        if note.severity is not Severity.CRITICAL:
+            return (*base, note)  # a warning only: never the headline of a refusal
+        return tuple(sorted((note, *base), key=lambda f: (f.severity.rank, -f.weight, f.rule)))
 
 
 def _minor(version: str) -> str:
@@ -236,7 +242,13 @@ def interpreter_of(command: str) -> str | None:
         return None
     first = head[0][2:].strip()
     if first == "/bin/sh" and len(head) > 1 and head[1].startswith("'''exec' "):
-        first = head[1].split("'", 4)[3].strip().split(" ")[0].strip('"')
+        # pip and uv's trampoline for long or spaced paths: '''exec' "/p/python" "$0" "$@"
+        try:
+            words = shlex.split(head[1])
+        except ValueError:
+            return None
+        exe = words[1] if len(words) > 1 else ""
+        return exe if "python" in os.path.basename(exe) else None
     parts = first.split()
     if not parts:
         return None

@@ -106,7 +106,8 @@ def marker_environment(snapshot: Snapshot) -> dict[str, str]:
     """PEP 508 marker values of the snapshotted interpreter (not envguard's own)."""
     interp = snapshot.interpreter
     version = interp.version
-    machine = interp.platform.split("-", 1)[-1] if "-" in interp.platform else ""
+    # sysconfig platforms: linux-x86_64, macosx-14.0-arm64, win-amd64
+    machine = interp.platform.rsplit("-", 1)[-1] if "-" in interp.platform else ""
     system = interp.platform.split("-", 1)[0]
     return {
         "implementation_name": interp.implementation,
@@ -121,8 +122,8 @@ def marker_environment(snapshot: Snapshot) -> dict[str, str]:
         "platform_version": "",
         "python_full_version": version,
         "python_version": ".".join(version.split(".")[:2]),
-        "sys_platform": "linux" if system == "linux" else ("darwin" if system == "macosx"
-                                                            else system),
+        "sys_platform": {"linux": "linux", "macosx": "darwin", "win": "win32"}.get(
+            system, system),
     }
 
 
@@ -178,8 +179,13 @@ def project_requires(project_root: Path, distribution: str) -> list[str] | None:
         return None
     reqs = [r for r in project.get("dependencies", []) if isinstance(r, str)]
     for extra, items in (project.get("optional-dependencies") or {}).items():
-        reqs += [f"{r} ; extra == '{extra}'" if ";" not in r else f"{r} and extra == '{extra}'"
-                 for r in items if isinstance(r, str)]
+        for r in items:
+            if not isinstance(r, str):
+                continue
+            # Its own marker in parentheses: "a or b" must not become "a or (b and extra)".
+            req, _, marker = r.partition(";")
+            reqs.append(f"{req.strip()} ; ({marker.strip()}) and extra == '{extra}'"
+                        if marker.strip() else f"{req.strip()} ; extra == '{extra}'")
     return reqs
 
 
@@ -279,6 +285,10 @@ def parse_lock(text: str, source: str) -> Lock:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{source}: not valid TOML: {exc}") from None
+    except ValueError as exc:  # an integer longer than int() converts (4300 digits)
+        raise InputError(f"{source}: not a usable lockfile: {exc}") from None
+    except RecursionError:
+        raise InputError(f"{source}: not a usable lockfile (nested too deeply)") from None
     schema = data.get("schema")
     match = re.fullmatch(r"envguard\.lock/([0-9]{1,6})(?:\.[0-9]{1,6})?", str(schema))
     if not isinstance(schema, str) or match is None:
@@ -372,7 +382,7 @@ def dump_lock(lock: Lock) -> str:
         for pkg in entry.packages:
             lines += ["", "[[environment.packages]]", f"name = {_toml_str(pkg.name)}",
                       f"version = {_toml_str(pkg.version)}"]
-            if pkg.fingerprint:
+            if pkg.fingerprint is not None:
                 lines.append(f"fingerprint = {_toml_str(pkg.fingerprint)}")
     return "\n".join(lines) + "\n"
 

@@ -37,19 +37,26 @@ def run_child(argv: Sequence[str], env: Mapping[str, str]) -> int:
     executable = resolve_command(argv[0], env)
     if executable is None:
         raise CommandNotFound(f"command not found: {argv[0]}")
-    try:
-        child = subprocess.Popen(list(argv), executable=executable, env=dict(env))
-    except FileNotFoundError:
-        raise CommandNotFound(f"command not found: {argv[0]}") from None
-    except PermissionError:
-        raise CommandNotFound(f"command not executable: {argv[0]}") from None
+    child: subprocess.Popen[bytes] | None = None
+    pending: list[int] = []
 
     def forward(signum: int, _frame: FrameType | None) -> None:
-        if child.poll() is None:
+        if child is None:
+            pending.append(signum)  # arrived while the child was being started
+        elif child.poll() is None:
             child.send_signal(signum)
 
+    # Installed before the child starts: a SIGTERM in between must not orphan it.
     previous = {s: signal.signal(s, forward) for s in _FORWARDED}
     try:
+        try:
+            child = subprocess.Popen(list(argv), executable=executable, env=dict(env))
+        except FileNotFoundError:
+            raise CommandNotFound(f"command not found: {argv[0]}") from None
+        except PermissionError:
+            raise CommandNotFound(f"command not executable: {argv[0]}") from None
+        for signum in pending:
+            child.send_signal(signum)
         while True:
             try:
                 code = child.wait()
