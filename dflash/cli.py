@@ -48,7 +48,8 @@ def verify_environment() -> tuple[bool, list[str], str]:
         file_patterns=tuple(str(root / p) for p in lock.file_patterns), cwd=root,
         use_project_config=False, write_cache_marker=False, integrity_only=frozenset(names)))
     result = check(snapshot, lock, str(path), root)
-    return result.passed, [f"[{f.rule}] {f.title}" for f in result.findings], f"checked {path}"
+    mismatch = [] if result.passed else [f"[{f.rule}] {f.title}" for f in result.findings]
+    return result.passed, mismatch, f"checked {path}"
 
 
 def main(argv: list[str] | None = None) -> int:

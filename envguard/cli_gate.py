@@ -106,7 +106,7 @@ def cmd_lock(args: argparse.Namespace) -> int:
         file_patterns=tuple(args.files) if args.files is not None else lock.file_patterns,
         cache_policy=args.cache_policy or lock.cache_policy,
         forbidden=tuple(args.forbid) if args.forbid is not None else
-        (lock.forbidden or DEFAULT_FORBIDDEN))
+        (lock.forbidden if existing else DEFAULT_FORBIDDEN))
     if args.from_snapshot:
         snapshot = read_snapshot(args.from_snapshot)
     else:
@@ -118,6 +118,10 @@ def cmd_lock(args: argparse.Namespace) -> int:
                              " pass --distribution")
         lock = dataclasses.replace(lock, distribution=owner[0],
                                    extras=lock.extras or owner[1])
+    forbidden = lock.forbidden_installed(snapshot)
+    if forbidden:
+        raise InputError(f"will not lock an environment with forbidden packages installed: "
+                         f"{', '.join(forbidden)} (uninstall them, or change --forbid)")
     entry = build_entry(snapshot, lock, entry_id=args.entry, project_root=root)
     lock = dataclasses.replace(lock, files=hash_files(lock, root))
     snap_rel = f"{name}.snapshots/{entry.id}.json"
@@ -149,9 +153,12 @@ def _render(result: GateResult, fmt: OutputFormat, *, stream: TextIO) -> None:
     closest = result.matched or result.closest
     if closest is None:
         raise InputError(f"{result.lock_path}: the lock has no environment entries")
+    blocking = result.cache_note if (result.cache_note is not None and not result.passed
+                                     and result.matched is not None) else None
     report = DiffReport(old_name=f"{result.lock_path} [{closest.entry.id}]",
                         new_name="this environment", diff=closest.diff,
-                        findings=result.findings)
+                        findings=result.findings,
+                        refused_by=blocking.title if blocking is not None else None)
     if fmt is OutputFormat.JSON:
         from envguard.render import diff_json
 
@@ -227,7 +234,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         _render(result, OutputFormat.TEXT, stream=sys.stderr)
     env = dict(os.environ)
     if result.passed:
-        env[VERIFIED_ENV] = f"{lock.name}:{entry}:{result.snapshot.created_at}"
+        from envguard.lock import snapshot_digest
+
+        env[VERIFIED_ENV] = f"{lock.name}:{entry}:{snapshot_digest(snapshot)}"
     code = run_child(argv, env)
     record_run(snapshot, {**meta, "exit_code": code}, Path.cwd(), good=result.passed)
     return code

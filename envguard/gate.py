@@ -20,6 +20,7 @@ from pathlib import Path
 from envguard.diff import SnapshotDiff, diff
 from envguard.errors import InputError
 from envguard.explain import Finding, Severity, explain
+from envguard.explain.packages import FOREIGN_STACKS
 from envguard.lock import Lock, LockEntry, closure, parse_lock, project_requires
 from envguard.model import (
     Distribution,
@@ -31,7 +32,7 @@ from envguard.model import (
 )
 
 VERIFIED_ENV = "ENVGUARD_VERIFIED"
-"""Set by ``envguard run`` for the child: ``<lock name>:<entry id>:<snapshot digest>``."""
+"""Set by ``envguard run`` for the child: ``<lock name>:<entry id>:sha256:<snapshot digest>``."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -161,8 +162,17 @@ def compare(entry: LockEntry, lock: Lock, current: Snapshot,
         cuda_wheel_family=now.torch.cuda_wheel_family, cuda_wheels=now.torch.cuda_wheels,
         location=now.torch.location))
     changes = diff(reference, now)
-    return EntryComparison(entry=entry, diff=changes,
-                           findings=tuple(explain(reference, now, changes)))
+    findings = explain(reference, now, changes)
+    custom = [n for n in lock.forbidden_installed(current) if not FOREIGN_STACKS.match(n)]
+    if custom:
+        findings.insert(0, Finding(
+            rule="forbidden-package-installed", severity=Severity.CRITICAL,
+            title=f"packages this lock forbids are installed: {', '.join(custom)}",
+            explanation="The lock's `forbidden` patterns name packages that must not be in "
+                        "this environment.",
+            evidence=tuple(f"{n} matches one of: {', '.join(lock.forbidden)}" for n in custom),
+            remedy=(f"uv pip uninstall {' '.join(custom)}",), weight=85))
+    return EntryComparison(entry=entry, diff=changes, findings=tuple(findings))
 
 
 def _cache_note(lock: Lock, snapshot: Snapshot) -> Finding | None:

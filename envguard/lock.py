@@ -177,8 +177,14 @@ def project_requires(project_root: Path, distribution: str) -> list[str] | None:
     if not isinstance(project, dict) or _norm(str(project.get("name", ""))) != _norm(
             distribution):
         return None
-    reqs = [r for r in project.get("dependencies", []) if isinstance(r, str)]
-    for extra, items in (project.get("optional-dependencies") or {}).items():
+    deps = project.get("dependencies", [])
+    optional = project.get("optional-dependencies") or {}
+    if not isinstance(deps, list) or not isinstance(optional, dict):
+        return None
+    reqs = [r for r in deps if isinstance(r, str)]
+    for extra, items in optional.items():
+        if not isinstance(items, list):
+            continue
         for r in items:
             if not isinstance(r, str):
                 continue

@@ -17,14 +17,18 @@ class DiffReport:
     diff: SnapshotDiff
     findings: tuple[Finding, ...]
     symptom: str | None = None
+    refused_by: str | None = None
+    """A gate refusal that is not a difference (``require-warm`` with a cold cache)."""
 
     @property
     def equivalent(self) -> bool:
-        return self.diff.equivalent
+        return self.diff.equivalent and self.refused_by is None
 
     @property
     def verdict(self) -> str:
         """The headline: one sentence."""
+        if self.refused_by is not None and self.diff.equivalent:
+            return f"refused: {self.refused_by}"
         if self.equivalent:
             return "equivalent: no difference that changes behaviour"
         if not self.findings:

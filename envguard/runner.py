@@ -31,8 +31,10 @@ class CommandNotFound(EnvguardError):
 def run_child(argv: Sequence[str], env: Mapping[str, str]) -> int:
     """Run ``argv`` and return its exit status, shell-style (128 + N when killed by signal N).
 
-    SIGINT, SIGTERM and SIGHUP received by envguard are passed to the child, which
-    decides what to do with them; envguard waits for it either way.
+    SIGTERM and SIGHUP received by envguard are passed to the child, which decides
+    what to do with them; envguard waits for it either way. SIGINT is passed on too,
+    except from a terminal: Ctrl-C already reaches the child, which shares envguard's
+    foreground process group, and a second SIGINT could cut its clean-up short.
     """
     executable = resolve_command(argv[0], env)
     if executable is None:
@@ -40,7 +42,11 @@ def run_child(argv: Sequence[str], env: Mapping[str, str]) -> int:
     child: subprocess.Popen[bytes] | None = None
     pending: list[int] = []
 
+    from_terminal = sys.stdin is not None and sys.stdin.isatty()
+
     def forward(signum: int, _frame: FrameType | None) -> None:
+        if signum == signal.SIGINT and from_terminal:
+            return  # the terminal delivered it to the child already
         if child is None:
             pending.append(signum)  # arrived while the child was being started
         elif child.poll() is None:

@@ -1,0 +1,65 @@
+"""Gate policies on a real (H200) snapshot, in-process: forbidden patterns, require-warm."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from envguard.gate import check
+from envguard.lock import Lock, build_entry
+from envguard.model import Distribution
+from envguard.report import DiffReport
+from tests.incident import real_h200
+
+
+def _lock(tmp_path: Path, **kw: object) -> tuple[Lock, object]:
+    snap = real_h200()
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "envguard"\nversion = "0"\ndependencies = ["torch"]\n')
+    lock = Lock(name="t", command="t", distribution="envguard", **kw)  # type: ignore[arg-type]
+    lock = lock.with_entry(build_entry(snap, lock, entry_id="h200", project_root=tmp_path))
+    return lock, snap
+
+
+def test_custom_forbidden_pattern_is_named(tmp_path: Path) -> None:
+    lock, snap = _lock(tmp_path, forbidden=("mycorp-*",))
+    extra = Distribution(name="mycorp-serving", version="1.0", location="/x",
+                         metadata_dir="mycorp_serving-1.0.dist-info")
+    polluted = dataclasses.replace(snap, packages=[*snap.packages, extra])  # type: ignore[attr-defined]
+    result = check(polluted, lock, "t.toml", tmp_path)
+    assert not result.passed
+    assert result.findings[0].rule == "forbidden-package-installed"
+    assert "mycorp-serving" in result.findings[0].title
+    assert check(snap, lock, "t.toml", tmp_path).passed  # type: ignore[arg-type]
+
+
+def test_require_warm_refuses_a_cold_cache_and_says_so(tmp_path: Path) -> None:
+    lock, snap = _lock(tmp_path, cache_policy="require-warm")
+    result = check(snap, lock, "t.toml", tmp_path)  # type: ignore[arg-type]
+    assert result.matched is not None and not result.passed  # the H200 cache is absent
+    assert result.cache_note is not None and result.cache_note.rule == "compile-cache-cold"
+    report = DiffReport(old_name="lock", new_name="env", diff=result.matched.diff,
+                        findings=result.findings, refused_by=result.cache_note.title)
+    assert not report.equivalent
+    assert report.verdict.startswith("refused: the torch.compile cache")
+    relaxed = dataclasses.replace(lock, cache_policy="warn-if-cold")
+    assert check(snap, relaxed, "t.toml", tmp_path).passed  # type: ignore[arg-type]
+
+
+def test_lock_refuses_an_environment_with_forbidden_packages(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    snap = real_h200()
+    sglang = Distribution(name="sglang", version="0.5.6", location="/x",
+                          metadata_dir="sglang-0.5.6.dist-info")
+    polluted = tmp_path / "polluted.json"
+    polluted.write_text(dataclasses.replace(snap, packages=[*snap.packages, sglang]).to_json())
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "envguard"\nversion = "0"\ndependencies = ["torch"]\n')
+    proc = subprocess.run([sys.executable, "-m", "envguard", "lock", "t", "--from",
+                           str(polluted), "--distribution", "envguard"], cwd=tmp_path,
+                          capture_output=True, text=True, check=False, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "forbidden packages installed: sglang" in proc.stderr
+    assert not (tmp_path / "lockfiles" / "t.toml").exists()
