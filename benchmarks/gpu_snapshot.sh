@@ -31,3 +31,10 @@ cat "$OUT/bench.md"
 # envguard diff on ~300 distributions (in-process and CLI).
 PYTHONPATH=. "$PY" benchmarks/bench_diff.py --json "$OUT/diff.json" > "$OUT/diff.md" 2>&1
 cat "$OUT/diff.md"
+
+# The gate against the bundled lock's h200-cu130 entry (issue 4).
+PYTHONPATH=. "$PY" -m envguard check dflash-train > "$OUT/gate-check.txt" 2>&1
+echo "check exit $?" >> "$OUT/gate-check.txt"
+PYTHONPATH=. "$PY" benchmarks/bench_gate.py --python "$PY" --json "$OUT/gate.json" \
+    > "$OUT/gate.md" 2>&1
+cat "$OUT/gate-check.txt" "$OUT/gate.md"
