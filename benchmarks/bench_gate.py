@@ -2,9 +2,10 @@
 
     python benchmarks/bench_gate.py [--python PY] [--lock lockfiles/dflash-train.toml]
 
-The command is ``PY -c pass`` (so the child costs the same in both columns) and the
-lock is the bundled one; the environment checked is PY's. Overhead = median(gated) −
-median(direct). Also times ``envguard check``.
+The command is a Python one-liner that prints the wall-clock time at which its first
+statement runs; the lock is the bundled one and the environment checked is PY's.
+Overhead before the child starts = median(child start − launch, gated) − the same,
+direct (the child's own interpreter start cancels out). Also times ``envguard check``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,18 @@ def timed(cmd: list[str], env: dict[str, str], reps: int) -> tuple[list[float], 
     return out, code
 
 
+def to_child_start(cmd: list[str], env: dict[str, str], reps: int) -> list[float]:
+    """Seconds from launching ``cmd`` to the first statement of the child it runs."""
+    out = []
+    for _ in range(reps):
+        launched = time.time()
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT,
+                              check=False)
+        started = float(proc.stdout.strip().splitlines()[-1])
+        out.append(started - launched)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--python", default=sys.executable)
@@ -40,7 +53,7 @@ def main() -> int:
     args = parser.parse_args()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     envguard = [args.python, "-m", "envguard"]
-    child = [args.python, "-c", "pass"]
+    child = [args.python, "-c", "import time; print(repr(time.time()))"]
     gated = [*envguard, "run", "--lock", args.lock, "--python", args.python, "--", *child]
     check = [*envguard, "check", "--lock", args.lock, "--python", args.python]
     for cmd in (gated, child, check):  # warm-up: bytecode, RECORD cache, page cache
@@ -48,10 +61,13 @@ def main() -> int:
     t_gated, rc_gated = timed(gated, env, args.reps)
     t_child, _ = timed(child, env, args.reps)
     t_check, rc_check = timed(check, env, args.reps)
+    s_gated = statistics.median(to_child_start(gated, env, args.reps))
+    s_direct = statistics.median(to_child_start(child, env, args.reps))
     res = {
         "gated_s": statistics.median(t_gated), "direct_s": statistics.median(t_child),
         "check_s": statistics.median(t_check), "gate_exit": rc_gated, "check_exit": rc_check,
-        "overhead_s": statistics.median(t_gated) - statistics.median(t_child),
+        "child_start_gated_s": s_gated, "child_start_direct_s": s_direct,
+        "overhead_s": s_gated - s_direct,
         "host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
         "commands": {"gated": " ".join(gated), "direct": " ".join(child),
                      "check": " ".join(check)},
@@ -61,8 +77,10 @@ def main() -> int:
     print(f"{res['cpus']} CPUs, Python {res['python']}; gate exit {rc_gated}, check exit "
           f"{rc_check} (0 = the environment matched the lock)")
     print("| measure | median | bar |\n|---|---|---|")
-    print(f"| `envguard run --lock L -- PY -c pass` | {res['gated_s']:.3f} s | |")
-    print(f"| `PY -c pass` (the command alone) | {res['direct_s']:.3f} s | |")
+    print(f"| `envguard run --lock L -- CHILD`, whole run | {res['gated_s']:.3f} s | |")
+    print(f"| `CHILD` alone, whole run | {res['direct_s']:.3f} s | |")
+    print(f"| launch → child's first statement, gated | {s_gated:.3f} s | |")
+    print(f"| launch → child's first statement, direct | {s_direct:.3f} s | |")
     print(f"| gate overhead before the child starts | **{res['overhead_s']:.3f} s** | ≤ 0.3 s |")
     print(f"| `envguard check --lock L` | {res['check_s']:.3f} s | |")
     return 0

@@ -75,7 +75,7 @@ def _snapshot(python: str | None, lock: Lock, root: Path, *, fast: bool) -> Snap
     names = {p.name for e in lock.entries for p in e.packages} | {lock.distribution}
     options = SnapshotOptions(
         python=python, file_patterns=patterns, cwd=root, use_project_config=False,
-        write_cache_marker=not fast,
+        write_cache_marker=not fast, git=not fast,
         integrity_only=frozenset(names) if fast and lock.entries else None)
     return collect(options)
 

@@ -88,15 +88,13 @@ def _minor(version: str) -> str:
     return ".".join(version.split(".")[:2])
 
 
-def _scope_names(lock: Lock, entry: LockEntry, snapshot: Snapshot,
-                 project_root: Path) -> set[str]:
-    """What the gate looks at: the locked packages, the current closure, forbidden ones."""
-    names = {p.name for p in entry.packages}
-    names |= set(closure(snapshot, lock.distribution, lock.extras,
-                         project_requires(project_root, lock.distribution)))
-    names -= {p.name for p in snapshot.packages if p.editable}
+def _current_closure(lock: Lock, snapshot: Snapshot, project_root: Path) -> set[str]:
+    """The command's closure as installed now, plus forbidden packages; the same for every
+    entry, so computed once per check."""
+    names = set(closure(snapshot, lock.distribution, lock.extras,
+                        project_requires(project_root, lock.distribution)))
     names |= set(lock.forbidden_installed(snapshot))
-    return names
+    return names - {p.name for p in snapshot.packages if p.editable}
 
 
 def _cut(snapshot: Snapshot, names: set[str], files: dict[str, TrackedFile],
@@ -140,10 +138,13 @@ def _reference(lock: Lock, entry: LockEntry, current: Snapshot, project_root: Pa
         triton_version=entry.triton_version)
 
 
-def compare(entry: LockEntry, lock: Lock, current: Snapshot,
-            project_root: Path) -> EntryComparison:
+def compare(entry: LockEntry, lock: Lock, current: Snapshot, project_root: Path,
+            current_closure: set[str] | None = None) -> EntryComparison:
     ref_dists, ref_files, ref_torch = _reference(lock, entry, current, project_root)
-    names = _scope_names(lock, entry, current, project_root)
+    if current_closure is None:
+        current_closure = _current_closure(lock, current, project_root)
+    editable = {p.name for p in current.packages if p.editable}
+    names = ({p.name for p in entry.packages} - editable) | current_closure
     cur_files = {f.path: f for f in current.files.files if f.path in ref_files}
     for path in ref_files:
         cur_files.setdefault(path, TrackedFile(pattern=path, path=path, exists=False))
@@ -197,7 +198,8 @@ def _cache_note(lock: Lock, snapshot: Snapshot) -> Finding | None:
 
 
 def check(snapshot: Snapshot, lock: Lock, lock_path: str, project_root: Path) -> GateResult:
-    comparisons = tuple(compare(e, lock, snapshot, project_root) for e in lock.entries)
+    now = _current_closure(lock, snapshot, project_root)
+    comparisons = tuple(compare(e, lock, snapshot, project_root, now) for e in lock.entries)
     return GateResult(lock=lock, lock_path=lock_path, snapshot=snapshot,
                       comparisons=comparisons, cache_note=_cache_note(lock, snapshot))
 

@@ -58,6 +58,8 @@ class SnapshotOptions:
     """Reuse parsed RECORDs from earlier snapshots of the same environment."""
     integrity_only: frozenset[str] | None = None
     """Check only these distributions against RECORD (the gate's fast path); None: all."""
+    git: bool = True
+    """Record the git state of the working directory (the gate does not need it)."""
 
 
 def _abi_tag(soabi: str | None, interpreter_tag: str) -> str | None:
@@ -119,19 +121,21 @@ class _Commands:
 
     gpus: Task[tuple[CommandResult, str | None]]
     nvcc: Task[CommandResult] | None
-    git_root: Task[CommandResult]
-    git_status: Task[CommandResult]
+    git_root: Task[CommandResult] | None
+    git_status: Task[CommandResult] | None
 
     @classmethod
-    def start(cls, env: Mapping[str, str], cwd: str, cache_root: Path) -> _Commands:
+    def start(cls, env: Mapping[str, str], cwd: str, cache_root: Path,
+              git: bool = True) -> _Commands:
         nvcc_cmd = system.nvcc_command(env)
         git_status = ["git", "status", "--porcelain=v2", "--branch", "-z"]
         return cls(
             gpus=Task(lambda: gpu_cache.query(env, COMMAND_TIMEOUT_S, cache_root)),
             nvcc=Task(lambda: run(nvcc_cmd, timeout=COMMAND_TIMEOUT_S)) if nvcc_cmd else None,
             git_root=Task(lambda: run(["git", "rev-parse", "--show-toplevel"], cwd=cwd,
-                                      env=env, timeout=COMMAND_TIMEOUT_S)),
-            git_status=Task(lambda: run(git_status, cwd=cwd, env=env, timeout=COMMAND_TIMEOUT_S)),
+                                      env=env, timeout=COMMAND_TIMEOUT_S)) if git else None,
+            git_status=Task(lambda: run(git_status, cwd=cwd, env=env,
+                                        timeout=COMMAND_TIMEOUT_S)) if git else None,
         )
 
 
@@ -181,7 +185,7 @@ def collect(options: SnapshotOptions, progress: Progress | None = None) -> Snaps
         mark = now
 
     cache_root = options.hash_cache_root or default_cache_root()
-    commands = _Commands.start(env, str(options.cwd), cache_root)
+    commands = _Commands.start(env, str(options.cwd), cache_root, options.git)
     target = probe_python(options.python) if options.python else probe_self()
     deep_task = Task(lambda: deep.collect(target.executable)) if options.deep else None
     lap("interpreter")
@@ -195,9 +199,11 @@ def collect(options: SnapshotOptions, progress: Progress | None = None) -> Snaps
 
     project_files, extra_env = _project_config(options, issues)
     user_patterns = [str(options.cwd / p) for p in options.file_patterns]
-    git_root = commands.git_root.result()
-    tracked = files.collect([*user_patterns, *project_files], git_root if git_root.ok else None,
-                            commands.git_status.result(), issues)
+    git_root = commands.git_root.result() if commands.git_root else None
+    git_status = commands.git_status.result() if commands.git_status else None
+    tracked = files.collect([*user_patterns, *project_files],
+                            git_root if git_root is not None and git_root.ok else None,
+                            git_status, issues)
     environment = envvars.collect(env, extra_env, issues)
     lap("files")
     smi_result, cuda_driver = commands.gpus.result()
