@@ -6,8 +6,6 @@ import contextlib
 import re
 from collections.abc import Iterator
 
-from packaging.version import InvalidVersion, Version
-
 from envguard.diff import ADDED, REMOVED, Change
 from envguard.explain.interface import Context, Finding, Rule, Severity, short
 
@@ -102,6 +100,8 @@ def package_build_changed(ctx: Context) -> Iterator[Finding]:
 
 def bump_kind(old: str | None, new: str | None) -> str:
     """``major``, ``minor``, ``patch``, ``local`` (only the +label) or ``other``."""
+    from packaging.version import InvalidVersion, Version
+
     try:
         a, b = Version(old or ""), Version(new or "")
     except InvalidVersion:
@@ -120,6 +120,8 @@ def package_version_changed(ctx: Context) -> Iterator[Finding]:
     changed = _others(ctx, "version")
     if not changed:
         return
+    from packaging.version import InvalidVersion, Version
+
     torch_deps = {re.split(r"[ ;<>=!~\[(]", r, maxsplit=1)[0].lower().replace("_", "-")
                   for p in (ctx.old.package("torch"),) if p for r in p.requires}
     core = CORE | torch_deps
