@@ -55,27 +55,34 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     chk.add_argument("--lock", metavar="PATH")
     chk.add_argument("--python", metavar="PY")
     chk.add_argument("--format", choices=[f.value for f in OutputFormat], default="text")
+    chk.add_argument("--strict", action="store_true",
+                     help="every distribution must match, not only the command's closure")
     chk.set_defaults(handler=cmd_check)
 
     run = sub.add_parser(
         "run", help="run a command only if the environment matches its lock",
-        usage="envguard run [--lock PATH] [--python PY] [--force] -- CMD [ARGS...]",
+        usage="envguard run [--lock PATH] [--python PY] [--force] [--strict] -- CMD [ARGS...]",
         epilog="exit status: the command's own on a match; 3 when refused; 2 bad input")
     run.add_argument("--lock", metavar="PATH")
     run.add_argument("--python", metavar="PY")
     run.add_argument("--force", action="store_true", help="run even if it does not match")
+    run.add_argument("--strict", action="store_true",
+                     help="every distribution must match, not only the command's closure")
     run.add_argument("argv", nargs=argparse.REMAINDER, metavar="CMD")
     run.set_defaults(handler=cmd_run)
 
 
-def _snapshot(python: str | None, lock: Lock, root: Path, *, fast: bool) -> Snapshot:
+def _snapshot(python: str | None, lock: Lock, root: Path, *, fast: bool,
+              for_lock: bool = False) -> Snapshot:
+    """``fast``: RECORD checks for the locked packages only, no git. Only ``lock`` records
+    the current build in the compile caches."""
     from envguard.probe import SnapshotOptions, collect
 
     patterns = tuple(str(root / p) for p in lock.file_patterns)
     names = {p.name for e in lock.entries for p in e.packages} | {lock.distribution}
     options = SnapshotOptions(
         python=python, file_patterns=patterns, cwd=root, use_project_config=False,
-        write_cache_marker=not fast, git=not fast,
+        write_cache_marker=for_lock, git=not fast,
         integrity_only=frozenset(names) if fast and lock.entries else None)
     return collect(options)
 
@@ -110,7 +117,7 @@ def cmd_lock(args: argparse.Namespace) -> int:
     if args.from_snapshot:
         snapshot = read_snapshot(args.from_snapshot)
     else:
-        snapshot = _snapshot(args.python, lock, root, fast=False)
+        snapshot = _snapshot(args.python, lock, root, fast=False, for_lock=True)
     if not lock.distribution:
         owner = script_owner(snapshot, lock.command)
         if owner is None:
@@ -187,7 +194,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     path = _resolve_lock(args.name, args.lock)
     lock = read_lock(path)
     root = project_root_of(path)
-    result = check(_snapshot(args.python, lock, root, fast=True), lock, str(path), root)
+    result = check(_snapshot(args.python, lock, root, fast=not args.strict), lock, str(path),
+                   root, strict=args.strict)
     _render(result, OutputFormat(args.format), stream=sys.stdout)
     return ExitCode.OK if result.passed else ExitCode.DRIFT
 
@@ -214,8 +222,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     lock = read_lock(path)
     root = project_root_of(path)
     python = args.python or interpreter_of(argv[0])
-    snapshot = _snapshot(python, lock, root, fast=True)
-    result = check(snapshot, lock, str(path), root)
+    snapshot = _snapshot(python, lock, root, fast=not args.strict)
+    result = check(snapshot, lock, str(path), root, strict=args.strict)
     entry = result.matched.entry.id if result.matched else None
     meta = {"schema": "envguard.run/1", "argv": argv, "lock": lock.name,
             "lockfile": str(path), "entry": entry, "passed": result.passed,

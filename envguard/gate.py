@@ -26,6 +26,7 @@ from envguard.model import (
     Distribution,
     Files,
     Integrity,
+    IntegrityIssue,
     Snapshot,
     TorchIdentity,
     TrackedFile,
@@ -139,7 +140,10 @@ def _reference(lock: Lock, entry: LockEntry, current: Snapshot, project_root: Pa
 
 
 def compare(entry: LockEntry, lock: Lock, current: Snapshot, project_root: Path,
-            current_closure: set[str] | None = None) -> EntryComparison:
+            current_closure: set[str] | None = None,
+            accepted: tuple[IntegrityIssue, ...] = ()) -> EntryComparison:
+    """``accepted``: files that already differed from RECORD when the entry was locked (an
+    image that appends its CA to certifi's bundle); only new differences count."""
     ref_dists, ref_files, ref_torch = _reference(lock, entry, current, project_root)
     if current_closure is None:
         current_closure = _current_closure(lock, current, project_root)
@@ -154,7 +158,8 @@ def compare(entry: LockEntry, lock: Lock, current: Snapshot, project_root: Path,
                                      version=entry.python_version)
     reference = _cut(dataclasses.replace(current, interpreter=ref_interp,
                                          packages=ref_dists, integrity=Integrity(
-                                             mode=current.integrity.mode)),
+                                             mode=current.integrity.mode,
+                                             issues=list(accepted))),
                      {p.name for p in ref_dists}, ref_files, ref_torch)
     # Compile-compat keys and wheel families are not pinned by a lock entry.
     reference = dataclasses.replace(reference, torch=dataclasses.replace(
@@ -197,9 +202,48 @@ def _cache_note(lock: Lock, snapshot: Snapshot) -> Finding | None:
         weight=98)
 
 
-def check(snapshot: Snapshot, lock: Lock, lock_path: str, project_root: Path) -> GateResult:
+def _accepted_issues(entry: LockEntry, lock_dir: Path) -> tuple[IntegrityIssue, ...]:
+    """Integrity differences already present in the entry's reference snapshot."""
+    from envguard.store import read_snapshot
+
+    if not entry.snapshot_file:
+        return ()
+    try:
+        return tuple(read_snapshot(lock_dir / entry.snapshot_file).integrity.issues)
+    except InputError:
+        return ()
+
+
+def _strict_entry(entry: LockEntry, lock_dir: Path) -> LockEntry:
+    """The entry with every distribution of its full reference snapshot pinned (--strict)."""
+    from envguard.lock import LockedPackage
+    from envguard.store import read_snapshot
+
+    if not entry.snapshot_file:
+        raise InputError(f"--strict needs the full snapshot of entry {entry.id}, and the lock "
+                         "does not name one")
+    full = read_snapshot(lock_dir / entry.snapshot_file)
+    pinned = tuple(LockedPackage(name=p.name, version=p.version or "", fingerprint=p.fingerprint)
+                   for p in full.packages if not p.editable)
+    return dataclasses.replace(entry, packages=pinned)
+
+
+def check(snapshot: Snapshot, lock: Lock, lock_path: str, project_root: Path, *,
+          strict: bool = False) -> GateResult:
+    """Compare with every entry. ``strict``: every distribution must match the entry's full
+    snapshot, not only the command's closure."""
     now = _current_closure(lock, snapshot, project_root)
-    comparisons = tuple(compare(e, lock, snapshot, project_root, now) for e in lock.entries)
+    entries = lock.entries
+    if strict:
+        lock_dir = Path(lock_path).parent
+        entries = tuple(_strict_entry(e, lock_dir) for e in entries)
+        now |= {p.name for p in snapshot.packages if not p.editable}
+    lock_dir = Path(lock_path).parent
+    touched = any(i.package in now for i in snapshot.integrity.issues)
+    comparisons = tuple(
+        compare(e, lock, snapshot, project_root, now,
+                _accepted_issues(e, lock_dir) if touched else ())
+        for e in entries)
     return GateResult(lock=lock, lock_path=lock_path, snapshot=snapshot,
                       comparisons=comparisons, cache_note=_cache_note(lock, snapshot))
 

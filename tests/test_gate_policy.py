@@ -63,3 +63,38 @@ def test_lock_refuses_an_environment_with_forbidden_packages(tmp_path: Path) -> 
     assert proc.returncode == 2, proc.stderr
     assert "forbidden packages installed: sglang" in proc.stderr
     assert not (tmp_path / "lockfiles" / "t.toml").exists()
+
+
+def test_strict_pins_every_distribution_of_the_reference(tmp_path: Path) -> None:
+    import dataclasses as dc
+
+    snap = real_h200()
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "envguard"\nversion = "0"\ndependencies = ["torch"]\n')
+    lock_dir = tmp_path / "lockfiles"
+    (lock_dir / "t.snapshots").mkdir(parents=True)
+    (lock_dir / "t.snapshots" / "h200.json").write_text(snap.to_json())
+    lock = Lock(name="t", command="t", distribution="envguard")
+    entry = dc.replace(build_entry(snap, lock, entry_id="h200", project_root=tmp_path),
+                       snapshot_file="t.snapshots/h200.json")
+    lock = lock.with_entry(entry)
+    extra = Distribution(name="pandas-extra", version="9.9", location="/x",
+                         metadata_dir="pandas_extra-9.9.dist-info")
+    drifted = dc.replace(snap, packages=[*snap.packages, extra])
+    lock_path = str(lock_dir / "t.toml")
+    assert check(drifted, lock, lock_path, tmp_path).passed  # outside the closure: free
+    strict = check(drifted, lock, lock_path, tmp_path, strict=True)
+    assert not strict.passed
+    assert "package-added" in {f.rule for f in strict.findings}
+    assert check(snap, lock, lock_path, tmp_path, strict=True).passed
+    # The H200 image appends a CA to certifi's bundle: accepted at lock time, so not news;
+    # a new edit in torch is.
+    from envguard.model import IntegrityIssue
+
+    assert {i.package for i in snap.integrity.issues} == {"certifi", "pip"}
+    patched = dc.replace(snap, integrity=dc.replace(snap.integrity, issues=[
+        *snap.integrity.issues,
+        IntegrityIssue(package="torch", path="torch/fx/_symbolic_trace.py", problem="size")]))
+    refused = check(patched, lock, lock_path, tmp_path, strict=True)
+    assert [f.rule for f in refused.findings if f.severity.value == "critical"] == [
+        "installed-files-modified"]
