@@ -9,15 +9,13 @@ path, as packaging's ``pylock`` does: ``expected str, got int in 'packages[3].ve
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import re
-import types
-import typing
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, Union
+from typing import Any
 
 from envguard.errors import SnapshotValidationError, UnsupportedSchemaError
+from envguard.validation import build, type_name
 
 SCHEMA_NAME = "envguard.snapshot"
 SCHEMA_MAJOR = 1
@@ -299,9 +297,9 @@ class Snapshot:
     @classmethod
     def from_dict(cls, data: object) -> Snapshot:
         if not isinstance(data, dict):
-            raise SnapshotValidationError(f"expected an object, got {_type_name(data)}")
+            raise SnapshotValidationError(f"expected an object, got {type_name(data)}")
         check_schema(data.get("schema"))
-        return _build(cls, data, "")
+        return build(cls, data)
 
     @classmethod
     def from_json(cls, text: str) -> Snapshot:
@@ -348,97 +346,3 @@ def _schema_int(digits: str) -> int:
     """A schema version number; absurdly long ones (int() refuses > 4300 digits) saturate."""
     digits = digits.lstrip("0") or "0"
     return int(digits) if len(digits) <= 9 else 10**9
-
-
-_T = TypeVar("_T")
-
-
-def _type_name(value: object) -> str:
-    return "null" if value is None else type(value).__name__
-
-
-@functools.cache
-def _spec(cls: Any) -> tuple[tuple[str, Any, bool], ...]:
-    """(name, type, required) of every field; resolving hints once per class is what
-    keeps loading a 300-package snapshot in a few milliseconds."""
-    hints = typing.get_type_hints(cls)
-    return tuple(
-        (f.name, hints[f.name],
-         f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
-        for f in dataclasses.fields(cls)
-    )
-
-
-def _build(cls: type[_T], data: object, context: str) -> _T:
-    if not isinstance(data, dict):
-        raise SnapshotValidationError(
-            f"expected an object, got {_type_name(data)}", context=context
-        )
-    kwargs: dict[str, Any] = {}
-    for name, tp, required in _spec(typing.cast(Any, cls)):
-        if name not in data:
-            if required:
-                where = f"{context}.{name}" if context else name
-                raise SnapshotValidationError("missing required field", context=where)
-            continue
-        kwargs[name] = _convert(tp, data[name], f"{context}.{name}" if context else name)
-    # Unknown keys are ignored: a newer minor schema may add fields.
-    return cls(**kwargs)
-
-
-def _convert(tp: Any, value: object, context: str) -> Any:
-    origin = typing.get_origin(tp)
-    if origin in (Union, types.UnionType):
-        options = typing.get_args(tp)
-        if value is None and type(None) in options:
-            return None
-        errors: list[SnapshotValidationError] = []
-        for option in options:
-            if option is type(None):
-                continue
-            try:
-                return _convert(option, value, context)
-            except SnapshotValidationError as exc:
-                errors.append(exc)
-        if len(errors) == 1 and errors[0].context != context:
-            raise errors[0]  # the failure is nested inside the one possible type
-        names = " or ".join(_hint_name(o) for o in options)
-        raise SnapshotValidationError(
-            f"expected {names}, got {_type_name(value)}", context=context
-        )
-    if origin is list:
-        (item_tp,) = typing.get_args(tp)
-        if not isinstance(value, list):
-            raise SnapshotValidationError(
-                f"expected a list, got {_type_name(value)}", context=context
-            )
-        return [_convert(item_tp, item, f"{context}[{i}]") for i, item in enumerate(value)]
-    if origin is dict:
-        _key_tp, val_tp = typing.get_args(tp)
-        if not isinstance(value, dict):
-            raise SnapshotValidationError(
-                f"expected an object, got {_type_name(value)}", context=context
-            )
-        return {str(k): _convert(val_tp, v, f"{context}[{k!r}]") for k, v in value.items()}
-    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        return _build(tp, value, context)
-    if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-    elif tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif tp in (str, bool):
-        if type(value) is tp:
-            return value
-    else:  # pragma: no cover - a schema type this converter does not know
-        raise TypeError(f"unsupported schema type {tp!r}")
-    raise SnapshotValidationError(
-        f"expected {_hint_name(tp)}, got {_type_name(value)}", context=context
-    )
-
-
-def _hint_name(tp: Any) -> str:
-    if tp is type(None):
-        return "null"
-    return getattr(tp, "__name__", str(tp))
