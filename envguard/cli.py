@@ -152,11 +152,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     text = snapshot.to_json()
     destination: str | None = None
     if args.json:
-        try:
-            sys.stdout.write(text)
-            sys.stdout.flush()
-        except BrokenPipeError:
-            raise OutputError("stdout closed before the snapshot was written") from None
+        _write_stdout(text)
     else:
         path = Path(args.output) if args.output else _default_snapshot_path()
         write_text_atomic(path, text)
