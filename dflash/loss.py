@@ -1,0 +1,131 @@
+"""Anchor sampling, block inputs, and the weighted same-position CE loss.
+
+Labels are same-position, not shifted: block slot k (1..B-1) predicts x[anchor + k];
+slot 0 holds the anchor token itself and is never trained. (Shifted labels train to
+~70% accuracy and give tau ~1 at inference, SpecForge#455/#473.)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
+
+
+def sample_anchors(loss_mask_BS: Tensor, n: int, block_size: int,
+                   generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+    """Sorted anchors [B, n] (long) and keep [B, n] (bool), fresh every step.
+
+    Valid p: loss_mask[p] == 1 and p <= S - B. Each row takes min(n, #valid) of them,
+    uniformly without replacement, sorted ascending (denser flex tiles); the rest are
+    padding (anchor 0, keep False) on the right.
+    """
+    bsz, seq = loss_mask_BS.shape
+    dev = loss_mask_BS.device
+    valid_BS = loss_mask_BS.bool() & (torch.arange(seq, device=dev) <= seq - block_size)
+    # Top-n of i.i.d. uniform keys = a uniform sample without replacement; invalid
+    # positions get key -1 so they lose to every valid one.
+    keys_BS = torch.rand(bsz, seq, generator=generator, device=dev)
+    keys_BS = torch.where(valid_BS, keys_BS, -1.0)
+    take = min(n, seq)
+    top_keys, top_pos = keys_BS.topk(take, dim=1)
+    picked = torch.where(top_keys >= 0, top_pos, seq)  # seq sorts padding to the right
+    anchors_Bn = picked.sort(dim=1).values
+    if take < n:
+        anchors_Bn = F.pad(anchors_Bn, (0, n - take), value=seq)
+    keep_Bn = anchors_Bn < seq
+    return torch.where(keep_Bn, anchors_Bn, 0), keep_Bn
+
+
+def block_inputs(input_ids_BS: Tensor, anchors_BN: Tensor, block_size: int,
+                 mask_token_id: int) -> tuple[Tensor, Tensor]:
+    """Draft-stream ids [B, N*B] = [x_anchor, MASK*(B-1)] per block, and their absolute
+    positions [B, N*B] = anchor + 0..B-1."""
+    bsz, n = anchors_BN.shape
+    ids_BNK = torch.full((bsz, n, block_size), mask_token_id, dtype=input_ids_BS.dtype,
+                         device=input_ids_BS.device)
+    ids_BNK[:, :, 0] = input_ids_BS.gather(1, anchors_BN)
+    offs_K = torch.arange(block_size, device=anchors_BN.device)
+    pos_BNK = anchors_BN[:, :, None] + offs_K
+    return ids_BNK.reshape(bsz, -1), pos_BNK.reshape(bsz, -1)
+
+
+def block_targets(input_ids_BS: Tensor, loss_mask_BS: Tensor, anchors_BN: Tensor,
+                  keep_BN: Tensor, block_size: int, gamma: float) -> tuple[Tensor, Tensor]:
+    """Labels [B, N*B] and loss weights [B, N*B] = w_k * m_{b,k}.
+
+    w_k = exp(-(k-1)/gamma) for k >= 1, 0 for slot 0;
+    m = keep * (anchor + k < S) * loss_mask[anchor + k].
+    """
+    bsz, seq = input_ids_BS.shape
+    k_K = torch.arange(block_size, device=anchors_BN.device)
+    pos_BNK = anchors_BN[:, :, None] + k_K
+    in_seq_BNK = pos_BNK < seq
+    pos_BNK = pos_BNK.clamp(max=seq - 1)  # gather-safe; masked by in_seq below
+    flat_BQ = pos_BNK.reshape(bsz, -1)
+    labels_BQ = input_ids_BS.gather(1, flat_BQ)
+    lm_BNK = loss_mask_BS.gather(1, flat_BQ).view_as(pos_BNK).bool()
+    m_BNK = keep_BN[:, :, None] & in_seq_BNK & lm_BNK
+    w_K = torch.exp(-(k_K.float() - 1) / gamma)
+    w_K[0] = 0.0  # slot 0 is the anchor itself: never trained
+    weights_BNK = w_K * m_BNK.float()
+    return labels_BQ, weights_BNK.reshape(bsz, -1)
+
+
+@dataclass(frozen=True, slots=True)
+class LossOutput:
+    loss: Tensor
+    """Weighted-mean CE over supervised slots (scalar, differentiable)."""
+    acc_K: Tensor
+    """Per-slot top-1 accuracy [B]; slot 0 and slots with no supervised token are NaN."""
+    count_K: Tensor
+    """Supervised tokens per slot [B] (long)."""
+
+
+def _chunk_ce(hidden_MD: Tensor, labels_M: Tensor, head: nn.Module) -> tuple[Tensor, Tensor]:
+    logits_MV = head(hidden_MD).float()
+    ce_M = F.cross_entropy(logits_MV, labels_M, reduction="none")
+    return ce_M, logits_MV.argmax(-1) == labels_M
+
+
+def dflash_loss(hidden_BQD: Tensor, labels_BQ: Tensor, weights_BQ: Tensor,
+                lm_head: nn.Module, block_size: int, chunk_size: int = 2048) -> LossOutput:
+    """L = sum w*m*CE / sum w*m, with lm_head + CE applied chunk by chunk.
+
+    Only supervised rows (weight > 0) go through lm_head. Each chunk is activation-
+    checkpointed, so at most one [chunk, vocab] logits block is alive at a time in the
+    forward and in the backward; the full [N*B, vocab] logits never exist.
+    """
+    bsz, q_len, d_model = hidden_BQD.shape
+    slot_BQ = torch.arange(q_len, device=hidden_BQD.device).expand(bsz, q_len) % block_size
+    sel_M = (weights_BQ > 0).reshape(-1).nonzero().squeeze(1)
+    hidden_MD = hidden_BQD.reshape(-1, d_model).index_select(0, sel_M)
+    labels_M = labels_BQ.reshape(-1).index_select(0, sel_M)
+    w_M = weights_BQ.reshape(-1).index_select(0, sel_M)
+    slot_M = slot_BQ.reshape(-1).index_select(0, sel_M)
+
+    num = hidden_BQD.new_zeros((), dtype=torch.float32)
+    correct_parts = []
+    for start in range(0, hidden_MD.shape[0], chunk_size):
+        end = start + chunk_size
+        if torch.is_grad_enabled() and hidden_MD.requires_grad:
+            ce_M, ok_M = checkpoint(_chunk_ce, hidden_MD[start:end], labels_M[start:end],
+                                    lm_head, use_reentrant=False)
+        else:
+            ce_M, ok_M = _chunk_ce(hidden_MD[start:end], labels_M[start:end], lm_head)
+        num = num + (ce_M * w_M[start:end]).sum()
+        correct_parts.append(ok_M)
+    # Empty selection: loss is 0 (still attached to the graph), not NaN.
+    loss = num / w_M.sum().clamp_min(torch.finfo(torch.float32).tiny) + 0.0 * hidden_BQD.sum()
+
+    correct_M = torch.cat(correct_parts) if correct_parts else labels_M.new_zeros(0).bool()
+    count_K = torch.zeros(block_size, dtype=torch.long, device=hidden_BQD.device)
+    count_K.index_add_(0, slot_M, torch.ones_like(slot_M))
+    hits_K = torch.zeros(block_size, dtype=torch.long, device=hidden_BQD.device)
+    hits_K.index_add_(0, slot_M, correct_M.long())
+    acc_K = torch.where(count_K > 0, hits_K.float() / count_K.clamp_min(1).float(), math.nan)
+    return LossOutput(loss=loss, acc_K=acc_K, count_K=count_K)

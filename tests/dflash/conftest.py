@@ -1,0 +1,66 @@
+"""Tiny fp32 CPU pieces shared by the dflash tests: a frozen stand-in target
+(embedding + lm_head) and a drafter from the ``tiny`` preset."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+from dflash.config import DrafterConfig, tiny
+from dflash.loss import block_inputs
+from dflash.masks import AttendFn, dense_mask, dflash_block_mask, flex_attend, sdpa_attend
+from dflash.model import DFlashDrafter
+
+# Eager flex_attention on CPU warns that it is unfused; that is expected in tests.
+FLEX_EAGER = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+
+
+@dataclass
+class Tiny:
+    cfg: DrafterConfig
+    drafter: DFlashDrafter
+    embed: nn.Embedding
+    head: nn.Linear
+
+
+@pytest.fixture
+def tiny_setup() -> Tiny:
+    torch.manual_seed(0)
+    cfg = tiny()
+    drafter = DFlashDrafter(cfg).float()
+    embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size).requires_grad_(False)
+    head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False).requires_grad_(False)
+    return Tiny(cfg, drafter, embed, head)
+
+
+def make_attend(kind: str, anchors_BN: Tensor, keep_BN: Tensor, seq: int, bs: int
+                ) -> AttendFn:
+    if kind == "flex":
+        return flex_attend(dflash_block_mask(anchors_BN, keep_BN, seq, bs))
+    return sdpa_attend(dense_mask(anchors_BN, keep_BN, seq, bs))
+
+
+def train_forward(t: Tiny, input_ids_BS: Tensor, feats_BSF: Tensor, anchors_BN: Tensor,
+                  keep_BN: Tensor, kind: str = "sdpa", block_emb_BQD: Tensor | None = None
+                  ) -> Tensor:
+    """Multi-block training forward; returns logits [B, N*B, V]."""
+    bs = t.cfg.block_size
+    ids_BQ, pos_BQ = block_inputs(input_ids_BS, anchors_BN, bs, t.cfg.mask_token_id)
+    if block_emb_BQD is None:
+        block_emb_BQD = t.embed(ids_BQ)
+    seq = input_ids_BS.shape[1]
+    pos_ctx_BS = torch.arange(seq).expand(input_ids_BS.shape[0], seq)
+    attend = make_attend(kind, anchors_BN, keep_BN, seq, bs)
+    hidden = t.drafter(block_emb_BQD, feats_BSF, pos_BQ, pos_ctx_BS, attend)
+    return t.head(hidden)
+
+
+def random_batch(cfg: DrafterConfig, bsz: int, seq: int, seed: int = 1
+                 ) -> tuple[Tensor, Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, cfg.vocab_size - 1, (bsz, seq), generator=g)
+    feats = torch.randn(bsz, seq, cfg.num_features * cfg.hidden_size, generator=g)
+    return ids, feats
