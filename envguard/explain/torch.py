@@ -177,25 +177,22 @@ def triton_changed(ctx: Context) -> Iterator[Finding]:
     )
 
 
-RULES_KEYWORDS: dict[str, tuple[str, ...]] = {
-    "torch-build-changed": ("is_fx_symbolic_tracing", "symbolically trace", "fx", "dynamo",
-                            "inductor", "compile", "undefined symbol", "segmentation fault",
-                            "illegal instruction", "git_version"),
-    "torch-version-changed": ("undefined symbol", "importerror", "attributeerror",
-                              "dynamo", "inductor", "out of memory", "deprecat"),
-    "cuda-build-changed": ("undefined symbol", "libcudart", "libcublas", "libcudnn", "libnvrtc",
-                           ".so.12", ".so.13", "cuda error", "no kernel image", "nccl",
-                           "cublas", "cudnn", "cuda driver version is insufficient", "cuda"),
-    "triton-changed": ("triton", "ptxas", "inductor", "compile", "llvm"),
-}
-
 RULES = (
     Rule(id="torch-build-changed", title="same torch version, different build",
-         check=torch_build_changed, keywords=RULES_KEYWORDS["torch-build-changed"]),
+         check=torch_build_changed,
+         keywords=("is_fx_symbolic_tracing", "symbolically trace", "fx", "dynamo",
+                   "inductor", "compile", "undefined symbol", "segmentation fault",
+                   "illegal instruction", "git_version")),
     Rule(id="torch-version-changed", title="torch version changed",
-         check=torch_version_changed, keywords=RULES_KEYWORDS["torch-version-changed"]),
+         check=torch_version_changed,
+         keywords=("undefined symbol", "importerror", "attributeerror",
+                   "dynamo", "inductor", "out of memory", "deprecat")),
     Rule(id="cuda-build-changed", title="CUDA build or wheel family changed",
-         check=cuda_build_changed, keywords=RULES_KEYWORDS["cuda-build-changed"]),
+         check=cuda_build_changed,
+         keywords=("undefined symbol", "libcudart", "libcublas", "libcudnn", "libnvrtc",
+                   ".so.12", ".so.13", "cuda error", "no kernel image", "nccl",
+                   "cublas", "cudnn", "cuda driver version is insufficient", "cuda")),
     Rule(id="triton-changed", title="triton version or build changed",
-         check=triton_changed, keywords=RULES_KEYWORDS["triton-changed"]),
+         check=triton_changed,
+         keywords=("triton", "ptxas", "inductor", "compile", "llvm")),
 )

@@ -27,8 +27,6 @@ class Target:
     """The interpreter being snapshotted and its raw facts."""
 
     facts: dict[str, Any]
-    external: bool
-    """True when the facts came from another interpreter (``--python``)."""
 
     @property
     def sys_path(self) -> list[str]:
@@ -56,7 +54,7 @@ def resolve_python(python: str) -> str:
 
 
 def probe_self() -> Target:
-    return Target(facts=_inprocess.collect(drop_first_path=True), external=False)
+    return Target(facts=_inprocess.collect(drop_first_path=True))
 
 
 def _venv_prefix(exe: str) -> str | None:
@@ -102,4 +100,4 @@ def probe_python(python: str) -> Target:
         raise ProbeError(f"cannot probe {exe}: it printed no facts") from None
     if not isinstance(facts, dict) or "sys_path" not in facts:
         raise ProbeError(f"cannot probe {exe}: unexpected probe output")
-    return Target(facts=facts, external=True)
+    return Target(facts=facts)
