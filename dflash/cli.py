@@ -4,8 +4,13 @@ It refuses to start unless its environment matches ``lockfiles/dflash-train.toml
 Launched through ``envguard run`` it trusts the check that already happened (the
 ``ENVGUARD_VERIFIED`` variable names this lock); launched directly it runs the same
 check itself. ``--unguarded`` starts anyway and writes the mismatch into the run's
-metadata. The training loop itself lands with issue 5; until then this entry point
-checks, reports and exits.
+metadata.
+
+``--check`` stops after the check (a preflight for job scripts).
+
+Exit codes: 0 trained (or stopped by SIGTERM after saving a checkpoint), 2 bad
+input or config, 3 refused by the environment gate, 4 training failed at runtime,
+130 interrupted.
 """
 
 from __future__ import annotations
@@ -13,22 +18,43 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 LOCK_NAME = "dflash-train"
+EXIT_OK, EXIT_BAD_INPUT, EXIT_REFUSED, EXIT_FAILED, EXIT_INTERRUPTED = 0, 2, 3, 4, 130
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from dflash.recipe import PRESETS
+
     parser = argparse.ArgumentParser(
         prog="dflash-train",
         description="Train a DFlash drafter. The environment is checked against "
         "lockfiles/dflash-train.toml first.")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="tiny",
+                        help="recipe to start from (default: tiny, about a minute on CPU)")
+    parser.add_argument("--target", help="local HF model folder/config, or a named shape")
+    parser.add_argument("--data", help="training JSONL (default: generate with the target)")
+    parser.add_argument("--steps", type=int, help="optimizer steps")
+    parser.add_argument("--out", default="runs/dflash", metavar="DIR",
+                        help="run folder: metadata.json, metrics.jsonl, checkpoints/, drafter/")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from OUT's latest checkpoint (fresh start if none)")
+    parser.add_argument("--warmup-only", action="store_true",
+                        help="compile every graph once (fills the compile cache) and exit")
+    parser.add_argument("--attention", choices=["auto", "flex", "sdpa"])
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="KEY=VALUE", help="override any recipe field (repeatable)")
     parser.add_argument("--unguarded", action="store_true",
                         help="start even if the environment does not match its lock")
-    parser.add_argument("--out", default="runs/dflash", metavar="DIR",
-                        help="run folder (metadata.json goes here)")
+    parser.add_argument("--check", action="store_true",
+                        help="only check the environment, write OUT/metadata.json, exit")
+    parser.add_argument("--quiet", action="store_true", help="no progress display")
     return parser
 
 
@@ -52,28 +78,132 @@ def verify_environment() -> tuple[bool, list[str], str]:
     return result.passed, mismatch, f"checked {path}"
 
 
+def _config(args: argparse.Namespace) -> Any:
+    from dflash.recipe import PRESETS, apply_overrides
+
+    cfg = PRESETS[args.preset]()
+    pairs = [f"out={args.out}"]
+    for flag, key in (("target", "target"), ("data", "data"), ("steps", "steps"),
+                      ("attention", "attention")):
+        value = getattr(args, flag)
+        if value is not None:
+            pairs.append(f"{key}={value}")
+    return apply_overrides(cfg, pairs + list(args.overrides))
+
+
+def _progress_printer(total: int, quiet: bool) -> Any:
+    from rich.console import Console
+
+    console = Console(highlight=False)
+
+    def on_log(r: dict[str, Any]) -> None:
+        if quiet:
+            return
+        held = f" held-out τ {r['held_out_tau']:.2f}" if "held_out_tau" in r else ""
+        loss = "nan" if r["loss"] is None else f"{r['loss']:.4f}"
+        console.print(
+            f"step {r['step']:>6}/{total}  loss {loss}  τ_sim {r['tau_sim']:.2f}{held}  "
+            f"ctx {r['ctx_tok_s']:,.0f} tok/s  draft {r['draft_tok_s']:,.0f} tok/s  "
+            f"MFU {100 * r['mfu']:.1f}%  {r['step_s'] * 1000:.0f} ms/step")
+
+    return on_log
+
+
+def _train(args: argparse.Namespace, meta: dict[str, Any]) -> int:
+    from dflash.checkpoint import CheckpointError, latest_checkpoint
+    from dflash.compilation import CompileStateError
+    from dflash.data import DataError
+    from dflash.target import TargetError
+    from dflash.train import Trainer
+
+    stop = threading.Event()
+    try:
+        cfg = _config(args)
+        out = Path(cfg.out)
+        trainer = Trainer(cfg)
+        resumed_from = latest_checkpoint(out) if args.resume else None
+        if resumed_from is not None:
+            trainer.resume(resumed_from)
+            print(f"dflash-train: resuming from {resumed_from} at step {trainer.step}")
+    except (ValueError, DataError, TargetError, CheckpointError, OSError) as exc:
+        print(f"dflash-train: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    meta.update({"config": cfg.to_dict(), "device": str(trainer.rt.device),
+                 "dtype": str(trainer.rt.dtype), "attention": trainer.rt.attention,
+                 "compile": trainer.rt.compile, "torch": _torch_build()})
+    _write_meta(out, meta)
+
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        stop.set()
+        signal.signal(signal.SIGTERM, previous)  # a second SIGTERM is not caught
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        if args.warmup_only:
+            seconds = trainer.warmup()
+            print(f"dflash-train: warm-up done in {seconds:.1f} s "
+                  f"({'compiled' if trainer.rt.compile else 'eager'}); exiting")
+            return EXIT_OK
+        result = trainer.run(_progress_printer(cfg.steps, args.quiet), stop)
+    except (CompileStateError, RuntimeError, CheckpointError) as exc:
+        print(f"dflash-train: training failed at step {trainer.step}: "
+              f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+              file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("dflash-train: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if result.stopped_early:
+        print(f"dflash-train: stopped by SIGTERM at step {result.step}; checkpoint "
+              f"{result.checkpoint}; continue with --resume")
+    else:
+        print(f"dflash-train: done at step {result.step}; drafter in {result.export}")
+    return EXIT_OK
+
+
+def _torch_build() -> dict[str, Any]:
+    import torch
+
+    return {"version": torch.__version__, "git": torch.version.git_version,
+            "cuda": torch.version.cuda}
+
+
+def _write_meta(out: Path, meta: dict[str, Any]) -> None:
+    from envguard.atomic import write_text_atomic
+
+    write_text_atomic(out / "metadata.json", json.dumps(meta, indent=2, default=str) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         passed, findings, how = verify_environment()
     except Exception as exc:  # noqa: BLE001 - the gate's own errors are one line too
         print(f"dflash-train: cannot check the environment: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     if not passed and not args.unguarded:
         for line in findings:
             print(f"dflash-train: {line}", file=sys.stderr)
         print("dflash-train: refusing to start: the environment does not match its lock "
               "(envguard check dflash-train explains; --unguarded starts anyway)",
               file=sys.stderr)
-        return 3
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+        return EXIT_REFUSED
     meta = {"started_at": datetime.now(timezone.utc).isoformat(), "guard": how,
             "unguarded": not passed, "mismatch": findings}
-    (out / "metadata.json").write_text(json.dumps(meta, indent=2) + "\n")
     state = "environment verified" if passed else "UNGUARDED: environment does not match"
-    print(f"dflash-train: {state} ({how}); the training loop lands with issue 5.")
-    return 0
+    print(f"dflash-train: {state} ({how})")
+    if args.check:
+        try:
+            _write_meta(Path(args.out), meta)
+        except OSError as exc:
+            print(f"dflash-train: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        return EXIT_OK
+    return _train(args, meta)
 
 
 if __name__ == "__main__":

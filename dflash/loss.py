@@ -84,6 +84,10 @@ class LossOutput:
     """Per-slot top-1 accuracy [B]; slot 0 and slots with no supervised token are NaN."""
     count_K: Tensor
     """Supervised tokens per slot [B] (long)."""
+    tau_sim: Tensor
+    """Teacher-forced acceptance length (scalar): per kept block, 1 + the leading run of
+    slots 1.. whose argmax equals the label, averaged over blocks. With labels the
+    target generated greedily, this is the tau speculative decoding would see."""
 
 
 def _chunk_ce(hidden_MD: Tensor, labels_M: Tensor, head: nn.Module) -> tuple[Tensor, Tensor]:
@@ -93,20 +97,27 @@ def _chunk_ce(hidden_MD: Tensor, labels_M: Tensor, head: nn.Module) -> tuple[Ten
 
 
 def dflash_loss(hidden_BQD: Tensor, labels_BQ: Tensor, weights_BQ: Tensor,
-                lm_head: nn.Module, block_size: int, chunk_size: int = 2048) -> LossOutput:
+                lm_head: nn.Module, block_size: int, chunk_size: int = 2048,
+                select_supervised: bool = True) -> LossOutput:
     """L = sum w*m*CE / sum w*m, with lm_head + CE applied chunk by chunk.
 
-    Only supervised rows (weight > 0) go through lm_head. Each chunk is activation-
-    checkpointed, so at most one [chunk, vocab] logits block is alive at a time in the
-    forward and in the backward; the full [N*B, vocab] logits never exist.
+    Each chunk is activation-checkpointed, so at most one [chunk, vocab] logits block is
+    alive at a time in the forward and in the backward; the full [N*B, vocab] logits
+    never exist. ``select_supervised`` sends only rows with weight > 0 through lm_head
+    (less compute, but ``nonzero`` waits for the device); the trainer passes False and
+    runs every row, so a step has fixed shapes and no host sync.
     """
     bsz, q_len, d_model = hidden_BQD.shape
     slot_BQ = torch.arange(q_len, device=hidden_BQD.device).expand(bsz, q_len) % block_size
-    sel_M = (weights_BQ > 0).reshape(-1).nonzero().squeeze(1)
-    hidden_MD = hidden_BQD.reshape(-1, d_model).index_select(0, sel_M)
-    labels_M = labels_BQ.reshape(-1).index_select(0, sel_M)
-    w_M = weights_BQ.reshape(-1).index_select(0, sel_M)
-    slot_M = slot_BQ.reshape(-1).index_select(0, sel_M)
+    if select_supervised:
+        sel_M = (weights_BQ > 0).reshape(-1).nonzero().squeeze(1)
+        hidden_MD = hidden_BQD.reshape(-1, d_model).index_select(0, sel_M)
+        labels_M = labels_BQ.reshape(-1).index_select(0, sel_M)
+        w_M = weights_BQ.reshape(-1).index_select(0, sel_M)
+    else:
+        sel_M = None
+        hidden_MD = hidden_BQD.reshape(-1, d_model)
+        labels_M, w_M = labels_BQ.reshape(-1), weights_BQ.reshape(-1)
 
     num = hidden_BQD.new_zeros((), dtype=torch.float32)
     correct_parts = []
@@ -123,9 +134,26 @@ def dflash_loss(hidden_BQD: Tensor, labels_BQ: Tensor, weights_BQ: Tensor,
     loss = num / w_M.sum().clamp_min(torch.finfo(torch.float32).tiny) + 0.0 * hidden_BQD.sum()
 
     correct_M = torch.cat(correct_parts) if correct_parts else labels_M.new_zeros(0).bool()
+    correct_BQ = torch.zeros(bsz * q_len, dtype=torch.bool, device=hidden_BQD.device)
+    if sel_M is None:
+        correct_BQ = correct_M & (w_M > 0)
+    else:
+        correct_BQ[sel_M] = correct_M
+    supervised_BQ = (weights_BQ > 0).reshape(-1)
+    slot_Q = slot_BQ.reshape(-1)
     count_K = torch.zeros(block_size, dtype=torch.long, device=hidden_BQD.device)
-    count_K.index_add_(0, slot_M, torch.ones_like(slot_M))
+    count_K.index_add_(0, slot_Q, supervised_BQ.long())
     hits_K = torch.zeros(block_size, dtype=torch.long, device=hidden_BQD.device)
-    hits_K.index_add_(0, slot_M, correct_M.long())
+    hits_K.index_add_(0, slot_Q, correct_BQ.long())
     acc_K = torch.where(count_K > 0, hits_K.float() / count_K.clamp_min(1).float(), math.nan)
-    return LossOutput(loss=loss, acc_K=acc_K, count_K=count_K)
+    return LossOutput(loss=loss, acc_K=acc_K, count_K=count_K,
+                      tau_sim=_teacher_forced_tau(correct_BQ.view(bsz, -1, block_size),
+                                                  supervised_BQ.view(bsz, -1, block_size)))
+
+
+def _teacher_forced_tau(correct_BNK: Tensor, supervised_BNK: Tensor) -> Tensor:
+    """1 + mean over blocks with a supervised slot 1 of the leading run of hits."""
+    run_BN = correct_BNK[:, :, 1:].long().cumprod(dim=-1).sum(dim=-1).float()
+    has_BN = supervised_BNK[:, :, 1] if correct_BNK.shape[-1] > 1 else supervised_BNK[:, :, 0]
+    blocks = has_BN.sum().clamp_min(1)
+    return 1.0 + (run_BN * has_BN).sum() / blocks

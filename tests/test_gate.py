@@ -443,7 +443,7 @@ def test_bundled_lock_matches_this_checkouts_venv(tmp_path: Path) -> None:
     assert "matches entry ci-cpu " in flat(proc.stdout)
 
     out = tmp_path / "out"
-    direct = dflash("--out", out, cwd=REPO)
+    direct = dflash("--check", "--out", out, cwd=REPO)
     assert direct.returncode == 0, direct.stderr
     meta = json.loads((out / "metadata.json").read_text())
     assert meta["unguarded"] is False
@@ -454,8 +454,8 @@ def test_dflash_train_refuses_an_edited_lock(dflash_project: Path) -> None:
     _repo_venv()
     out = dflash_project / "out"
     # The unedited copy passes from there too, directly and through envguard run.
-    assert dflash("--out", out, cwd=dflash_project).returncode == 0
-    via_run = envguard("run", "--", REPO_DFLASH, "--out", out, cwd=dflash_project)
+    assert dflash("--check", "--out", out, cwd=dflash_project).returncode == 0
+    via_run = envguard("run", "--", REPO_DFLASH, "--check", "--out", out, cwd=dflash_project)
     assert via_run.returncode == 0, via_run.stderr
     guard = json.loads((out / "metadata.json").read_text())["guard"]
     assert guard.startswith("verified by envguard run (dflash-train:ci-cpu:"), guard
@@ -463,16 +463,16 @@ def test_dflash_train_refuses_an_edited_lock(dflash_project: Path) -> None:
 
     _break_torch_pin(dflash_project)
     for verified in (None, "another-lock:x:y"):
-        refused = dflash("--out", out, cwd=dflash_project, verified=verified)
+        refused = dflash("--check", "--out", out, cwd=dflash_project, verified=verified)
         assert refused.returncode == 3, refused.stdout + refused.stderr
         assert "dflash-train: [torch-build-changed]" in refused.stderr
         assert "refusing to start" in refused.stderr
         assert not out.exists()
-    run = envguard("run", "--", REPO_DFLASH, "--out", out, cwd=dflash_project)
+    run = envguard("run", "--", REPO_DFLASH, "--check", "--out", out, cwd=dflash_project)
     assert run.returncode == ExitCode.REFUSED and "torch-build-changed" in run.stderr
     assert not out.exists()
 
-    unguarded = dflash("--unguarded", "--out", out, cwd=dflash_project)
+    unguarded = dflash("--check", "--unguarded", "--out", out, cwd=dflash_project)
     assert unguarded.returncode == 0, unguarded.stderr
     assert "UNGUARDED" in unguarded.stdout
     meta = json.loads((out / "metadata.json").read_text())

@@ -51,8 +51,8 @@ def test_block_inputs_and_same_position_labels() -> None:
     assert w2[0].tolist() == [0.0, 1.0, 0.0, 0.0]
 
 
-@pytest.mark.parametrize("chunk_size", [3, 2048])
-def test_loss_is_weighted_mean_ce_and_accuracy(chunk_size: int) -> None:
+@pytest.mark.parametrize(("chunk_size", "select"), [(3, True), (2048, True), (3, False)])
+def test_loss_is_weighted_mean_ce_and_accuracy(chunk_size: int, select: bool) -> None:
     torch.manual_seed(0)
     bsz, q_len, d, vocab, bs = 2, 8, 16, 32, 4
     head = nn.Linear(d, vocab, bias=False).requires_grad_(False)
@@ -61,7 +61,8 @@ def test_loss_is_weighted_mean_ce_and_accuracy(chunk_size: int) -> None:
     weights = torch.rand(bsz, q_len)
     weights[:, ::bs] = 0.0
     weights[1, 4:] = 0.0
-    out = dflash_loss(hidden, labels, weights, head, bs, chunk_size=chunk_size)
+    out = dflash_loss(hidden, labels, weights, head, bs, chunk_size=chunk_size,
+                      select_supervised=select)
     logits = head(hidden)
     ce = F.cross_entropy(logits.reshape(-1, vocab), labels.reshape(-1), reduction="none")
     expected = (ce * weights.reshape(-1)).sum() / weights.sum()
@@ -81,6 +82,24 @@ def test_loss_is_weighted_mean_ce_and_accuracy(chunk_size: int) -> None:
     assert (hidden.grad[weights == 0] == 0).all()
     assert (hidden.grad[weights > 0].abs().sum(-1) > 0).all()
     assert head.weight.grad is None
+
+
+def test_teacher_forced_tau_is_leading_run_plus_one() -> None:
+    # One sequence, 3 blocks of 4; the head is the identity so argmax = the one-hot label.
+    vocab, bs = 4, 4
+    head = nn.Linear(vocab, vocab, bias=False).requires_grad_(False)
+    head.weight.copy_(torch.eye(vocab))
+    labels = torch.tensor([[0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3]])
+    right = torch.nn.functional.one_hot(labels, vocab).float()
+    hidden = right.clone()
+    hidden[0, 2] = torch.nn.functional.one_hot(torch.tensor(0), vocab)  # block 0: slot 2 wrong
+    hidden[0, 5] = torch.nn.functional.one_hot(torch.tensor(0), vocab)  # block 1: slot 1 wrong
+    weights = torch.ones(1, 12)
+    weights[0, 8:] = 0.0  # block 2 unsupervised: not counted
+    for select in (True, False):
+        out = dflash_loss(hidden, labels, weights, head, bs, select_supervised=select)
+        # block 0: slot 1 hit, slot 2 miss -> 1 + 1; block 1: miss at slot 1 -> 1 + 0.
+        assert out.tau_sim.item() == pytest.approx(1.5)
 
 
 def test_loss_with_nothing_supervised_is_zero_not_nan() -> None:
