@@ -25,8 +25,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from dflash.exitcodes import ExitCode
+
 LOCK_NAME = "dflash-train"
-EXIT_OK, EXIT_BAD_INPUT, EXIT_REFUSED, EXIT_FAILED, EXIT_INTERRUPTED = 0, 2, 3, 4, 130
+EXIT_OK, EXIT_BAD_INPUT, EXIT_REFUSED = ExitCode.OK, ExitCode.BAD_INPUT, ExitCode.REFUSED
+EXIT_FAILED, EXIT_INTERRUPTED = ExitCode.FAILED, ExitCode.INTERRUPTED
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -91,22 +94,56 @@ def _config(args: argparse.Namespace) -> Any:
     return apply_overrides(cfg, pairs + list(args.overrides))
 
 
-def _progress_printer(total: int, quiet: bool) -> Any:
-    from rich.console import Console
-
-    console = Console(highlight=False)
-
-    def on_log(r: dict[str, Any]) -> None:
-        if quiet:
-            return
-        held = f" held-out τ {r['held_out_tau']:.2f}" if "held_out_tau" in r else ""
-        loss = "nan" if r["loss"] is None else f"{r['loss']:.4f}"
-        console.print(
-            f"step {r['step']:>6}/{total}  loss {loss}  τ_sim {r['tau_sim']:.2f}{held}  "
+def format_record(r: dict[str, Any], total: int) -> str:
+    held = f" held-out τ {r['held_out_tau']:.2f}" if "held_out_tau" in r else ""
+    loss = "nan" if r["loss"] is None else f"{r['loss']:.4f}"
+    return (f"step {r['step']:>6}/{total}  loss {loss}  τ_sim {r['tau_sim']:.2f}{held}  "
             f"ctx {r['ctx_tok_s']:,.0f} tok/s  draft {r['draft_tok_s']:,.0f} tok/s  "
             f"MFU {100 * r['mfu']:.1f}%  {r['step_s'] * 1000:.0f} ms/step")
 
-    return on_log
+
+class _Display:
+    """A rich progress bar with the latest metrics on a terminal; plain lines otherwise."""
+
+    def __init__(self, total: int, start: int, quiet: bool) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
+
+        self.total, self.quiet = total, quiet
+        self.console = Console(highlight=False)
+        self.progress = None
+        if not quiet and self.console.is_terminal:
+            self.progress = Progress(
+                TextColumn("dflash-train"), BarColumn(), MofNCompleteColumn(),
+                TimeRemainingColumn(), TextColumn("{task.fields[stats]}", markup=False),
+                console=self.console)
+            self.task = self.progress.add_task("train", total=total, completed=start,
+                                               stats="warming up")
+
+    def __enter__(self) -> _Display:
+        if self.progress is not None:
+            self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+    def __call__(self, record: dict[str, Any]) -> None:
+        line = format_record(record, self.total)
+        if self.progress is not None:
+            self.progress.update(self.task, completed=record["step"],
+                                 stats=f"loss {record['loss'] or float('nan'):.3f} "
+                                       f"τ {record['tau_sim']:.2f} MFU {100 * record['mfu']:.0f}%")
+            self.progress.console.print(line, markup=False)
+        elif not self.quiet:
+            self.console.print(line, markup=False, soft_wrap=True)
 
 
 def _train(args: argparse.Namespace, meta: dict[str, Any]) -> int:
@@ -146,7 +183,8 @@ def _train(args: argparse.Namespace, meta: dict[str, Any]) -> int:
             print(f"dflash-train: warm-up done in {seconds:.1f} s "
                   f"({'compiled' if trainer.rt.compile else 'eager'}); exiting")
             return EXIT_OK
-        result = trainer.run(_progress_printer(cfg.steps, args.quiet), stop)
+        with _Display(cfg.steps, trainer.step, args.quiet) as display:
+            result = trainer.run(display, stop)
     except (CompileStateError, RuntimeError, CheckpointError) as exc:
         print(f"dflash-train: training failed at step {trainer.step}: "
               f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",

@@ -29,10 +29,10 @@ class MasterAdamW:
     def __init__(self, model: nn.Module, *, lr: float, betas: tuple[float, float],
                  weight_decay: float) -> None:
         self.names = [n for n, p in model.named_parameters() if p.requires_grad]
-        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.params: list[Tensor] = [p for p in model.parameters() if p.requires_grad]
         self.mixed = any(p.dtype != torch.float32 for p in self.params)
         if self.mixed:
-            self.master = [p.detach().float().clone() for p in self.params]
+            self.master: list[Tensor] = [p.detach().float().clone() for p in self.params]
         else:
             self.master = self.params
         fused = all(p.is_cuda for p in self.params)

@@ -102,7 +102,7 @@ def tiny() -> TrainConfig:
     greedily by that target, a 2-layer drafter with B=4."""
     return TrainConfig(
         target="tiny", draft_layers=2, block_size=4, gamma=4.0, batch_size=8,
-        buckets=(128,), anchors=24, steps=240, lr=3e-3, synthetic_prompts=256,
+        buckets=(128,), anchors=24, steps=240, lr=3e-3, synthetic_prompts=1024,
         synthetic_prompt_length=12, synthetic_response_tokens=96, held_out=16,
         log_every=20, eval_every=80, save_every=120, loss_chunk=1024)
 

@@ -14,7 +14,6 @@ needs to continue exactly (master weights, optimizer, step, RNG, data position).
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -131,8 +130,9 @@ class Trainer:
         self.anchor_gen = torch.Generator(device=self.rt.device).manual_seed(cfg.seed)
         self.step = 0
         self.loader_state = self.loader.state_dict()
-        layers = self.target.model.model.layers[: max(self.dcfg.target_layer_ids) + 1]
-        self.flops = flop_model(self.dcfg, count_params(layers), count_params(self.drafter.layers[0]))
+        layers = self.target.layers[: max(self.dcfg.target_layer_ids) + 1]
+        self.flops = flop_model(self.dcfg, count_params(layers),
+                                count_params(self.drafter.layers[0]))
         self.warmup_seconds = 0.0
 
     # -- one step -------------------------------------------------------------------------
@@ -164,7 +164,7 @@ class Trainer:
     def train_step(self, input_ids_BS: Tensor, loss_mask_BS: Tensor) -> tuple[LossOutput, Tensor,
                                                                              Tensor]:
         out, pairs = self.forward_loss(input_ids_BS, loss_mask_BS, self.anchor_gen)
-        out.loss.backward()
+        out.loss.backward()  # type: ignore[no-untyped-call]
         lr = lr_at(self.step, base_lr=self.cfg.lr, total_steps=self.cfg.steps,
                    warmup_ratio=self.cfg.warmup_ratio, min_lr_ratio=self.cfg.min_lr_ratio)
         grad_norm = self.opt.step(lr, self.cfg.grad_clip)
@@ -182,7 +182,7 @@ class Trainer:
                                    generator=gen)
             mask_BS = torch.ones_like(ids_BS)
             out, _ = self.forward_loss(ids_BS, mask_BS, gen)
-            out.loss.backward()
+            out.loss.backward()  # type: ignore[no-untyped-call]
             with torch.no_grad():
                 self.forward_loss(ids_BS, mask_BS, gen)
         for p in self.drafter.parameters():
@@ -201,7 +201,7 @@ class Trainer:
                              buckets=self.cfg.buckets, seed=self.cfg.seed, pad_id=0)
         gen = torch.Generator(device=self.rt.device).manual_seed(self.cfg.seed + 2)
         taus = []
-        for _ in range(max(1, -(-len(self.held_out) // self.cfg.batch_size))):
+        for _ in range(loader.batches_per_epoch):
             batch = loader.next_batch()
             out, _ = self.forward_loss(batch.input_ids_BS.to(self.rt.device),
                                        batch.loss_mask_BS.to(self.rt.device), gen)
@@ -343,6 +343,3 @@ class _Meter:
             record["peak_mem_gb"] = torch.cuda.max_memory_allocated(trainer.rt.device) / 2**30
         return record
 
-
-def config_with(cfg: TrainConfig, **changes: Any) -> TrainConfig:
-    return dataclasses.replace(cfg, **changes)

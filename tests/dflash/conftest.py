@@ -64,3 +64,38 @@ def random_batch(cfg: DrafterConfig, bsz: int, seq: int, seed: int = 1
     ids = torch.randint(0, cfg.vocab_size - 1, (bsz, seq), generator=g)
     feats = torch.randn(bsz, seq, cfg.num_features * cfg.hidden_size, generator=g)
     return ids, feats
+
+
+@pytest.fixture(scope="session")
+def tiny_target():
+    """The ``tiny`` named target shape: a real transformers Qwen3 model, random weights."""
+    from dflash.target import load_target
+
+    return load_target("tiny", seed=0)
+
+
+@dataclass
+class TrainedTiny:
+    trainer: object
+    drafter: DFlashDrafter
+    result: object
+    records: list
+    untrained_tau: float
+    out: object
+
+
+@pytest.fixture(scope="session")
+def trained_tiny(tiny_target, tmp_path_factory) -> TrainedTiny:
+    """One full run of the ``tiny`` preset (CPU, fp32, about a minute), shared."""
+    import dataclasses
+    import json
+
+    from dflash.recipe import tiny as tiny_recipe
+    from dflash.train import Trainer
+
+    out = tmp_path_factory.mktemp("tiny-run")
+    trainer = Trainer(dataclasses.replace(tiny_recipe(), out=str(out)), target=tiny_target)
+    untrained_tau = trainer.held_out_tau()
+    result = trainer.run()
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return TrainedTiny(trainer, trainer.drafter.eval(), result, records, untrained_tau, out)

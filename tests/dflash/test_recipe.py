@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -45,7 +46,7 @@ def test_lr_warms_up_linearly_then_follows_a_cosine() -> None:
     assert lr_at(100, **kw) == pytest.approx(0.0, abs=1e-12)
     assert lr_at(100, **kw, min_lr_ratio=0.1) == pytest.approx(0.1)
     mids = [lr_at(s, **kw) for s in range(4, 100)]
-    assert all(a >= b for a, b in zip(mids, mids[1:], strict=False))
+    assert all(a >= b for a, b in itertools.pairwise(mids))
     assert not math.isnan(lr_at(0, base_lr=1.0, total_steps=0, warmup_ratio=0.0))
 
 

@@ -1,0 +1,318 @@
+"""The frozen target model: any Hugging Face causal LM, and the features DFlash taps from it.
+
+A target comes from one of three sources:
+- a named shape (``TARGET_SHAPES``): a Qwen3 config with random weights, built on the
+  meta device and initialised directly on the target device (an 8B-shaped model never
+  exists in fp32 on the host);
+- a local folder with a ``config.json`` but no weights, or a ``config.json`` file:
+  the same, for any architecture transformers knows;
+- a local folder with weights: ``from_pretrained``, offline.
+
+The target is frozen and in eval mode. ``features`` runs it only up to the highest
+tapped layer (forward hooks capture the taps; the last one stops the forward), so the
+layers above the taps cost nothing in training. transformers is imported lazily: it takes
+seconds, and nothing in ``dflash`` needs it until a target is built.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from dflash.config import DrafterConfig, target_layer_ids_for
+
+
+class TargetError(Exception):
+    """A target that cannot be built or loaded; the message is one line."""
+
+
+@dataclass(frozen=True, slots=True)
+class TargetShape:
+    """A Qwen3 architecture with random weights, for tests and benchmarks."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rope_theta: float
+    tie_embeddings: bool
+    mask_token_id: int
+    layer_ids: tuple[int, ...] | None = None
+    """None: the DFlash formula for k evenly spaced taps."""
+
+
+QWEN3_MASK_ID = 151669  # first row past the Qwen3 tokenizer; the published drafters use it
+
+TARGET_SHAPES: dict[str, TargetShape] = {
+    "tiny": TargetShape(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=8,
+                        num_heads=4, num_kv_heads=2, head_dim=16, rope_theta=10_000.0,
+                        tie_embeddings=False, mask_token_id=511, layer_ids=(1, 3, 5)),
+    "qwen3-1.7b-shape": TargetShape(
+        vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_layers=28,
+        num_heads=16, num_kv_heads=8, head_dim=128, rope_theta=1_000_000.0,
+        tie_embeddings=True, mask_token_id=QWEN3_MASK_ID),
+    "qwen3-8b-shape": TargetShape(
+        vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_layers=36,
+        num_heads=32, num_kv_heads=8, head_dim=128, rope_theta=1_000_000.0,
+        tie_embeddings=False, mask_token_id=QWEN3_MASK_ID),
+}
+
+
+class _StopForward(Exception):
+    """Raised by the hook on the highest tapped layer to end the forward early."""
+
+
+class Target:
+    """A frozen causal LM plus the tapped layers. Every method is no-grad."""
+
+    def __init__(self, model: Any, layer_ids: tuple[int, ...], mask_token_id: int,
+                 tokenizer: Any | None = None) -> None:
+        self.model: Any = model.eval().requires_grad_(False)
+        self.config: Any = model.config
+        self.layers: nn.ModuleList = model.get_decoder().layers
+        self.num_layers = len(self.layers)
+        if not layer_ids or list(layer_ids) != sorted(set(layer_ids)):
+            raise TargetError(f"layer ids must be strictly increasing, got {list(layer_ids)}")
+        if layer_ids[0] < 0 or layer_ids[-1] >= self.num_layers:
+            raise TargetError(f"layer ids {list(layer_ids)} outside the target's "
+                              f"{self.num_layers} layers")
+        self.layer_ids = tuple(layer_ids)
+        self.tokenizer = tokenizer
+        emb = model.get_input_embeddings()
+        self.vocab_size, self.hidden_size = emb.weight.shape
+        if not 0 <= mask_token_id < self.vocab_size:
+            raise TargetError(f"mask token id {mask_token_id} outside the embedding "
+                              f"({self.vocab_size} rows)")
+        self.mask_token_id = mask_token_id
+        self.device = emb.weight.device
+        self.dtype = emb.weight.dtype
+        self._embed = emb
+        self.lm_head: nn.Module = model.get_output_embeddings()
+        forward_params = inspect.signature(model.forward).parameters
+        self._cache_kw = "cache" if "cache" in forward_params else "past_key_values"
+        self._taps: dict[int, Tensor] = {}
+        self._stop_after: int | None = None
+        for i in self.layer_ids:
+            self.layers[i].register_forward_hook(self._hook(i))
+
+    def _hook(self, index: int) -> Any:
+        def capture(_module: nn.Module, _args: Any, output: Any) -> None:
+            self._taps[index] = output[0] if isinstance(output, tuple) else output
+            if index == self._stop_after:
+                raise _StopForward
+        return capture
+
+    @contextmanager
+    def _tapping(self, stop_early: bool) -> Iterator[dict[int, Tensor]]:
+        self._taps = {}
+        self._stop_after = self.layer_ids[-1] if stop_early else None
+        try:
+            yield self._taps
+        finally:
+            self._stop_after = None
+            self._taps = {}
+
+    def _concat_taps(self, taps: dict[int, Tensor]) -> Tensor:
+        return torch.cat([taps[i] for i in self.layer_ids], dim=-1)
+
+    @torch.no_grad()
+    def embed(self, ids: Tensor) -> Tensor:
+        out: Tensor = self._embed(ids)
+        return out
+
+    @torch.no_grad()
+    def features(self, input_ids_BS: Tensor) -> Tensor:
+        """[B, S, k*H]: the tapped layers' outputs (HF hidden_states[i+1]), concatenated.
+
+        Runs only up to the highest tapped layer. Causal attention makes right padding
+        harmless to the real positions, so no attention mask is passed.
+        """
+        with self._tapping(stop_early=True) as taps:
+            with suppress(_StopForward):
+                self.model(input_ids=input_ids_BS, use_cache=False)
+            return self._concat_taps(taps)
+
+    def new_cache(self) -> Any:
+        from transformers import DynamicCache
+        return DynamicCache()
+
+    @staticmethod
+    def cache_length(cache: Any) -> int:
+        return int(cache.get_seq_length())
+
+    @staticmethod
+    def crop_cache(cache: Any, length: int) -> None:
+        """Keep the first ``length`` positions. A negative argument to ``crop`` means
+        'remove that many' in every transformers version (5.x accepts only that form)."""
+        remove = int(cache.get_seq_length()) - length
+        if remove < 0:
+            raise ValueError(f"cannot crop a cache of {cache.get_seq_length()} to {length}")
+        if remove:
+            cache.crop(-remove)
+
+    @torch.no_grad()
+    def forward_cached(self, ids_BT: Tensor, cache: Any, start: int) -> tuple[Tensor, Tensor]:
+        """Run T new tokens at positions start..start+T-1 on top of ``cache``.
+
+        Returns fp32 logits [B, T, V] and the tapped features [B, T, k*H].
+        """
+        if self.cache_length(cache) != start:
+            raise ValueError(f"cache holds {self.cache_length(cache)} positions, not {start}")
+        bsz, t = ids_BT.shape
+        pos_BT = torch.arange(start, start + t, device=ids_BT.device).expand(bsz, t)
+        with self._tapping(stop_early=False) as taps:
+            out = self.model(input_ids=ids_BT, position_ids=pos_BT, use_cache=True,
+                             **{self._cache_kw: cache})
+            return out.logits.float(), self._concat_taps(taps)
+
+
+# -- building targets ----------------------------------------------------------------------
+
+def _qwen3_config(shape: TargetShape) -> Any:
+    from transformers import Qwen3Config
+    # rope_theta: a keyword in 4.x; 5.x folds it into rope_parameters.
+    return Qwen3Config(  # type: ignore[call-arg]
+        vocab_size=shape.vocab_size, hidden_size=shape.hidden_size,
+        intermediate_size=shape.intermediate_size, num_hidden_layers=shape.num_layers,
+        num_attention_heads=shape.num_heads, num_key_value_heads=shape.num_kv_heads,
+        head_dim=shape.head_dim, rope_theta=shape.rope_theta, rms_norm_eps=1e-6,
+        max_position_embeddings=40960, tie_word_embeddings=shape.tie_embeddings)
+
+
+def _random_model(config: Any, device: torch.device, dtype: torch.dtype, seed: int
+                  ) -> Any:
+    """Build on meta, allocate on ``device``, fill matrices with N(0, 1/fan_in) and norm
+    weights with ones. 1/fan_in (about HF's 0.02 at H=4096) keeps logits at a realistic
+    scale for every width; 0.02 at H=64 gives near-uniform next-token distributions."""
+    from transformers import AutoModelForCausalLM
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)  # type: ignore[no-untyped-call]
+    model.to_empty(device=device)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    with torch.no_grad():
+        for _name, param in sorted(model.named_parameters()):
+            if param.dim() == 1:
+                param.fill_(1.0)
+            else:
+                param.normal_(0.0, param.shape[1] ** -0.5, generator=gen)
+        # to_empty leaves non-persistent buffers (RoPE inv_freq) as garbage: rebuild them.
+        for name, module in list(model.named_modules()):
+            if "inv_freq" in dict(module.named_buffers(recurse=False)):
+                fresh = type(module)(config=module.config).to(device)
+                parent = model.get_submodule(name.rpartition(".")[0])
+                setattr(parent, name.rpartition(".")[2], fresh)
+    if getattr(config, "tie_word_embeddings", False):
+        model.tie_weights()
+    return model
+
+
+def _config_only(path: Path) -> Any:
+    from transformers import AutoConfig
+    try:
+        if path.is_file():
+            return AutoConfig.for_model(**json.loads(path.read_text(encoding="utf-8")))
+        return AutoConfig.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise TargetError(f"{path}: not a usable model config: {exc}") from None
+
+
+def _has_weights(folder: Path) -> bool:
+    return any(folder.glob("*.safetensors")) or any(folder.glob("pytorch_model*.bin"))
+
+
+def _tokenizer(folder: Path) -> Any | None:
+    if not any((folder / name).exists() for name in ("tokenizer.json", "tokenizer_config.json",
+                                                     "tokenizer.model")):
+        return None
+    from transformers import AutoTokenizer
+    try:
+        return AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise TargetError(f"{folder}: tokenizer does not load: {exc}") from None
+
+
+def default_mask_token_id(vocab_size: int, tokenizer: Any | None) -> int:
+    """The tokenizer's mask token, else the first embedding row past the tokenizer
+    (a trained-never row, as the published Qwen3 drafters use), else the last row."""
+    if tokenizer is not None:
+        if getattr(tokenizer, "mask_token_id", None) is not None:
+            return int(tokenizer.mask_token_id)
+        if len(tokenizer) < vocab_size:
+            return len(tokenizer)
+    return vocab_size - 1
+
+
+def load_target(source: str, *, device: str | torch.device = "cpu",
+                dtype: torch.dtype = torch.float32, layer_ids: tuple[int, ...] | None = None,
+                num_features: int = 5, mask_token_id: int | None = None, seed: int = 0
+                ) -> Target:
+    """A frozen target from a named shape, a config (random weights) or a weights folder."""
+    device = torch.device(device)
+    tokenizer = None
+    if source in TARGET_SHAPES:
+        shape = TARGET_SHAPES[source]
+        model = _random_model(_qwen3_config(shape), device, dtype, seed)
+        ids = layer_ids or shape.layer_ids
+        mask = shape.mask_token_id
+    else:
+        path = Path(source).expanduser()
+        if not path.exists():
+            raise TargetError(f"target {source!r} is neither a named shape "
+                              f"({', '.join(TARGET_SHAPES)}) nor an existing path")
+        folder = path if path.is_dir() else path.parent
+        if path.is_dir() and _has_weights(path):
+            from transformers import AutoModelForCausalLM
+            try:
+                loaded: Any = AutoModelForCausalLM.from_pretrained(
+                    path, dtype=dtype, local_files_only=True)
+                model = loaded.to(device)
+            except (OSError, ValueError, RuntimeError) as exc:
+                raise TargetError(f"{path}: model does not load: {exc}") from None
+        else:
+            model = _random_model(_config_only(path), device, dtype, seed)
+        tokenizer = _tokenizer(folder)
+        ids = layer_ids
+        mask = default_mask_token_id(model.get_input_embeddings().weight.shape[0], tokenizer)
+    if ids is None:
+        try:
+            ids = tuple(target_layer_ids_for(len(model.get_decoder().layers), num_features))
+        except ValueError as exc:
+            raise TargetError(str(exc)) from None
+    return Target(model, tuple(ids), mask if mask_token_id is None else mask_token_id,
+                  tokenizer)
+
+
+def rope_theta_of(config: Any) -> float:
+    theta = getattr(config, "rope_theta", None)
+    if theta is None:
+        params = getattr(config, "rope_parameters", None) or {}
+        theta = params.get("rope_theta", 10_000.0)
+    return float(theta)
+
+
+def drafter_config_for(target: Target, *, num_layers: int, block_size: int, gamma: float,
+                       mask_token_id: int | None = None) -> DrafterConfig:
+    """A drafter whose attention/MLP shapes, RoPE and vocabulary match the target's."""
+    c = target.config
+    heads = int(c.num_attention_heads)
+    head_dim = getattr(c, "head_dim", None) or target.hidden_size // heads
+    return DrafterConfig(
+        hidden_size=target.hidden_size, intermediate_size=int(c.intermediate_size),
+        num_layers=num_layers, num_heads=heads,
+        num_kv_heads=int(getattr(c, "num_key_value_heads", None) or heads),
+        head_dim=int(head_dim), rope_theta=rope_theta_of(c),
+        rms_eps=float(getattr(c, "rms_norm_eps", 1e-6)), block_size=block_size,
+        mask_token_id=target.mask_token_id if mask_token_id is None else mask_token_id,
+        target_layer_ids=target.layer_ids, num_target_layers=target.num_layers,
+        vocab_size=target.vocab_size, gamma=gamma)

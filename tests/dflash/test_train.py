@@ -1,0 +1,151 @@
+"""The training loop, end to end on CPU: it learns, it resumes exactly, SIGTERM is clean."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from dflash.checkpoint import latest_checkpoint, load_drafter
+from dflash.recipe import tiny
+from dflash.train import Trainer
+
+SMALL = {"steps": 10, "log_every": 1, "save_every": 0, "eval_every": 0,
+         "synthetic_prompts": 40, "synthetic_response_tokens": 40, "held_out": 4,
+         "batch_size": 4, "buckets": (64,), "anchors": 8}
+
+
+def test_tiny_preset_learns(trained_tiny):
+    first, last = trained_tiny.records[0], trained_tiny.records[-1]
+    assert last["step"] == tiny().steps
+    assert last["loss"] < 0.7 * first["loss"], (first["loss"], last["loss"])
+    held = [r["held_out_tau"] for r in trained_tiny.records if "held_out_tau" in r]
+    assert held, "the tiny preset evaluates held-out tau"
+    # Untrained drafters accept nothing (tau 1); a clear margin, not noise.
+    assert trained_tiny.untrained_tau < 1.2
+    assert held[-1] > trained_tiny.untrained_tau + 0.3, (trained_tiny.untrained_tau, held)
+    for key in ("acc", "tau_sim", "grad_norm", "lr", "ctx_tok_s", "draft_tok_s", "mfu"):
+        assert key in last
+    assert len(last["acc"]) == tiny().block_size - 1
+
+
+def test_export_loads_where_drafters_load(trained_tiny):
+    export = trained_tiny.result.export
+    config = json.loads((export / "config.json").read_text())
+    assert config["architectures"] == ["DFlashDraftModel"]
+    assert config["dflash_config"]["target_layer_ids"] == [1, 3, 5]
+    loaded = load_drafter(export)
+    for name, tensor in trained_tiny.drafter.state_dict().items():
+        torch.testing.assert_close(loaded.state_dict()[name], tensor.float())
+
+
+def test_frozen_parts_get_no_gradient(tiny_target, tmp_path: Path):
+    cfg = dataclasses.replace(tiny(), out=str(tmp_path), **SMALL)
+    trainer = Trainer(cfg, target=tiny_target)
+    batch = trainer.loader.next_batch()
+    out, _ = trainer.forward_loss(batch.input_ids_BS, batch.loss_mask_BS, trainer.anchor_gen)
+    out.loss.backward()
+    assert all(p.grad is None for p in tiny_target.model.parameters())
+    grads = [p.grad for p in trainer.drafter.parameters()]
+    assert all(g is not None for g in grads) and any(g.abs().sum() > 0 for g in grads)
+
+
+def _run(cfg, target, stop_at: int | None = None):
+    trainer = Trainer(cfg, target=target)
+    stop = threading.Event()
+    seen: list[dict] = []
+
+    def on_log(record: dict) -> None:
+        seen.append(record)
+        if stop_at is not None and record["step"] == stop_at:
+            stop.set()
+
+    return trainer, trainer.run(on_log, stop), seen
+
+
+def test_resume_matches_an_uninterrupted_run(tiny_target, tmp_path: Path):
+    full_cfg = dataclasses.replace(tiny(), out=str(tmp_path / "full"), **SMALL)
+    _, full, full_log = _run(full_cfg, tiny_target)
+    assert full.step == 10 and not full.stopped_early
+
+    cut_cfg = dataclasses.replace(full_cfg, out=str(tmp_path / "cut"))
+    _, cut, cut_log = _run(cut_cfg, tiny_target, stop_at=4)
+    assert cut.stopped_early and cut.step == 4 and cut.export is None
+    ckpt = latest_checkpoint(tmp_path / "cut")
+    assert ckpt is not None and ckpt.name.endswith("00000004")
+
+    resumed = Trainer(cut_cfg, target=tiny_target)
+    resumed.resume(ckpt)
+    tail: list[dict] = []
+    resumed.run(tail.append)
+    assert [r["step"] for r in tail] == list(range(5, 11))
+    expected = {r["step"]: r for r in full_log}
+    for r in cut_log + tail:
+        assert r["loss"] == pytest.approx(expected[r["step"]]["loss"], rel=1e-5, abs=1e-6)
+        assert r["grad_norm"] == pytest.approx(expected[r["step"]]["grad_norm"], rel=1e-4)
+    for name, t in resumed.drafter.state_dict().items():
+        torch.testing.assert_close(t, load_drafter(full.export).state_dict()[name])
+
+
+def _cli(out: Path, *extra: str) -> list[str]:
+    sets = [f"--set={k}={v}" for k, v in SMALL.items() if k not in ("steps", "buckets")]
+    return [sys.executable, "-m", "dflash.cli", "--preset", "tiny", "--unguarded", "--quiet",
+            "--out", str(out), "--set=buckets=64", *sets, *extra]
+
+
+def test_sigterm_saves_a_checkpoint_and_resume_finishes(tmp_path: Path):
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(_cli(out, "--steps", "100000"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    metrics = out / "metrics.jsonl"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and proc.poll() is None:
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    assert "stopped by SIGTERM" in stdout
+    ckpt = latest_checkpoint(out)
+    assert ckpt is not None
+    step = int(ckpt.name.split("-")[-1])
+    assert step >= 3
+
+    done = subprocess.run(_cli(out, "--resume", "--steps", str(step + 3)),
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    assert f"resuming from {ckpt}" in done.stdout
+    assert f"done at step {step + 3}" in done.stdout
+    assert (out / "drafter" / "model.safetensors").exists()
+    meta = json.loads((out / "metadata.json").read_text())
+    assert meta["torch"]["git"] and meta["unguarded"] in (True, False)
+
+
+def test_warmup_only_compiles_nothing_it_does_not_need(tmp_path: Path):
+    ok = subprocess.run(_cli(tmp_path / "w", "--warmup-only"), capture_output=True, text=True,
+                        timeout=300)
+    assert ok.returncode == 0, ok.stderr
+    assert "warm-up done" in ok.stdout
+    assert not (tmp_path / "w" / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("extra", [["--set", "steps=many"], ["--set", "no_such_key=1"],
+                                   ["--set", "buckets=2"], ["--data", "missing.jsonl"]])
+def test_bad_input_is_one_line_exit_2(tmp_path: Path, capsys, extra: list[str], tiny_target):
+    from dflash.cli import main
+
+    assert main(_cli(tmp_path / "b", *extra)[3:]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
