@@ -60,6 +60,15 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/bench_snapshot.py", "--markdown", *args)
 
 
+@nox.session(venv_backend="none", name="bench-gpu")
+def bench_gpu(session: nox.Session) -> None:
+    """DFlash on one GPU: ceilings, throughput and MFU, flex vs dense, cold vs warm start,
+    the compile race. Run it on the GPU machine, in the training environment:
+    `uv run nox -s bench-gpu -- --out results --stages ceilings,train,dense,start,race`.
+    """
+    session.run("python", "benchmarks/gpu_dflash.py", *session.posargs, external=True)
+
+
 @nox.session(venv_backend="none")
 def lock(session: nox.Session) -> None:
     """Regenerate lockfiles/dflash-train.toml: the CI environment and the H200 reference.

@@ -242,8 +242,10 @@ class Trainer:
             torch.cuda.synchronize(self.rt.device)
 
     # -- the loop ---------------------------------------------------------------------------
-    def run(self, on_log: LogFn | None = None, stop: threading.Event | None = None
-            ) -> TrainResult:
+    def run(self, on_log: LogFn | None = None, stop: threading.Event | None = None,
+            final_save: bool = True) -> TrainResult:
+        """Train to ``cfg.steps`` (or until ``stop``); then checkpoint and, unless stopped
+        early, export the drafter. ``final_save=False`` skips both (benchmarks)."""
         require_main_thread("training")
         cfg = self.cfg
         if self.warmup_seconds == 0.0 and self.kernels.compiled:
@@ -282,10 +284,10 @@ class Trainer:
         finally:
             prefetch.close()
             log.close()
-        if saved is None or not saved.name.endswith(f"{self.step:08d}"):
+        if final_save and (saved is None or not saved.name.endswith(f"{self.step:08d}")):
             saved = self.save()
         export = None
-        if not stopped:
+        if final_save and not stopped:
             export = ckpt.export_drafter(self.drafter, self.out / "drafter", dtype=self.rt.dtype)
         return TrainResult(step=self.step, stopped_early=stopped,
                            warmup_seconds=self.warmup_seconds, checkpoint=saved, export=export,

@@ -1,0 +1,338 @@
+"""DFlash on one GPU: ceilings, training throughput/MFU, flex vs dense, cold vs warm start,
+and the compile race. ``nox -s bench-gpu`` runs it; so can the device runner directly:
+
+    python benchmarks/gpu_dflash.py --out $OUT --stages ceilings,train,dense
+    python benchmarks/gpu_dflash.py --out $OUT --stages start,race
+
+Every stage writes ``OUT/<stage>.json`` as soon as it finishes, so a run cut short by a
+time limit still returns what it measured. Stages take a deadline from ``--budget``.
+Random bf16 targets (named shapes) and random token data: throughput does not depend on
+the weights, and nothing can be downloaded on the benchmark machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from dflash.compilation import unseal  # noqa: E402
+from dflash.data import Example  # noqa: E402
+from dflash.metrics import measure_matmul_tflops  # noqa: E402
+from dflash.recipe import PRESETS  # noqa: E402
+from dflash.target import load_target  # noqa: E402
+from dflash.train import Trainer  # noqa: E402
+
+NVLS_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+            "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def write(out: Path, name: str, data: Any) -> None:
+    tmp = out / f".{name}.json.tmp"
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    tmp.replace(out / f"{name}.json")
+    print(f"[{time.strftime('%H:%M:%S')}] {name}: {json.dumps(data, default=str)[:600]}",
+          flush=True)
+
+
+# -- ceilings --------------------------------------------------------------------------------
+
+def copy_bandwidth_gbs(device: torch.device, gib: float = 2.0, iters: int = 20) -> float:
+    n = int(gib * 2**30) // 2
+    src = torch.empty(n, dtype=torch.bfloat16, device=device).normal_()
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        dst.copy_(src)
+    torch.cuda.synchronize(device)
+    return 2 * src.numel() * 2 * iters / (time.perf_counter() - t0) / 1e9  # read + write
+
+
+def stage_ceilings(device: torch.device) -> dict[str, Any]:
+    return {"matmul_bf16_tflops": measure_matmul_tflops(device, torch.bfloat16, size=8192),
+            "d2d_copy_gbs": copy_bandwidth_gbs(device),
+            "gpu": torch.cuda.get_device_name(device), "torch": torch.__version__,
+            "torch_git": torch.version.git_version, "cuda": torch.version.cuda}
+
+
+# -- training throughput ---------------------------------------------------------------------
+
+def random_examples(vocab: int, seq: int, n: int, prompt: int, mask_id: int, seed: int = 0
+                    ) -> list[Example]:
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocab, (n, seq), generator=gen)
+    ids[ids == mask_id] = 0
+    mask = (0,) * prompt + (1,) * (seq - prompt)
+    return [Example(input_ids=tuple(row), loss_mask=mask) for row in ids.tolist()]
+
+
+def train_once(preset: str, target: Any, *, attention: str, seq: int, anchors: int,
+               steps: int, peak: float, skip: int = 3) -> dict[str, Any]:
+    """Warm-up (compile), then ``steps`` logged steps; medians over the steps after skip."""
+    unseal()
+    compile_mode = "on" if attention == "flex" else "off"
+    cfg = dataclasses.replace(
+        PRESETS[preset](), attention=attention, compile=compile_mode, steps=steps,
+        log_every=1, eval_every=0, save_every=0, held_out=1, buckets=(seq,), anchors=anchors,
+        peak_tflops=peak, out=tempfile.mkdtemp(prefix="dflash-bench-"))
+    examples = random_examples(target.vocab_size, seq, 24, prompt=seq // 12,
+                               mask_id=target.mask_token_id)
+    torch.cuda.reset_peak_memory_stats()
+    trainer = Trainer(cfg, target=target, examples=examples)
+    warm = trainer.warmup()
+    records: list[dict[str, Any]] = []
+    trainer.run(records.append, final_save=False)
+    tail = records[skip:]
+
+    def med(key: str) -> float:
+        return float(statistics.median(r[key] for r in tail))
+
+    result = {"preset": preset, "attention": attention, "compiled": trainer.rt.compile,
+              "seq": seq, "anchors": anchors, "block_size": cfg.block_size,
+              "steps_measured": len(tail), "warmup_s": warm,
+              "step_ms": 1000 * med("step_s"), "ctx_tok_s": med("ctx_tok_s"),
+              "draft_tok_s": med("draft_tok_s"), "tflops": med("tflops"), "mfu": med("mfu"),
+              "peak_mem_gb": max(r.get("peak_mem_gb", 0.0) for r in records),
+              "loss_first": records[0]["loss"], "loss_last": records[-1]["loss"]}
+    del trainer
+    torch.cuda.empty_cache()
+    return result
+
+
+def stage_train(out: Path, device: torch.device, peak: float, steps: int) -> None:
+    results: dict[str, Any] = {}
+    for preset in ("qwen3-8b-shape", "qwen3-1.7b-shape"):
+        t0 = time.perf_counter()
+        target = load_target(PRESETS[preset]().target, device=device, dtype=torch.bfloat16)
+        results[f"{preset}/build_s"] = time.perf_counter() - t0
+        for attention in ("flex", "sdpa"):
+            key = f"{preset}/{attention}"
+            try:
+                results[key] = train_once(preset, target, attention=attention, seq=3072,
+                                          anchors=512, steps=steps, peak=peak)
+            except torch.OutOfMemoryError as exc:
+                results[key] = {"error": f"OOM: {str(exc).splitlines()[0]}"}
+            write(out, "train", results)
+        if preset == "qwen3-8b-shape":
+            flex, dense = results[f"{preset}/flex"], results[f"{preset}/sdpa"]
+            if "step_ms" in flex and "step_ms" in dense:
+                results["flex_speedup_8b_s3072"] = dense["step_ms"] / flex["step_ms"]
+        del target
+        torch.cuda.empty_cache()
+        write(out, "train", results)
+
+
+def stage_dense(out: Path, device: torch.device, peak: float, deadline: float) -> None:
+    """Dense SDPA vs flex as S grows (anchors scaled with S): where dense runs out."""
+    target = load_target("qwen3-8b-shape", device=device, dtype=torch.bfloat16)
+    results: list[dict[str, Any]] = []
+    for seq in (8192, 16384, 32768):
+        for attention in ("sdpa", "flex"):
+            if time.monotonic() > deadline:
+                results.append({"seq": seq, "attention": attention, "skipped": "time"})
+                continue
+            anchors = 512 * seq // 3072
+            try:
+                r = train_once("qwen3-8b-shape", target, attention=attention, seq=seq,
+                               anchors=anchors, steps=6, peak=peak, skip=2)
+            except torch.OutOfMemoryError as exc:
+                r = {"seq": seq, "attention": attention,
+                     "error": f"OOM: {str(exc).splitlines()[0][:200]}"}
+                torch.cuda.empty_cache()
+            results.append(r)
+            write(out, "dense", results)
+
+
+def stage_gpu_tests(out: Path) -> None:
+    """tests/dflash/test_gpu.py, called directly (pytest may be missing on the machine)."""
+    import importlib.util
+    import traceback
+
+    spec = importlib.util.spec_from_file_location("test_gpu", ROOT / "tests/dflash/test_gpu.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    results = {}
+    for name in sorted(n for n in dir(module) if n.startswith("test_")):
+        t0 = time.perf_counter()
+        try:
+            getattr(module, name)()
+            results[name] = {"outcome": "passed", "s": time.perf_counter() - t0}
+        except Exception as exc:  # noqa: BLE001 - the outcome is the record
+            results[name] = {"outcome": "failed", "error": f"{type(exc).__name__}: {exc}"[:2000],
+                             "where": traceback.format_exc().splitlines()[-6:]}
+        write(out, "gpu_tests", results)
+    unseal()
+
+
+def stage_smoke(out: Path, device: torch.device, peak: float) -> None:
+    target = load_target("qwen3-8b-shape", device=device, dtype=torch.bfloat16)
+    r = train_once("qwen3-8b-shape", target, attention="flex", seq=3072, anchors=512,
+                   steps=6, peak=peak, skip=2)
+    write(out, "smoke", r)
+
+
+# -- cold vs warm start ----------------------------------------------------------------------
+
+def child_first_step(args: argparse.Namespace) -> int:
+    """One process: build, warm up, one step; times since the parent launched it."""
+    marks = {"import_s": time.time() - args.launched_at}
+    if args.load_mega:
+        t0 = time.perf_counter()
+        torch.compiler.load_cache_artifacts(Path(args.load_mega).read_bytes())
+        marks["mega_load_s"] = time.perf_counter() - t0
+    device = torch.device("cuda")
+    cfg = dataclasses.replace(PRESETS[args.preset](), steps=1, log_every=1, eval_every=0,
+                              save_every=0, held_out=1, peak_tflops=1.0,
+                              out=tempfile.mkdtemp(prefix="dflash-first-"))
+    target = load_target(cfg.target, device=device, dtype=torch.bfloat16)
+    examples = random_examples(target.vocab_size, cfg.buckets[0], 4, prompt=256,
+                               mask_id=target.mask_token_id)
+    trainer = Trainer(cfg, target=target, examples=examples)
+    marks["built_s"] = time.time() - args.launched_at
+    marks["warmup_s"] = trainer.warmup()
+    marks["warm_done_s"] = time.time() - args.launched_at
+    if args.save_mega:
+        artifacts = torch.compiler.save_cache_artifacts()
+        if artifacts is not None:
+            Path(args.save_mega).write_bytes(artifacts[0])
+            marks["mega_bytes"] = len(artifacts[0])
+    trainer.run(None, final_save=False)
+    marks["first_step_s"] = time.time() - args.launched_at
+    print("FIRST_STEP " + json.dumps(marks), flush=True)
+    return 0
+
+
+def _launch(extra: list[str], env: dict[str, str], timeout: float) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "child-first-step", "--launched-at", str(time.time()),
+           *extra]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timeout after {timeout:.0f} s"}
+    for line in proc.stdout.splitlines():
+        if line.startswith("FIRST_STEP "):
+            return dict(json.loads(line[len("FIRST_STEP "):]))
+    return {"error": f"exit {proc.returncode}: {proc.stderr.strip().splitlines()[-3:]}"}
+
+
+def cache_env(root: Path) -> dict[str, str]:
+    return {**os.environ, **NVLS_OFF, "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
+            "TRITON_CACHE_DIR": str(root / "triton")}
+
+
+def stage_start(out: Path, preset: str, timeout: float) -> None:
+    base = Path(tempfile.mkdtemp(prefix="dflash-start-"))
+    mega = base / "mega.bin"
+    runs: dict[str, Any] = {"preset": preset}
+    runs["cold"] = _launch(["--preset", preset, "--save-mega", str(mega)],
+                           cache_env(base / "a"), timeout)
+    write(out, "start", runs)
+    runs["warm"] = _launch(["--preset", preset], cache_env(base / "a"), timeout)
+    write(out, "start", runs)
+    if mega.exists():
+        runs["mega"] = _launch(["--preset", preset, "--load-mega", str(mega)],
+                               cache_env(base / "b"), timeout)
+    cold, warm = runs["cold"].get("first_step_s"), runs["warm"].get("first_step_s")
+    if cold and warm:
+        runs["warm_over_cold"] = warm / cold
+    if cold and runs.get("mega", {}).get("first_step_s"):
+        runs["mega_over_cold"] = runs["mega"]["first_step_s"] / cold
+    write(out, "start", runs)
+
+
+# -- the race -------------------------------------------------------------------------------
+
+def stage_race(out: Path, runs: int, timeout: float, seq: int) -> None:
+    results: dict[str, Any] = {}
+    for mode in ("guarded", "naive"):
+        outcomes = []
+        for i in range(runs):
+            root = Path(tempfile.mkdtemp(prefix=f"dflash-race-{mode}-{i}-"))
+            cmd = [sys.executable, "-m", "dflash.race", "--mode", mode, "--threads", "3",
+                   "--seq", str(seq), "--timeout", str(timeout)]
+            t0 = time.perf_counter()
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
+                                      env=cache_env(root), timeout=timeout + 30)
+                line = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "{}"
+                r = json.loads(line)
+                verdict = ("hang" if r.get("hang") else
+                           "ok" if r.get("ok") == 3 and not r.get("fx_tracing_flag_after")
+                           else "error")
+                outcomes.append({"verdict": verdict, "exit": proc.returncode,
+                                 "threads": r.get("outcomes"), "warmup_s": r.get("warmup_s"),
+                                 "total_s": r.get("total_s"),
+                                 "stderr_tail": proc.stderr.strip().splitlines()[-1:]})
+            except subprocess.TimeoutExpired:
+                outcomes.append({"verdict": "hang", "exit": None, "killed_after_s":
+                                 time.perf_counter() - t0})
+            results[mode] = {"runs": outcomes,
+                             "summary": {v: sum(o["verdict"] == v for o in outcomes)
+                                         for v in ("ok", "error", "hang")}}
+            write(out, "race", results)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("mode", nargs="?", default="bench", choices=["bench", "child-first-step"])
+    p.add_argument("--out", default=os.environ.get("OUT", "bench-out"))
+    p.add_argument("--stages", default="ceilings,train,dense,start,race")
+    p.add_argument("--budget", type=float, default=560.0, help="seconds for this call")
+    p.add_argument("--steps", type=int, default=25)
+    p.add_argument("--race-runs", type=int, default=5)
+    p.add_argument("--race-timeout", type=float, default=60.0)
+    p.add_argument("--race-seq", type=int, default=2048)
+    p.add_argument("--start-preset", default="qwen3-8b-shape")
+    p.add_argument("--preset", default="qwen3-8b-shape")
+    p.add_argument("--launched-at", type=float, default=time.time())
+    p.add_argument("--save-mega")
+    p.add_argument("--load-mega")
+    args = p.parse_args()
+    if args.mode == "child-first-step":
+        return child_first_step(args)
+    os.environ.update(NVLS_OFF)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + args.budget
+    device = torch.device("cuda")
+    stages = args.stages.split(",")
+    peak = None
+    if "ceilings" in stages:
+        ceil = stage_ceilings(device)
+        write(out, "ceilings", ceil)
+        peak = ceil["matmul_bf16_tflops"]
+    peak = peak or measure_matmul_tflops(device, torch.bfloat16, size=8192)
+    if "gpu-tests" in stages:
+        stage_gpu_tests(out)
+    if "smoke" in stages:
+        stage_smoke(out, device, peak)
+    if "train" in stages:
+        stage_train(out, device, peak, args.steps)
+    if "dense" in stages:
+        stage_dense(out, device, peak, deadline - 60)
+    if "start" in stages:
+        stage_start(out, args.start_preset, timeout=max(60.0, (deadline - time.monotonic()) / 2))
+    if "race" in stages:
+        stage_race(out, args.race_runs, args.race_timeout, args.race_seq)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
