@@ -48,6 +48,19 @@ def write(out: Path, name: str, data: Any) -> None:
           flush=True)
 
 
+def compile_stats() -> dict[str, Any]:
+    """What Dynamo compiled in this process so far, and where the time went."""
+    from torch._dynamo.utils import compile_times, counters
+
+    try:
+        times = compile_times(repr="csv", aggregate=True)
+    except Exception as exc:  # noqa: BLE001 - diagnostics only
+        times = repr(exc)
+    return {"unique_graphs": counters["stats"].get("unique_graphs", 0),
+            "calls_captured": counters["stats"].get("calls_captured", 0),
+            "times": str(times)[:3000]}
+
+
 # -- ceilings --------------------------------------------------------------------------------
 
 def copy_bandwidth_gbs(device: torch.device, gib: float = 2.0, iters: int = 20) -> float:
@@ -109,15 +122,17 @@ def train_once(preset: str, target: Any, *, attention: str, seq: int, anchors: i
               "step_ms": 1000 * med("step_s"), "ctx_tok_s": med("ctx_tok_s"),
               "draft_tok_s": med("draft_tok_s"), "tflops": med("tflops"), "mfu": med("mfu"),
               "peak_mem_gb": max(r.get("peak_mem_gb", 0.0) for r in records),
-              "loss_first": records[0]["loss"], "loss_last": records[-1]["loss"]}
+              "loss_first": records[0]["loss"], "loss_last": records[-1]["loss"],
+              "compile": compile_stats()}
     del trainer
     torch.cuda.empty_cache()
     return result
 
 
-def stage_train(out: Path, device: torch.device, peak: float, steps: int) -> None:
+def stage_train(out: Path, device: torch.device, peak: float, steps: int,
+                presets: list[str], name: str = "train") -> None:
     results: dict[str, Any] = {}
-    for preset in ("qwen3-8b-shape", "qwen3-1.7b-shape"):
+    for preset in presets:
         t0 = time.perf_counter()
         target = load_target(PRESETS[preset]().target, device=device, dtype=torch.bfloat16)
         results[f"{preset}/build_s"] = time.perf_counter() - t0
@@ -128,14 +143,14 @@ def stage_train(out: Path, device: torch.device, peak: float, steps: int) -> Non
                                           anchors=512, steps=steps, peak=peak)
             except torch.OutOfMemoryError as exc:
                 results[key] = {"error": f"OOM: {str(exc).splitlines()[0]}"}
-            write(out, "train", results)
+            write(out, name, results)
         if preset == "qwen3-8b-shape":
             flex, dense = results[f"{preset}/flex"], results[f"{preset}/sdpa"]
             if "step_ms" in flex and "step_ms" in dense:
                 results["flex_speedup_8b_s3072"] = dense["step_ms"] / flex["step_ms"]
         del target
         torch.cuda.empty_cache()
-        write(out, "train", results)
+        write(out, name, results)
 
 
 def stage_dense(out: Path, device: torch.device, peak: float, deadline: float) -> None:
@@ -215,6 +230,7 @@ def child_first_step(args: argparse.Namespace) -> int:
             marks["mega_bytes"] = len(artifacts[0])
     trainer.run(None, final_save=False)
     marks["first_step_s"] = time.time() - args.launched_at
+    marks["compile"] = compile_stats()
     print("FIRST_STEP " + json.dumps(marks), flush=True)
     return 0
 
@@ -324,7 +340,9 @@ def main() -> int:
     if "smoke" in stages:
         stage_smoke(out, device, peak)
     if "train" in stages:
-        stage_train(out, device, peak, args.steps)
+        stage_train(out, device, peak, args.steps, ["qwen3-8b-shape"])
+    if "train-1.7b" in stages:
+        stage_train(out, device, peak, args.steps, ["qwen3-1.7b-shape"], "train_1_7b")
     if "dense" in stages:
         stage_dense(out, device, peak, deadline - 60)
     if "start" in stages:
