@@ -53,12 +53,12 @@ def compile_stats() -> dict[str, Any]:
     from torch._dynamo.utils import compile_times, counters
 
     try:
-        times = compile_times(repr="csv", aggregate=True)
+        times = compile_times(repr="str", aggregate=True)
     except Exception as exc:  # noqa: BLE001 - diagnostics only
         times = repr(exc)
     return {"unique_graphs": counters["stats"].get("unique_graphs", 0),
             "calls_captured": counters["stats"].get("calls_captured", 0),
-            "times": str(times)[:3000]}
+            "times": str(times)[-4000:]}
 
 
 # -- ceilings --------------------------------------------------------------------------------
@@ -275,9 +275,9 @@ def stage_start(out: Path, preset: str, timeout: float) -> None:
 
 # -- the race -------------------------------------------------------------------------------
 
-def stage_race(out: Path, runs: int, timeout: float, seq: int) -> None:
+def stage_race(out: Path, runs: int, timeout: float, seq: int, modes: list[str]) -> None:
     results: dict[str, Any] = {}
-    for mode in ("guarded", "naive"):
+    for mode in modes:
         outcomes = []
         for i in range(runs):
             root = Path(tempfile.mkdtemp(prefix=f"dflash-race-{mode}-{i}-"))
@@ -315,6 +315,7 @@ def main() -> int:
     p.add_argument("--race-runs", type=int, default=5)
     p.add_argument("--race-timeout", type=float, default=60.0)
     p.add_argument("--race-seq", type=int, default=2048)
+    p.add_argument("--race-modes", default="guarded,naive")
     p.add_argument("--start-preset", default="qwen3-8b-shape")
     p.add_argument("--preset", default="qwen3-8b-shape")
     p.add_argument("--launched-at", type=float, default=time.time())
@@ -348,7 +349,8 @@ def main() -> int:
     if "start" in stages:
         stage_start(out, args.start_preset, timeout=max(60.0, (deadline - time.monotonic()) / 2))
     if "race" in stages:
-        stage_race(out, args.race_runs, args.race_timeout, args.race_seq)
+        stage_race(out, args.race_runs, args.race_timeout, args.race_seq,
+                   args.race_modes.split(","))
     return 0
 
 
