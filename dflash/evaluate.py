@@ -16,8 +16,6 @@ import json
 import sys
 from typing import Any
 
-import torch
-
 from dflash.exitcodes import ExitCode
 
 
@@ -74,32 +72,23 @@ def render_text(report: Any) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from dflash.checkpoint import CheckpointError, load_drafter
-    from dflash.data import DataError, read_prompts
-    from dflash.generate import synthetic_prompts
+    from dflash.data import DataError
+    from dflash.generate import device_and_dtype, prompts_for, stop_ids_of
     from dflash.speculative import evaluate
     from dflash.target import TargetError, load_target
 
-    device = args.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    dtype = torch.bfloat16 if str(device).startswith("cuda") else torch.float32
+    device, dtype = device_and_dtype(args.device)
     try:
         drafter = load_drafter(args.drafter, device=device, dtype=dtype).eval()
         target = load_target(args.target, device=device, dtype=dtype,
                              layer_ids=drafter.cfg.target_layer_ids,
                              mask_token_id=drafter.cfg.mask_token_id, seed=args.target_seed)
         check_pair(drafter.cfg, target)
-        if args.prompts:
-            prompts = read_prompts(args.prompts, tokenizer=target.tokenizer)
-        else:
-            prompts = synthetic_prompts(args.synthetic, vocab_size=target.vocab_size,
-                                        length=args.prompt_length, seed=args.seed,
-                                        exclude=(target.mask_token_id,))
+        prompts = prompts_for(target, prompts_file=args.prompts, synthetic=args.synthetic,
+                              length=args.prompt_length, seed=args.seed)
         prompts = prompts[: args.limit] if args.limit else prompts
-        tok = target.tokenizer
-        eos = getattr(tok, "eos_token_id", None) if tok is not None else None
         report = evaluate(target, drafter, prompts, max_new_tokens=args.max_new_tokens,
-                          stop_ids=() if eos is None else (int(eos),))
+                          stop_ids=stop_ids_of(target))
     except (CheckpointError, DataError, TargetError, ValueError, OSError) as exc:
         print(f"dflash-eval: {exc}", file=sys.stderr)
         return ExitCode.BAD_INPUT

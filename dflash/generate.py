@@ -102,6 +102,28 @@ def generate_responses(target: Any, prompts: Sequence[Sequence[int]], *, max_new
     return responses
 
 
+def device_and_dtype(name: str) -> tuple[str, torch.dtype]:
+    """``auto`` picks cuda when present; bf16 on GPU, fp32 on CPU."""
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name
+    return device, torch.bfloat16 if device.startswith("cuda") else torch.float32
+
+
+def prompts_for(target: Any, *, prompts_file: str | None, synthetic: int | None,
+                length: int, seed: int) -> list[list[int]]:
+    """Prompts from a JSONL file (any dflash.data format) or ``synthetic`` random ones."""
+    from dflash.data import read_prompts
+
+    if prompts_file:
+        return read_prompts(prompts_file, tokenizer=target.tokenizer)
+    return synthetic_prompts(synthetic or 0, vocab_size=target.vocab_size, length=length,
+                             seed=seed, exclude=(target.mask_token_id,))
+
+
+def stop_ids_of(target: Any) -> tuple[int, ...]:
+    eos = getattr(target.tokenizer, "eos_token_id", None) if target.tokenizer else None
+    return () if eos is None else (int(eos),)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="dflash-generate",
@@ -123,28 +145,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from dflash.data import DataError, read_prompts, write_jsonl_atomic
+    from dflash.data import DataError, write_jsonl_atomic
     from dflash.target import TargetError, load_target
     from envguard.errors import OutputError
 
-    device = args.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    dtype = torch.bfloat16 if str(device).startswith("cuda") else torch.float32
+    device, dtype = device_and_dtype(args.device)
     try:
         target = load_target(args.target, device=device, dtype=dtype, seed=args.seed)
-        if args.prompts:
-            prompts = read_prompts(args.prompts, tokenizer=target.tokenizer)
-        else:
-            prompts = synthetic_prompts(args.synthetic, vocab_size=target.vocab_size,
-                                        length=args.prompt_length, seed=args.seed,
-                                        exclude=(target.mask_token_id,))
+        prompts = prompts_for(target, prompts_file=args.prompts, synthetic=args.synthetic,
+                              length=args.prompt_length, seed=args.seed)
         tok = target.tokenizer
-        eos = getattr(tok, "eos_token_id", None) if tok is not None else None
         responses = generate_responses(
             target, prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-            seed=args.seed, stop_ids=() if eos is None else (int(eos),),
-            batch_size=args.batch_size)
+            seed=args.seed, stop_ids=stop_ids_of(target), batch_size=args.batch_size)
         rows: list[dict[str, Any]] = []
         for prompt, response in zip(prompts, responses, strict=True):
             row: dict[str, Any] = {"prompt_ids": list(prompt), "response_ids": response}
