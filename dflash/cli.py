@@ -178,8 +178,18 @@ def _train(args: argparse.Namespace, meta: dict[str, Any]) -> int:
 
     signal.signal(signal.SIGTERM, on_sigterm)
     try:
+        if args.warmup_only or trainer.rt.compile:
+            trainer.warmup()
+            for warning in trainer.warnings:
+                print(f"dflash-train: warning: {warning}", file=sys.stderr)
+            if trainer.mega_cache_loaded is not None:
+                print(f"dflash-train: compile artifacts loaded from the Mega-Cache in "
+                      f"{trainer.mega_cache_loaded:.1f} s")
+            elif trainer.mega_cache_saved:
+                print(f"dflash-train: saved {trainer.mega_cache_saved / 2**20:.1f} MiB of "
+                      "compile artifacts to the Mega-Cache")
         if args.warmup_only:
-            seconds = trainer.warmup()
+            seconds = trainer.warmup_seconds
             print(f"dflash-train: warm-up done in {seconds:.1f} s "
                   f"({'compiled' if trainer.rt.compile else 'eager'}); exiting")
             return EXIT_OK

@@ -29,6 +29,7 @@ import torch
 
 from dflash.compilation import fx_tracing_flag, kernels, seal, unseal
 from dflash.masks import dflash_block_mask
+from dflash.megacache import for_setting
 
 
 def _inputs(seq: int, heads: int, head_dim: int, block_size: int, device: torch.device,
@@ -56,8 +57,8 @@ def _call(flex: Any, builder: Any, inputs: tuple[torch.Tensor, ...], seq: int,
 
 
 def run(mode: str, threads: int, iters: int, seqs: list[int], device: torch.device,
-        dtype: torch.dtype, backward: bool, timeout: float, late_seq: int | None = None
-        ) -> dict[str, Any]:
+        dtype: torch.dtype, backward: bool, timeout: float, late_seq: int | None = None,
+        mega_cache: str = "off") -> dict[str, Any]:
     heads, head_dim, block_size = 4, 64, 16
     per_thread = [seqs[i % len(seqs)] for i in range(threads)]
     inputs = {s: _inputs(s, heads, head_dim, block_size, device, dtype, backward)
@@ -66,6 +67,9 @@ def run(mode: str, threads: int, iters: int, seqs: list[int], device: torch.devi
     start = time.perf_counter()
     warmup_s = 0.0
     handles: tuple[Any, Any] = (None, None)
+    mega = for_setting(mega_cache) if mode == "guarded" else None
+    mega_loaded = mega.load() if mega is not None else None
+    mega_saved = 0
     if mode == "guarded":
         k = kernels(True)
         handles = (k.flex, k.block_mask_builder)
@@ -75,6 +79,8 @@ def run(mode: str, threads: int, iters: int, seqs: list[int], device: torch.devi
             torch.cuda.synchronize(device)
         seal()
         warmup_s = time.perf_counter() - start
+        if mega is not None and mega_loaded is None:
+            mega_saved = mega.save()
     barrier = threading.Barrier(threads)
 
     def worker(i: int) -> None:
@@ -127,7 +133,8 @@ def run(mode: str, threads: int, iters: int, seqs: list[int], device: torch.devi
             "ok": outcomes.count("ok"), "hang": hung,
             "fx_tracing_flag_after": fx_tracing_flag(), "warmup_s": round(warmup_s, 3),
             "total_s": round(time.perf_counter() - start, 3),
-            "late_shape": late, "inductor_cache": os.environ.get("TORCHINDUCTOR_CACHE_DIR", "")}
+            "late_shape": late, "inductor_cache": os.environ.get("TORCHINDUCTOR_CACHE_DIR", ""),
+            "mega_cache_load_s": mega_loaded, "mega_cache_saved_bytes": mega_saved}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,12 +149,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--late-seq", type=int,
                         help="guarded: afterwards, call with this unseen length on a thread "
                         "(must be refused, not compiled)")
+    parser.add_argument("--mega-cache", default="off",
+                        help="guarded: off, auto or a folder; load a Mega-Cache artifact "
+                        "for this build before the warm-up, save one after it otherwise")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     gpu = device.type == "cuda"
     result = run(args.mode, args.threads, args.iters, args.seq or [256], device,
                  torch.bfloat16 if gpu else torch.float32, backward=gpu, timeout=args.timeout,
-                 late_seq=args.late_seq)
+                 late_seq=args.late_seq, mega_cache=args.mega_cache)
     print(json.dumps(result), flush=True)
     if result["hang"]:
         os._exit(3)  # a hung compile thread would block interpreter exit forever

@@ -55,6 +55,9 @@ class TrainConfig:
     """on | off | auto (on for GPU). Compiles the one flex_attention handle and the
     block-mask builder, on the main thread, in a warm-up step per shape."""
     seed: int = 0
+    mega_cache: str = "auto"
+    """torch Mega-Cache of the compiled kernels: auto (envguard's cache dir, keyed by the
+    compile-compat key), off, or a folder. Loaded before the warm-up when one matches."""
     # Synthetic data (when data is None).
     synthetic_prompts: int = 512
     synthetic_prompt_length: int = 16

@@ -31,6 +31,7 @@ from dflash.data import BatchLoader, Example, drop_short, read_examples
 from dflash.generate import generate_responses, synthetic_prompts
 from dflash.loss import LossOutput, block_inputs, block_targets, dflash_loss, sample_anchors
 from dflash.masks import AttendFn, dense_mask, dflash_block_mask, flex_attend, sdpa_attend
+from dflash.megacache import MegaCacheError, for_setting
 from dflash.metrics import (
     MetricsLog,
     count_params,
@@ -134,6 +135,9 @@ class Trainer:
         self.flops = flop_model(self.dcfg, count_params(layers),
                                 count_params(self.drafter.layers[0]))
         self.warmup_seconds = 0.0
+        self.mega_cache_loaded: float | None = None
+        self.mega_cache_saved = 0
+        self.warnings: list[str] = []
 
     # -- one step -------------------------------------------------------------------------
     def _attend(self, anchors_BN: Tensor, keep_BN: Tensor, seq: int) -> AttendFn:
@@ -173,9 +177,21 @@ class Trainer:
 
     # -- warm-up ----------------------------------------------------------------------------
     def warmup(self) -> float:
-        """Compile every graph a step can need, on the main thread, then seal."""
+        """Compile every graph a step can need, on the main thread, then seal.
+
+        With compilation on, a Mega-Cache artifact saved under this environment's
+        compile-compat key is loaded first, and one is saved after a warm-up that had
+        none, so the next process (or machine with the same build) starts warm."""
         require_main_thread("warm-up")
         start = time.perf_counter()
+        mega = None
+        if self.kernels.compiled:
+            mega = for_setting(self.cfg.mega_cache)
+            if mega is not None:
+                try:
+                    self.mega_cache_loaded = mega.load()
+                except MegaCacheError as exc:  # compile cold instead, and say so
+                    self.warnings.append(str(exc))
         gen = torch.Generator(device=self.rt.device).manual_seed(self.cfg.seed + 1)
         for bsz, seq in self.loader.shapes():
             ids_BS = torch.randint(0, self.dcfg.vocab_size, (bsz, seq), device=self.rt.device,
@@ -190,6 +206,8 @@ class Trainer:
         self._sync()
         if self.kernels.compiled:
             seal()
+        if mega is not None and self.mega_cache_loaded is None:
+            self.mega_cache_saved = mega.save()
         self.warmup_seconds = time.perf_counter() - start
         return self.warmup_seconds
 
@@ -294,6 +312,14 @@ class Trainer:
                            last=last)
 
 
+def _process_start() -> float:
+    """When this process started (wall clock): the first record's ``since_start_s`` is
+    the time to the first logged step, cold or warm."""
+    import psutil
+
+    return float(psutil.Process().create_time())
+
+
 class _Meter:
     """Sums of step metrics on the device between two log points."""
 
@@ -340,6 +366,7 @@ class _Meter:
             "tflops": flops / seconds / 1e12,
             "mfu": flops / seconds / 1e12 / peak_tflops,
             "peak_tflops": peak_tflops,
+            "since_start_s": time.time() - _process_start(),
         }
         if trainer.rt.device.type == "cuda":
             record["peak_mem_gb"] = torch.cuda.max_memory_allocated(trainer.rt.device) / 2**30

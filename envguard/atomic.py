@@ -20,8 +20,12 @@ def write_text_atomic(path: str | os.PathLike[str], text: str, *, mode: int = 0o
     Raises :class:`OutputError` (one line, no traceback material) when the folder
     cannot be created or written.
     """
+    return write_bytes_atomic(path, text.encode("utf-8"), mode=mode)
+
+
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o644) -> Path:
+    """Write ``data`` to ``path`` atomically and return the path (see write_text_atomic)."""
     target = Path(path)
-    data = text.encode("utf-8")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)

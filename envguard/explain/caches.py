@@ -20,9 +20,12 @@ _VOLATILE_DIRS = ("/tmp/", "/var/tmp/", "/dev/shm/")  # noqa: S108 - names, not 
 COLD_REMEDY = (
     "warm the cache single-threaded first: run one full training step (forward and backward, "
     "every bucketed shape) on the main thread before any worker thread or process starts",
-    "or restore the cache you had (a copy of the folder, or a torch.compiler."
-    "save_cache_artifacts() Mega-Cache loaded with load_cache_artifacts() before the first "
-    "compile)",
+    "or restore the cache you had: envguard cache restore (an archive made by envguard "
+    "cache save under this build), or a torch.compiler.save_cache_artifacts() Mega-Cache "
+    "loaded with load_cache_artifacts() before the first compile (dflash-train does this "
+    "itself)",
+    "dflash-train --warmup-only fills the cache in one process; then envguard cache save "
+    "keeps a copy that survives the next cleanup of /tmp",
     "in threaded code, compile once before starting threads and then set "
     "torch.compiler.set_stance(\"fail_on_recompile\") so no thread compiles later",
     "best: one process per device (torchrun) instead of one thread per device; processes "
@@ -127,8 +130,10 @@ def compile_cache_stale(ctx: Context) -> Iterator[Finding]:
             ),
             evidence=tuple(evidence),
             remedy=(
-                "warm the cache again with the current build, single-threaded, before "
-                "starting threads",
+                "envguard cache restore, if an archive saved under the current build exists "
+                "(envguard cache status lists them); it refuses archives of other builds",
+                "otherwise warm the cache again with the current build, single-threaded, "
+                "before starting threads (dflash-train --warmup-only), then envguard cache save",
                 f"optionally clear the old entries to save space: rm -rf {new.path}",
             ),
             changes=tuple(c for c in (key_change,) if c is not None),

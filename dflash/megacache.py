@@ -1,0 +1,88 @@
+"""torch's portable Mega-Cache for the trainer: saved after the warm-up, keyed by the
+environment's compile-compat key, loaded at start when one matches.
+
+The key is envguard's (``envguard snapshot`` records it as ``torch.compat_key``): torch
+version and git commit, CUDA, triton version and fingerprint, GPU names and the digests
+of torch's sources. Inductor silently misses on artifacts of another build, so an
+artifact is only ever loaded under the key it was saved with; a store holds one file per
+key, ``<store>/<key>.bin``, with a small JSON manifest beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from envguard.atomic import write_bytes_atomic, write_text_atomic
+
+
+class MegaCacheError(Exception):
+    """An artifact that cannot be read or loaded; one line."""
+
+
+def default_store() -> Path:
+    from envguard.probe.hashcache import default_cache_root
+
+    return default_cache_root() / "mega-cache"
+
+
+def current_compat_key() -> str | None:
+    """This interpreter's compile-compat key, read from files (no extra torch work)."""
+    from envguard.probe import SnapshotOptions, collect
+
+    snapshot = collect(SnapshotOptions(verify="none", use_project_config=False,
+                                       write_cache_marker=False))
+    return snapshot.torch.compat_key
+
+
+@dataclass(frozen=True, slots=True)
+class MegaCache:
+    store: Path
+    key: str
+
+    @property
+    def path(self) -> Path:
+        return self.store / (self.key.replace("sha256:", "")[:32] + ".bin")
+
+    def load(self) -> float | None:
+        """Load a matching artifact into torch's caches; seconds taken, or None if none."""
+        if not self.path.is_file():
+            return None
+        start = time.perf_counter()
+        try:
+            info = torch.compiler.load_cache_artifacts(self.path.read_bytes())
+        except Exception as exc:  # noqa: BLE001 - reported as one line
+            raise MegaCacheError(f"{self.path}: cannot load the compile artifact: "
+                                 f"{str(exc).splitlines()[0] if str(exc) else exc!r}") from None
+        if info is None:  # torch logs why and returns None for an unreadable artifact
+            raise MegaCacheError(f"{self.path}: not a readable torch compile artifact "
+                                 "(corrupt or truncated); delete it and warm up again")
+        return time.perf_counter() - start
+
+    def save(self) -> int:
+        """Save what this process compiled; bytes written (0 when there is nothing)."""
+        artifacts = torch.compiler.save_cache_artifacts()
+        if artifacts is None or not artifacts[0]:
+            return 0
+        data = artifacts[0]
+        write_bytes_atomic(self.path, data)
+        manifest = {"compat_key": self.key, "bytes": len(data), "torch": torch.__version__,
+                    "torch_git": torch.version.git_version,
+                    "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        write_text_atomic(self.path.with_suffix(".json"), json.dumps(manifest, indent=2) + "\n")
+        return len(data)
+
+
+def for_setting(setting: str) -> MegaCache | None:
+    """``off`` → None; ``auto`` → the default store; anything else is a store folder.
+    None too when the key cannot be computed (then nothing could be matched safely)."""
+    if setting == "off":
+        return None
+    key = current_compat_key()
+    if key is None:
+        return None
+    return MegaCache(default_store() if setting == "auto" else Path(setting), key)
