@@ -1,10 +1,197 @@
-"""``envguard restore``: the command-line side (stub; being written)."""
+"""``envguard restore``: the command-line side ("restore, don't fix").
+
+Part of the CLI layer (it prints); planning lives in :mod:`envguard.restore`, building
+and verifying in :mod:`envguard.restore_build`.
+"""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from envguard.errors import InputError
+from envguard.exitcodes import ExitCode
+
+if TYPE_CHECKING:
+    from envguard.model import Snapshot
+    from envguard.restore import RestorePlan
 
 
 def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
-    """Register the subcommand (nothing yet)."""
+    p = sub.add_parser(
+        "restore", help="rebuild GOOD.json's package set in a new venv with uv, and prove it",
+        description="Plan the packages that turn this environment into GOOD.json's, build "
+        "exactly that set into a new venv with uv (the current one is left alone), then "
+        "snapshot the result and compare its packages with GOOD.json.",
+        epilog="exit status: 0 reproduced (or --dry-run), 1 some packages could not be "
+        "reproduced, 2 bad input or usage, 4 uv missing or failed (see docs/RESTORE.md)")
+    p.add_argument("good", metavar="GOOD.json", help="the snapshot of the state that worked")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--into", metavar="PATH",
+                       help="the new venv (default: <current venv>.restored-<UTC time>)")
+    where.add_argument("--in-place", action="store_true",
+                       help="sync the current environment itself instead of a new venv")
+    p.add_argument("--dry-run", action="store_true", help="show the plan, build nothing")
+    p.add_argument("--python", metavar="PY",
+                   help="the current environment: an interpreter or venv folder "
+                   "(default: envguard's own)")
+    p.add_argument("--requirements-out", metavar="FILE",
+                   help="also write GOOD's package set as a pinned requirements.txt")
+    p.add_argument("--pylock-out", metavar="FILE",
+                   help="also write GOOD's package set as a PEP 751 pylock.toml")
+    p.add_argument("--index-url", metavar="URL", help="passed to uv")
+    p.add_argument("--extra-index-url", action="append", default=[], metavar="URL",
+                   help="passed to uv (repeatable)")
+    p.add_argument("--find-links", action="append", default=[], metavar="PATH",
+                   help="a folder or page of wheels, passed to uv (repeatable)")
+    p.add_argument("--no-index", action="store_true", help="passed to uv: only --find-links")
+    p.add_argument("--format", choices=("text", "json"), default="text",
+                   help="text (default) or json (the envguard.restore/1 document)")
+    p.add_argument("--all", action="store_true", help="also list packages that stay as they are")
+    p.set_defaults(handler=cmd_restore)
+
+
+def _err(message: str) -> None:
+    from envguard.render.sanitize import clean
+
+    sys.stderr.write(f"envguard: {clean(message, 1000)}\n")
+    sys.stderr.flush()
+
+
+def _check_target(path: Path) -> None:
+    """A new venv goes into a folder that does not exist or is empty."""
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        raise InputError(f"{path}: exists and is not a folder; choose another --into")
+    if path.is_dir() and any(path.iterdir()):
+        raise InputError(f"{path}: exists and is not empty; choose another --into")
+
+
+def _default_target(plan: RestorePlan) -> Path:
+    if not plan.current_is_venv or not plan.current_prefix:
+        raise InputError(f"{plan.current_python} is not in a venv, so there is no default "
+                         "place for the new one: pass --into PATH")
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    prefix = Path(plan.current_prefix)
+    return prefix.with_name(f"{prefix.name}.restored-{stamp}")
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM (a scheduler's time limit, ``kill``) and SIGHUP (the terminal went away) act
+    like Ctrl-C while uv builds, so the partial venv is removed instead of left behind."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _snapshot(python: str | None) -> Snapshot:
+    from envguard.probe import SnapshotOptions, collect
+
+    return collect(SnapshotOptions(python=python, verify="none", use_project_config=False,
+                                   write_cache_marker=False, git=False))
+
+
+def _write_outputs(args: argparse.Namespace, plan: RestorePlan, good: Snapshot) -> None:
+    from envguard.atomic import write_text_atomic
+    from envguard.restore import pylock_text, requirements_text
+
+    if args.requirements_out:
+        write_text_atomic(args.requirements_out, requirements_text(plan))
+        _err(f"wrote {args.requirements_out} ({len(plan.requirements)} requirements)")
+    if args.pylock_out:
+        write_text_atomic(args.pylock_out, pylock_text(plan, good))
+        _err(f"wrote {args.pylock_out}")
+
+
+def _print_json(document: dict[str, object]) -> None:
+    from envguard.cli import _write_stdout
+
+    _write_stdout(json.dumps(document, indent=2, sort_keys=True, ensure_ascii=True) + "\n")
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from envguard.probe.interpreter import is_current_interpreter
+    from envguard.render.restore_text import render_plan, render_verification
+    from envguard.restore import PLAN_SCHEMA, IndexOptions, plan_restore, plan_to_dict
+    from envguard.restore_build import (
+        build_venv,
+        find_uv,
+        sync_in_place,
+        verification_to_dict,
+        verify_restore,
+    )
+    from envguard.store import read_snapshot
+
+    good = read_snapshot(args.good)
+    into = Path(args.into).expanduser().absolute() if args.into else None
+    if into is not None:
+        _check_target(into)
+    current = _snapshot(args.python)
+    links = tuple(x if "://" in x else os.path.abspath(x) for x in args.find_links)
+    index = IndexOptions(index_url=args.index_url, extra_index_urls=tuple(args.extra_index_url),
+                         find_links=links, no_index=args.no_index)
+    plan = plan_restore(good, current, good_name=args.good, index=index)
+    as_json = args.format == "json"
+    document: dict[str, object] = {"schema": PLAN_SCHEMA, "plan": plan_to_dict(plan),
+                                   "target": None, "in_place": args.in_place,
+                                   "verification": None}
+    out = Console(highlight=False)
+    if not as_json:
+        out.print(render_plan(plan, show_keep=args.all))
+    _write_outputs(args, plan, good)
+    if args.dry_run:
+        if as_json:
+            _print_json(document)
+        return ExitCode.OK
+
+    uv = find_uv()
+    started = time.perf_counter()
+
+    def echo(line: str) -> None:
+        _err(f"uv: {line}")
+
+    if args.in_place:
+        if is_current_interpreter(plan.current_python):
+            raise InputError("--in-place would sync the environment envguard itself runs in; "
+                             "pass --python PY for the environment to restore")
+        _err(f"warning: --in-place: changing {plan.current_python} itself; what GOOD does "
+             "not list is uninstalled")
+        with sigterm_interrupts():
+            sync_in_place(plan, uv=uv, echo=echo, step=_err)
+        target, new_python = Path(plan.current_prefix), plan.current_python
+    else:
+        target = into or _default_target(plan)
+        _check_target(target)
+        python = (plan.current_python if plan.same_python_minor
+                  else ".".join(plan.good_python.split(".")[:2]))
+        with sigterm_interrupts():
+            new_python = str(build_venv(plan, target, uv=uv, python=python, echo=echo,
+                                        step=_err))
+    _err(f"restored into {target} in {time.perf_counter() - started:.1f} s; verifying")
+    verification = verify_restore(good, _snapshot(new_python), good_name=args.good,
+                                  new_name=str(target))
+    document["target"] = str(target)
+    document["verification"] = verification_to_dict(verification)
+    if as_json:
+        _print_json(document)
+    else:
+        out.print(render_verification(verification))
+    return ExitCode.OK if verification.ok else ExitCode.DRIFT

@@ -1,0 +1,364 @@
+"""``envguard restore``: plan the good snapshot's package set, and write it as requirements.
+
+Pure: a plan is a function of two snapshots (GOOD and the current environment) and the
+index options; nothing here runs uv or prints. :mod:`envguard.restore_build` builds the
+plan into a venv and checks the result against GOOD.
+
+Actions are relative to the current environment: ``install`` (in GOOD, not installed),
+``change`` (another version, another build of the same version, another source),
+``remove`` (installed, not in GOOD), ``keep`` (same version and build) and ``skip`` (in
+GOOD but it cannot be pinned: an invalid name or version in a hand-edited file, an
+editable install whose folder is gone).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from urllib.parse import unquote, urlparse
+from urllib.request import url2pathname
+
+from packaging.version import InvalidVersion, Version
+
+from envguard.model import Distribution, Snapshot
+
+INSTALL, CHANGE, REMOVE, KEEP, SKIP = "install", "change", "remove", "keep", "skip"
+ACTIONS = (INSTALL, CHANGE, REMOVE, KEEP, SKIP)
+PLAN_SCHEMA = "envguard.restore/1"
+PYTORCH_INDEX = "https://download.pytorch.org/whl/"
+SEED_PACKAGES = frozenset({"pip", "setuptools", "wheel"})
+"""Kept by ``uv pip sync`` in an existing env even when the requirements omit them."""
+
+_NAME = re.compile(r"^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$", re.IGNORECASE)
+_VERSION_CHARS = re.compile(r"^[A-Za-z0-9.+!_-]+$")
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^\s\x00-\x1f\x7f]+$")
+_SUBDIR = re.compile(r"^[\w./-]+$")
+_TORCH_LABEL = re.compile(r"^(cu[0-9]+|cpu|rocm[0-9]+(\.[0-9]+)*)$")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class IndexOptions:
+    """Where uv may look for the wheels (the pip-style options of the command line)."""
+
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    find_links: tuple[str, ...] = ()
+    no_index: bool = False
+
+    @property
+    def user_chose_index(self) -> bool:
+        return self.no_index or self.index_url is not None or bool(self.extra_index_urls)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanRow:
+    name: str
+    action: str
+    current_version: str | None
+    good_version: str | None
+    reason: str
+    requirement: str | None = None
+    """The requirements.txt line that reproduces GOOD's package; None for remove/skip."""
+    good_fingerprint: str | None = None
+    current_fingerprint: str | None = None
+    source: str | None = None
+    """``index``, ``vcs``, ``archive`` (a file or URL), ``directory`` or ``editable``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RestorePlan:
+    good_name: str
+    good_python: str
+    """GOOD's interpreter version (``3.11.7``)."""
+    current_python: str
+    """The current environment's interpreter (the one compared against)."""
+    current_python_version: str
+    current_prefix: str
+    current_is_venv: bool
+    rows: tuple[PlanRow, ...]
+    index: IndexOptions
+    index_hints: tuple[str, ...]
+    """PyTorch indexes implied by local labels (``+cu128``) in GOOD's versions."""
+    notes: tuple[str, ...] = ()
+
+    def count(self, action: str) -> int:
+        return sum(1 for r in self.rows if r.action == action)
+
+    @property
+    def hints_applied(self) -> bool:
+        """The hints are used unless the user named indexes (or --no-index) themself."""
+        return bool(self.index_hints) and not self.index.user_chose_index
+
+    @property
+    def requirements(self) -> tuple[str, ...]:
+        return tuple(r.requirement for r in self.rows if r.requirement)
+
+    @property
+    def same_python_minor(self) -> bool:
+        return _minor(self.good_python) == _minor(self.current_python_version)
+
+    def uv_index_args(self) -> list[str]:
+        """Index options for ``uv pip sync``, hints included."""
+        args: list[str] = ["--no-index"] if self.index.no_index else []
+        if self.index.index_url:
+            args += ["--index-url", self.index.index_url]
+        extra = list(self.index.extra_index_urls)
+        if self.hints_applied:
+            extra += self.index_hints
+        for url in extra:
+            args += ["--extra-index-url", url]
+        if self.hints_applied:
+            # uv's default (first-index) stops at the PyTorch index for numpy, jinja2 & co
+            # even when the pinned version is only on PyPI.
+            args += ["--index-strategy", "unsafe-best-match"]
+        for folder in self.index.find_links:
+            args += ["--find-links", folder]
+        return args
+
+
+def _minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def valid_name(name: str) -> bool:
+    return bool(_NAME.match(name))
+
+
+def valid_version(version: str | None) -> bool:
+    if not version or not _VERSION_CHARS.match(version):
+        return False
+    try:
+        Version(version)
+    except InvalidVersion:
+        return False
+    return True
+
+
+def file_url_path(url: str) -> str | None:
+    """The local path of a ``file://`` URL, else None."""
+    parsed = urlparse(url)
+    if parsed.scheme != "file" or parsed.netloc not in ("", "localhost"):
+        return None
+    return url2pathname(unquote(parsed.path))
+
+
+def requirement_for(dist: Distribution,
+                    exists: Callable[[str], bool] = os.path.exists) -> tuple[str | None, str, str]:
+    """(requirements.txt line or None, source kind, note) reproducing ``dist`` exactly.
+
+    ``name==version`` from an index; ``name @ URL`` for a PEP 610 direct URL (VCS:
+    ``name @ git+URL@commit``); ``-e PATH`` for an editable install whose folder exists.
+    """
+    name, version = dist.name, dist.version
+    if not valid_name(name):
+        return None, "index", "not a valid package name: left out"
+    pinned = f"{name}=={version}" if valid_version(version) else None
+    direct = dist.direct_url
+    if direct is None:
+        return pinned, "index", "" if pinned else "no valid version recorded: left out"
+    url = direct.url
+    if not _URL.match(url):
+        return None, "archive", "its recorded URL is not usable: left out"
+    sub = f"#subdirectory={direct.subdirectory}" if direct.subdirectory and _SUBDIR.match(
+        direct.subdirectory) else ""
+    local = file_url_path(url)
+    if dist.editable or direct.editable:
+        if local is not None and exists(local):
+            target = local if not re.search(r"\s", local) else url
+            return f"-e {target}{sub}", "editable", ""
+        return None, "editable", f"editable source {url} is gone: left out"
+    if direct.vcs:
+        if not direct.commit_id or not re.fullmatch(r"[0-9A-Za-z._/-]+", direct.commit_id):
+            return None, "vcs", "VCS install without a commit id: left out"
+        prefix = "" if url.startswith(f"{direct.vcs}+") else f"{direct.vcs}+"
+        return f"{name} @ {prefix}{url}@{direct.commit_id}{sub}", "vcs", ""
+    kind = "archive"
+    if local is not None and not re.search(r"\.(whl|zip|tar\.gz|tgz|tar\.bz2)$", local):
+        kind = "directory"
+    if local is not None and not exists(local):
+        if pinned:
+            return pinned, "index", (f"{url} is gone: pinned by version instead, "
+                                     "the index may serve another build")
+        return None, kind, f"{url} is gone: left out"
+    return f"{name} @ {url}{sub}", kind, ""
+
+
+def index_hints(good: Snapshot) -> tuple[str, ...]:
+    """PyTorch wheel indexes for the local labels in GOOD: ``+cu128`` -> ``.../whl/cu128``."""
+    found: list[str] = []
+    for dist in good.packages:
+        if dist.direct_url is not None or not dist.version or "+" not in dist.version:
+            continue
+        label = dist.version.split("+", 1)[1]
+        if _TORCH_LABEL.match(label) and PYTORCH_INDEX + label not in found:
+            found.append(PYTORCH_INDEX + label)
+    return tuple(sorted(found))
+
+
+def _change_reason(good: Distribution, cur: Distribution) -> str | None:
+    if good.version != cur.version:
+        return f"version {cur.version} → {good.version}"
+    if good.fingerprint and cur.fingerprint and good.fingerprint != cur.fingerprint:
+        return (f"same version, another build (fingerprint {_short(cur.fingerprint)} → "
+                f"{_short(good.fingerprint)})")
+    if (good.direct_url.url if good.direct_url else None) != (
+            cur.direct_url.url if cur.direct_url else None):
+        return "installed from another source"
+    if good.editable != cur.editable:
+        return "editable install" if good.editable else "not an editable install"
+    return None
+
+
+def _short(digest: str | None) -> str:
+    text = (digest or "none").removeprefix("sha256:")
+    return text[:12] + "…" if len(text) > 12 else text
+
+
+def plan_restore(good: Snapshot, current: Snapshot, *, good_name: str,
+                 index: IndexOptions | None = None,
+                 exists: Callable[[str], bool] = os.path.exists) -> RestorePlan:
+    """The rows that turn ``current``'s package set into ``good``'s, sorted by name."""
+    goods = {d.name: d for d in good.packages}
+    curs = {d.name: d for d in current.packages}
+    rows: list[PlanRow] = []
+    for name in sorted(goods.keys() | curs.keys()):
+        g, c = goods.get(name), curs.get(name)
+        if g is None and c is not None:
+            rows.append(PlanRow(name=name, action=REMOVE, current_version=c.version,
+                                good_version=None, reason=f"not in {good_name}",
+                                current_fingerprint=c.fingerprint))
+            continue
+        if g is None:  # pragma: no cover - every name comes from one of the two
+            continue
+        requirement, source, note = requirement_for(g, exists)
+        if c is None:
+            action, reason = INSTALL, "not installed"
+        else:
+            changed = _change_reason(g, c)
+            action, reason = (CHANGE, changed) if changed else (KEEP, "same version and build")
+        if requirement is None:
+            action = SKIP
+        rows.append(PlanRow(
+            name=name, action=action, current_version=c.version if c else None,
+            good_version=g.version, reason="; ".join(x for x in (reason, note) if x),
+            requirement=requirement, good_fingerprint=g.fingerprint,
+            current_fingerprint=c.fingerprint if c else None, source=source))
+    notes: list[str] = []
+    if _minor(good.interpreter.version) != _minor(current.interpreter.version):
+        notes.append(f"{good_name} ran Python {good.interpreter.version}, this interpreter is "
+                     f"{current.interpreter.version}: the new venv asks uv for Python "
+                     f"{_minor(good.interpreter.version)}")
+    return RestorePlan(
+        good_name=good_name, good_python=good.interpreter.version,
+        current_python=current.interpreter.executable,
+        current_python_version=current.interpreter.version,
+        current_prefix=current.interpreter.prefix, current_is_venv=current.interpreter.is_venv,
+        rows=tuple(rows), index=index or IndexOptions(), index_hints=index_hints(good),
+        notes=tuple(notes))
+
+
+def requirements_text(plan: RestorePlan) -> str:
+    """A pinned requirements.txt: exactly GOOD's package set, for ``uv pip sync``."""
+    lines = [f"# envguard restore: the package set of {_comment(plan.good_name)}",
+             f"# Python {_comment(plan.good_python)}; install with: uv pip sync <this file>"]
+    if plan.hints_applied:
+        lines += [f"--extra-index-url {url}" for url in plan.index_hints]
+    lines += list(plan.requirements)
+    skipped = [r for r in plan.rows if r.action == SKIP]
+    lines += [f"# not reproducible: {_comment(r.name)}: {_comment(r.reason)}" for r in skipped]
+    return "\n".join(lines) + "\n"
+
+
+def _comment(text: str) -> str:
+    """A value safe inside a ``#`` comment line: no line breaks or control characters."""
+    return re.sub(r"[\x00-\x1f\x7f-\x9f]", "?", text)
+
+
+def _toml_str(value: str) -> str:
+    out = []
+    for ch in value:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def pylock_text(plan: RestorePlan, good: Snapshot) -> str:
+    """A PEP 751 ``pylock.toml`` of GOOD's package set (see docs/RESTORE.md for its limits)."""
+    out = ['lock-version = "1.0"', 'created-by = "envguard"',
+           f"requires-python = {_toml_str('==' + _minor(plan.good_python) + '.*')}", ""]
+    goods = {d.name: d for d in good.packages}
+    for row in plan.rows:
+        dist = goods.get(row.name)
+        if dist is None or row.action == SKIP:
+            continue
+        out += ["[[packages]]", f"name = {_toml_str(row.name)}"]
+        if row.source != "directory" and row.source != "editable" and dist.version:
+            out.append(f"version = {_toml_str(dist.version)}")
+        out += _pylock_source(row, dist, plan)
+        if dist.fingerprint:
+            out += ["[packages.tool.envguard]",
+                    f"record-fingerprint = {_toml_str(dist.fingerprint)}"]
+        out.append("")
+    out += ["[tool.envguard]", f"snapshot = {_toml_str(plan.good_name)}",
+            f"python = {_toml_str(plan.good_python)}", ""]
+    return "\n".join(out)
+
+
+def _pylock_source(row: PlanRow, dist: Distribution, plan: RestorePlan) -> list[str]:
+    direct = dist.direct_url
+    if row.source == "index":
+        index = _index_for(dist.version or "", plan)
+        return [f"index = {_toml_str(index)}"] if index else []
+    if direct is None:
+        return []
+    sub = ([f"subdirectory = {_toml_str(direct.subdirectory)}"] if direct.subdirectory
+           else [])
+    if row.source == "vcs" and direct.vcs and direct.commit_id:
+        url = direct.url.removeprefix(f"{direct.vcs}+")
+        lines = ["[packages.vcs]", f"type = {_toml_str(direct.vcs)}", f"url = {_toml_str(url)}",
+                 f"commit-id = {_toml_str(direct.commit_id)}"]
+        if direct.requested_revision:
+            lines.append(f"requested-revision = {_toml_str(direct.requested_revision)}")
+        return lines + sub
+    path = file_url_path(direct.url)
+    if row.source in ("directory", "editable") and path is not None:
+        return ["[packages.directory]", f"path = {_toml_str(path)}",
+                f"editable = {'true' if row.source == 'editable' else 'false'}", *sub]
+    if direct.archive_hash and "=" in direct.archive_hash:
+        algo, _, digest = direct.archive_hash.partition("=")
+        where = (f"path = {_toml_str(path)}" if path is not None
+                 else f"url = {_toml_str(direct.url)}")
+        return ["[packages.archive]", where, f"hashes = {{ {_toml_key(algo)} = "
+                f"{_toml_str(digest)} }}", *sub]
+    return []
+
+
+def _toml_key(key: str) -> str:
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else _toml_str(key)
+
+
+def _index_for(version: str, plan: RestorePlan) -> str | None:
+    label = version.split("+", 1)[1] if "+" in version else ""
+    if _TORCH_LABEL.match(label) and plan.hints_applied:
+        return PYTORCH_INDEX + label
+    return plan.index.index_url
+
+
+def plan_to_dict(plan: RestorePlan) -> dict[str, object]:
+    """The plan as plain JSON data (part of the ``envguard.restore/1`` document)."""
+    return {
+        "good": plan.good_name, "good_python": plan.good_python,
+        "current_python": plan.current_python,
+        "current_python_version": plan.current_python_version,
+        "counts": {a: plan.count(a) for a in ACTIONS},
+        "rows": [asdict(r) for r in plan.rows],
+        "index_hints": list(plan.index_hints), "hints_applied": plan.hints_applied,
+        "uv_index_args": plan.uv_index_args(), "requirements": list(plan.requirements),
+        "notes": list(plan.notes),
+    }
