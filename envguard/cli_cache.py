@@ -1,10 +1,167 @@
-"""``envguard cache``: the command-line side (stub; being written)."""
+"""``envguard cache status|save|restore``: the command-line side of compile-cache archives.
+
+Part of the CLI layer (it prints and picks exit codes); the work is done by
+:mod:`envguard.cache_store` and the text by :mod:`envguard.render.cache_text`.
+A stale archive (saved under another build) is refused with ExitCode.REFUSED.
+"""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import json
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from envguard.errors import OutputError
+from envguard.exitcodes import ExitCode
+
+if TYPE_CHECKING:
+    from envguard.model import Snapshot
 
 
 def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
-    """Register the subcommand (nothing yet)."""
+    cache = sub.add_parser(
+        "cache", help="keep and restore warm torch.compile caches",
+        description="Archive the inductor and triton caches under the build that filled "
+        "them, and restore them only into the same build (docs/CACHE.md).",
+        epilog="exit status: 0 done, 2 bad input or nothing to save, 3 restore refused "
+        "(archive of another build), 5 cannot write")
+    actions = cache.add_subparsers(dest="cache_command", metavar="ACTION")
+    actions.required = True
+    store_help = "archive store (default $ENVGUARD_CACHE_DIR/compile-caches)"
+    python_help = "act for another interpreter's environment (its build and cache locations)"
+
+    st = actions.add_parser("status", help="cache locations, their validity, and the archives",
+                            description="One row per compile-cache location of the "
+                            "environment, then the archives in the store.")
+    st.add_argument("--python", metavar="PY", help=python_help)
+    st.add_argument("--store", metavar="PATH", help=store_help)
+    st.add_argument("--format", choices=("text", "json"), default="text")
+    st.set_defaults(handler=cmd_status)
+
+    sv = actions.add_parser("save", help="archive the inductor (and triton) cache",
+                            description="Archive the inductor cache, and the triton cache "
+                            "when it holds files, into STORE/NAME, labelled with this build.")
+    sv.add_argument("name", nargs="?", metavar="NAME",
+                    help="archive name (default <compat key, 12 hex>-<UTC time>)")
+    sv.add_argument("--store", metavar="PATH", help=store_help)
+    source = sv.add_mutually_exclusive_group()
+    source.add_argument("--python", metavar="PY", help=python_help)
+    source.add_argument("--from-snapshot", metavar="SNAPSHOT",
+                        help="take the build and cache locations from this snapshot file")
+    sv.add_argument("--gzip", action="store_true",
+                    help="compress (2.5x smaller, slower to save and restore)")
+    sv.set_defaults(handler=cmd_save)
+
+    rs = actions.add_parser("restore", help="put an archived cache back in place",
+                            description="Verify an archive and swap it in at the cache "
+                            "location; the cache that was there is kept beside it.")
+    rs.add_argument("name", nargs="?", metavar="NAME",
+                    help="archive name (default: the newest saved under this build)")
+    rs.add_argument("--store", metavar="PATH", help=store_help)
+    rs.add_argument("--python", metavar="PY", help=python_help)
+    rs.add_argument("--force", action="store_true",
+                    help="restore an archive saved under another build")
+    rs.add_argument("--into", metavar="DIR",
+                    help="restore into DIR/inductor and DIR/triton instead")
+    rs.set_defaults(handler=cmd_restore)
+
+
+def _snapshot(python: str | None) -> Snapshot:
+    """The build and cache locations only: no integrity check, no git, no marker written."""
+    from envguard.probe import SnapshotOptions, collect
+
+    return collect(SnapshotOptions(python=python, verify="none", use_project_config=False,
+                                   write_cache_marker=False, git=False))
+
+
+def _store(arg: str | None) -> Path:
+    from envguard.cache_store import default_store
+
+    return Path(arg).expanduser() if arg else default_store()
+
+
+def _out(text: str) -> None:
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise OutputError("stdout closed before the output was written") from None
+
+
+def _note(text: str) -> None:
+    sys.stderr.write(f"envguard: {text}\n")
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from envguard import cache_store
+
+    st = cache_store.status(_snapshot(args.python), _store(args.store), time.time())
+    if args.format == "json":
+        _out(json.dumps(st.to_dict(), indent=2, sort_keys=True) + "\n")
+        return ExitCode.OK
+    from rich.console import Console
+
+    from envguard.render import cache_text
+
+    Console(highlight=False).print(cache_text.status_view(st))
+    return ExitCode.OK
+
+
+def cmd_save(args: argparse.Namespace) -> int:
+    from envguard import cache_store
+    from envguard.render import cache_text
+    from envguard.render.sanitize import clean
+
+    started = time.perf_counter()
+    ref = None
+    if args.from_snapshot:
+        from envguard.store import read_snapshot
+
+        snapshot = read_snapshot(args.from_snapshot)
+        ref = cache_store.SnapshotRef(created_at=snapshot.created_at,
+                                      file=str(Path(args.from_snapshot).resolve()))
+        if snapshot.system.hostname != socket.gethostname():
+            _note(f"warning: the snapshot was taken on {clean(snapshot.system.hostname)}, "
+                  f"this is {clean(socket.gethostname())}: saving the caches at its paths here")
+    else:
+        snapshot = _snapshot(args.python)
+    store = _store(args.store)
+    manifest = cache_store.save(store, snapshot, name=args.name, compress=args.gzip,
+                                snapshot_ref=ref)
+    for line in cache_text.save_warnings(manifest):
+        _note(f"warning: {line}")
+    _out("\n".join(cache_text.saved_lines(manifest, str(store / manifest.name),
+                                          time.perf_counter() - started)) + "\n")
+    return ExitCode.OK
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    from envguard import cache_store
+    from envguard.render import cache_text
+    from envguard.render.sanitize import clean
+
+    started = time.perf_counter()
+    snapshot = _snapshot(args.python)
+    current = cache_store.Build.of(snapshot)
+    store = _store(args.store)
+    chosen = cache_store.choose(cache_store.list_archives(store, current.compat_key),
+                                args.name, store)
+    manifest = chosen.manifest
+    if manifest is None:  # pragma: no cover - choose() returns usable archives only
+        raise AssertionError(chosen.problem)
+    if not chosen.matches:
+        if not args.force:
+            _note(cache_text.refusal(chosen.name, manifest.build, current,
+                                     named=args.name is not None))
+            return ExitCode.REFUSED
+        _note(f"--force: restoring {clean(chosen.name)} of another build: "
+              f"{cache_text.differences(manifest.build, current)}")
+    done = cache_store.restore(Path(chosen.path), manifest,
+                               cache_store.targets_of(snapshot, args.into))
+    _out("\n".join(cache_text.restored_lines(chosen.name, done,
+                                             time.perf_counter() - started)) + "\n")
+    return ExitCode.OK

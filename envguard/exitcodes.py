@@ -16,7 +16,8 @@ class ExitCode(IntEnum):
     """Bad command line, or an input file that cannot be used: missing, unreadable, not JSON
     or TOML, another tool's document, or a schema from a newer envguard."""
     REFUSED = 3
-    """``envguard run`` refused to start the command: the environment does not match its lock."""
+    """``envguard run`` refused to start the command (the environment does not match its
+    lock), or ``envguard cache restore`` refused an archive of another build."""
     ENVIRONMENT_ERROR = 4
     """The target interpreter could not be run or probed at all."""
     OUTPUT_ERROR = 5

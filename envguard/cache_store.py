@@ -1,0 +1,488 @@
+"""Archives of torch.compile caches: save a warm cache, restore it under the same build.
+
+A store is a folder (``$ENVGUARD_CACHE_DIR/compile-caches`` by default) of archives,
+one folder each: ``NAME/manifest.json`` and one uncompressed tar per cache kind
+(``inductor.tar``, ``triton.tar``). The manifest names the build the caches were
+saved under (envguard's compat key, torch version and git commit, triton, GPUs) and
+the sha256 of every tar. An archive is written as ``.NAME.partial-<pid>`` and renamed
+into place, so a store never holds half an archive under a real name.
+
+Restoring verifies every digest and every tar member before anything is written,
+extracts beside the target as ``<target>.restoring-<pid>`` and swaps it in: the
+cache that was there is kept as ``<target>.before-restore-<UTC time>``.
+
+Pure data and file operations: nothing here prints; errors are one-line
+:mod:`envguard.errors` exceptions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import shutil
+import tarfile
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from envguard import __version__
+from envguard.atomic import write_text_atomic
+from envguard.cache_tar import (
+    HashingWriter,
+    add_tree,
+    check_members,
+    extract_into,
+    fsync_dir,
+    swap_into_place,
+)
+from envguard.errors import InputError, OutputError, SnapshotValidationError
+from envguard.model import CacheDir, Snapshot
+from envguard.probe.hashcache import default_cache_root
+from envguard.validation import build
+
+SCHEMA_NAME = "envguard.cache-archive"
+SCHEMA_MAJOR = 1
+SCHEMA = f"{SCHEMA_NAME}/{SCHEMA_MAJOR}"
+MANIFEST = "manifest.json"
+ARCHIVED_KINDS = ("inductor", "triton")
+VOLATILE_FS = ("tmpfs", "ramfs")
+MAX_MANIFEST_BYTES = 1 << 20
+_SCHEMA_RE = re.compile(rf"{re.escape(SCHEMA_NAME)}/([0-9]{{1,9}})(?:\.[0-9]{{1,9}})?")
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
+_SHA_RE = re.compile(r"[0-9a-f]{64}")
+_CHUNK = 1 << 20
+GZIP_LEVEL = 1
+"""``--gzip`` level: 6 and 9 cost 2-4x the time for a few percent less (docs/CACHE.md)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Build:
+    """The build whose compile caches are saved or restored (what the compat key covers)."""
+
+    compat_key: str | None
+    torch_version: str | None = None
+    torch_git_version: str | None = None
+    triton_version: str | None = None
+    gpus: list[str] = field(default_factory=list)
+    host: str = ""
+    python: str = ""
+
+    @classmethod
+    def of(cls, snapshot: Snapshot) -> Build:
+        t = snapshot.torch
+        return cls(compat_key=t.compat_key, torch_version=t.version,
+                   torch_git_version=t.git_version, triton_version=t.triton_version,
+                   gpus=[g.name for g in snapshot.system.gpus], host=snapshot.system.hostname,
+                   python=snapshot.interpreter.executable)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ArchivePart:
+    """One cache folder archived as one tar file of the archive."""
+
+    kind: str
+    file: str
+    source: str
+    """The folder it was saved from."""
+    files: int
+    total_bytes: int
+    tar_bytes: int
+    sha256: str
+    skipped: list[str] = field(default_factory=list)
+    """Entries left out: symlinks pointing out of the cache, sockets, fifos, vanished files."""
+    state_at_save: str = "unknown"
+    """The cache's validity when saved (see :func:`validity`)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SnapshotRef:
+    created_at: str
+    file: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Manifest:
+    schema: str
+    name: str
+    created: str
+    envguard_version: str
+    build: Build
+    archives: list[ArchivePart]
+    snapshot: SnapshotRef | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True) + "\n"
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(p.total_bytes for p in self.archives)
+
+    @property
+    def files(self) -> int:
+        return sum(p.files for p in self.archives)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StoredArchive:
+    """A folder of the store: its manifest, or why it cannot be used."""
+
+    name: str
+    path: str
+    manifest: Manifest | None
+    problem: str | None = None
+    matches: bool = False
+    """Saved under the current compat key."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CacheState:
+    """A cache location of the current environment, for ``envguard cache status``."""
+
+    kind: str
+    path: str
+    source: str
+    state: str
+    """``valid``, ``stale``, ``unknown`` (no marker), ``empty`` or ``missing``."""
+    files: int = 0
+    total_bytes: int = 0
+    entries: dict[str, int] = field(default_factory=dict)
+    filesystem: str | None = None
+    tmpfs: bool = False
+    newest_mtime: float | None = None
+    other_builds: list[str] = field(default_factory=list)
+    """Other builds its marker names: ``torch 2.11.0+cu128 (git 70d99e998b49)``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CacheStatus:
+    build: Build
+    caches: list[CacheState]
+    store: str
+    archives: list[StoredArchive]
+    now: float
+    """When the status was taken (ages are computed from it)."""
+
+    def to_dict(self) -> dict[str, object]:
+        doc = dataclasses.asdict(self)
+        doc["schema"] = "envguard.cache-status/1"
+        return doc
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Restored:
+    kind: str
+    target: str
+    files: int
+    previous: str | None
+    """Where the cache that was there is kept; None when there was none or it was empty."""
+
+
+def default_store() -> Path:
+    return default_cache_root() / "compile-caches"
+
+
+def validate_name(name: str) -> str:
+    if not _NAME_RE.fullmatch(name):
+        raise InputError(f"invalid archive name {name!r}: use letters, digits and ._+- "
+                         "(at most 128, not starting with a dot or dash)")
+    return name
+
+
+def build_label(b: Build) -> str:
+    """``torch 2.11.0+cu128 (git 70d99e998b49)``; ``no torch`` without one."""
+    if b.torch_version is None:
+        return "no torch"
+    return f"torch {b.torch_version} (git {(b.torch_git_version or 'unknown')[:12]})"
+
+
+def validity(c: CacheDir, key: str | None) -> str:
+    if not c.exists:
+        return "missing"
+    if not c.files:
+        return "empty"
+    if c.marker in ("created", "added"):
+        return "valid"  # a snapshot that wrote the marker has just recorded this build
+    if not c.populated_under:
+        return "unknown"
+    if key is not None and any(s.compat_key == key for s in c.populated_under):
+        return "valid"
+    return "stale"
+
+
+def cache_states(snapshot: Snapshot) -> list[CacheState]:
+    key = snapshot.torch.compat_key
+    out = []
+    for c in snapshot.caches:
+        others = [f"torch {s.torch_version} (git {(s.torch_git_version or 'unknown')[:12]})"
+                  for s in c.populated_under if s.compat_key != key]
+        out.append(CacheState(kind=c.kind, path=c.path, source=c.source,
+                              state=validity(c, key), files=c.files,
+                              total_bytes=c.total_bytes, entries=dict(c.entries),
+                              filesystem=c.filesystem, tmpfs=c.filesystem in VOLATILE_FS,
+                              newest_mtime=c.newest_mtime, other_builds=sorted(set(others))))
+    return out
+
+
+def status(snapshot: Snapshot, store: Path, now: float) -> CacheStatus:
+    build_ = Build.of(snapshot)
+    return CacheStatus(build=build_, caches=cache_states(snapshot), store=str(store),
+                       archives=list_archives(store, build_.compat_key), now=now)
+
+
+# -- reading the store ------------------------------------------------------------------
+
+def parse_manifest(text: str, where: str) -> Manifest:
+    """Validate a manifest; InputError (exit 2) naming ``where`` for anything unusable."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise InputError(f"{where}: not an envguard cache archive manifest (not JSON: "
+                         f"{str(exc).split(':', 1)[0]})") from None
+    except RecursionError:
+        raise InputError(f"{where}: not a cache archive manifest (nested too deeply)") from None
+    schema = data.get("schema") if isinstance(data, dict) else None
+    match = _SCHEMA_RE.fullmatch(schema) if isinstance(schema, str) else None
+    if match is None:
+        raise InputError(f"{where}: not an envguard cache archive manifest "
+                         f"(schema {schema!r}, expected {SCHEMA!r})")
+    if int(match.group(1)) != SCHEMA_MAJOR:
+        newer = int(match.group(1)) > SCHEMA_MAJOR
+        raise InputError(f"{where}: cache archive schema {schema} is not the one this envguard "
+                         f"reads ({SCHEMA})" + ("; upgrade envguard" if newer else ""))
+    try:
+        manifest = build(Manifest, data)
+    except SnapshotValidationError as exc:
+        raise InputError(f"{where}: malformed cache archive manifest: {exc}") from None
+    kinds = [p.kind for p in manifest.archives]
+    for part in manifest.archives:
+        problem = None
+        if part.kind not in ARCHIVED_KINDS or kinds.count(part.kind) > 1:
+            problem = f"unknown or repeated kind {part.kind!r}"
+        elif part.file not in (f"{part.kind}.tar", f"{part.kind}.tar.gz"):
+            problem = f"unexpected file name {part.file!r}"
+        elif not _SHA_RE.fullmatch(part.sha256):
+            problem = "sha256 is not 64 hex digits"
+        elif min(part.files, part.total_bytes, part.tar_bytes) < 0:
+            problem = "negative size"
+        if problem:
+            raise InputError(f"{where}: malformed cache archive manifest: {problem}")
+    if not manifest.archives:
+        raise InputError(f"{where}: malformed cache archive manifest: no archives")
+    return manifest
+
+
+def read_manifest(folder: Path) -> Manifest:
+    path = folder / MANIFEST
+    try:
+        if path.stat().st_size > MAX_MANIFEST_BYTES:
+            raise InputError(f"{path}: too large for a cache archive manifest")
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{folder}: not a cache archive (no {MANIFEST})") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a cache archive manifest (not UTF-8)") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    return parse_manifest(text, str(path))
+
+
+def list_archives(store: Path, key: str | None) -> list[StoredArchive]:
+    """Every archive in the store, newest first; unusable ones carry their ``problem``."""
+    try:
+        names = sorted(e.name for e in os.scandir(store) if e.is_dir(follow_symlinks=False)
+                       and not e.name.startswith("."))
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise InputError(f"{store}: cannot read the archive store: "
+                         f"{exc.strerror or exc}") from None
+    found = []
+    for name in names:
+        folder = store / name
+        try:
+            m = read_manifest(folder)
+        except InputError as exc:
+            found.append(StoredArchive(name=name, path=str(folder), manifest=None,
+                                       problem=str(exc)))
+            continue
+        found.append(StoredArchive(name=name, path=str(folder), manifest=m,
+                                   matches=key is not None and m.build.compat_key == key))
+    found.sort(key=lambda a: a.manifest.created if a.manifest else "", reverse=True)
+    return found
+
+
+def choose(archives: list[StoredArchive], name: str | None, store: Path) -> StoredArchive:
+    """The named archive, else the newest one saved under the current key.
+
+    Without a name and with no matching archive, the newest readable one is returned
+    (``matches`` False): the caller refuses it unless forced.
+    """
+    if name is not None:
+        validate_name(name)
+        for a in archives:
+            if a.name == name:
+                if a.manifest is None:
+                    raise InputError(a.problem or f"{a.path}: unusable")
+                return a
+        raise InputError(f"no archive called {name!r} in {store}")
+    usable = [a for a in archives if a.manifest is not None]
+    if not usable:
+        raise InputError(f"no cache archives in {store} (envguard cache save makes one)")
+    return next((a for a in usable if a.matches), usable[0])
+
+
+# -- saving --------------------------------------------------------------------------------
+
+def _write_part(folder: Path, kind: str, root: str, compress: bool, state: str) -> ArchivePart:
+    filename = f"{kind}.tar.gz" if compress else f"{kind}.tar"
+    skipped: list[str] = []
+    with open(folder / filename, "xb") as raw:
+        writer = HashingWriter(raw)
+        mode = "w:gz" if compress else "w"
+        kwargs = {"compresslevel": GZIP_LEVEL} if compress else {}
+        with tarfile.open(fileobj=writer, mode=mode, format=tarfile.PAX_FORMAT,  # type: ignore[call-overload]
+                          **kwargs) as tar:
+            files, total = add_tree(tar, root, skipped)
+        raw.flush()
+        os.fsync(raw.fileno())
+    return ArchivePart(kind=kind, file=filename, source=root, files=files, total_bytes=total,
+                       tar_bytes=writer.size, sha256=writer.sha.hexdigest(), skipped=skipped,
+                       state_at_save=state)
+
+
+def default_name(b: Build, now: datetime) -> str:
+    key = (b.compat_key or "").removeprefix("sha256:")[:12] or "nokey"
+    return f"{key}-{now.strftime('%Y%m%dT%H%M%SZ')}"
+
+
+def to_save(snapshot: Snapshot) -> list[CacheDir]:
+    """The inductor and triton caches that hold files; a triton cache inside the inductor
+    one (its default ``triton/`` subfolder) is already part of the inductor archive."""
+    chosen = [c for c in snapshot.caches if c.kind in ARCHIVED_KINDS and c.exists and c.files]
+    inductor = next((c for c in chosen if c.kind == "inductor"), None)
+    if inductor is not None:
+        top = os.path.realpath(inductor.path) + os.sep
+        chosen = [c for c in chosen if c is inductor
+                  or not os.path.realpath(c.path).startswith(top)]
+    return chosen
+
+
+def save(store: Path, snapshot: Snapshot, *, name: str | None = None, compress: bool = False,
+         snapshot_ref: SnapshotRef | None = None) -> Manifest:
+    """Archive the snapshot's inductor (and triton) cache into ``store/NAME``."""
+    chosen = to_save(snapshot)
+    if not chosen:
+        where = ", ".join(f"{c.kind} {c.path}" for c in snapshot.caches
+                          if c.kind in ARCHIVED_KINDS)
+        raise InputError(f"nothing to save: the compile caches are missing or empty ({where})")
+    b = Build.of(snapshot)
+    now = datetime.now(timezone.utc)
+    if name is None:
+        base = name = default_name(b, now)
+        n = 1
+        while (store / name).exists():
+            name, n = f"{base}-{n}", n + 1
+    validate_name(name)
+    final = store / name
+    if final.exists() or final.is_symlink():
+        raise InputError(f"an archive called {name!r} already exists in {store}")
+    partial = store / f".{name}.partial-{os.getpid()}"
+    try:
+        partial.mkdir(parents=True)
+    except OSError as exc:
+        raise OutputError(f"cannot write to the archive store {store}: "
+                          f"{exc.strerror or exc}") from None
+    try:
+        parts = [_write_part(partial, c.kind, c.path, compress,
+                             validity(c, b.compat_key)) for c in chosen]
+        manifest = Manifest(schema=SCHEMA, name=name, created=now.strftime(
+            "%Y-%m-%dT%H:%M:%S.%fZ"), envguard_version=__version__, build=b, archives=parts,
+            snapshot=snapshot_ref)
+        write_text_atomic(partial / MANIFEST, manifest.to_json())
+        fsync_dir(partial)
+        os.rename(partial, final)
+        fsync_dir(store)
+    except OSError as exc:
+        raise OutputError(f"cannot write the archive {final}: {exc.strerror or exc}") from None
+    finally:
+        if partial.exists():
+            shutil.rmtree(partial, ignore_errors=True)
+    return manifest
+
+
+# -- restoring -----------------------------------------------------------------------------
+
+def verify(folder: Path, manifest: Manifest) -> None:
+    """Check every tar's size and sha256 against the manifest; InputError on a mismatch."""
+    for part in manifest.archives:
+        path = folder / part.file
+        sha = hashlib.sha256()
+        size = 0
+        try:
+            with open(path, "rb") as fh:
+                while chunk := fh.read(_CHUNK):
+                    sha.update(chunk)
+                    size += len(chunk)
+        except OSError as exc:
+            raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        if size != part.tar_bytes or sha.hexdigest() != part.sha256:
+            raise InputError(f"{path}: damaged: {size:,} bytes with sha256 "
+                             f"{sha.hexdigest()[:16]}…, the manifest says {part.tar_bytes:,} "
+                             f"bytes, {part.sha256[:16]}…; nothing restored")
+
+
+def targets_of(snapshot: Snapshot, into: str | None) -> dict[str, str]:
+    """Where each kind is restored: the location the probe resolved, or ``INTO/<kind>``."""
+    if into is not None:
+        return {kind: os.path.join(os.path.abspath(into), kind) for kind in ARCHIVED_KINDS}
+    return {c.kind: c.path for c in snapshot.caches if c.kind in ARCHIVED_KINDS}
+
+
+def _refuse_target(target: str) -> None:
+    """A cache location that is ``/``, the home or the working folder (an empty
+    TORCHINDUCTOR_CACHE_DIR means the working folder) is not swapped aside."""
+    real = os.path.realpath(target)
+    for place in ("/", os.path.expanduser("~"), os.getcwd()):
+        here = os.path.realpath(place)
+        if here == real or here.startswith(real.rstrip("/") + "/"):
+            raise InputError(f"will not restore into {target}: it holds {place}; set "
+                             "TORCHINDUCTOR_CACHE_DIR/TRITON_CACHE_DIR or pass --into DIR")
+
+
+def restore(folder: Path, manifest: Manifest, targets: dict[str, str]) -> list[Restored]:
+    """Verify, check every member, then extract and swap each cache into place."""
+    verify(folder, manifest)
+    files, where = {}, {}
+    for part in manifest.archives:
+        files[part.kind] = check_members(folder / part.file)
+        if part.kind not in targets:
+            raise InputError(f"no {part.kind} cache location in this environment")
+        target = targets[part.kind]
+        # A symlinked cache keeps its link: the cache is restored where it points.
+        where[part.kind] = os.path.realpath(target) if os.path.islink(target) else target
+        _refuse_target(where[part.kind])
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    done: list[Restored] = []
+    for part in manifest.archives:
+        target = where[part.kind]
+        staging = f"{target}.restoring-{os.getpid()}"
+        try:
+            try:
+                extract_into(folder / part.file, staging)
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+            previous = swap_into_place(staging, target, stamp)  # never deletes what was there
+        except (InputError, OutputError) as exc:
+            if not done:
+                raise
+            kept = "; ".join(f"{d.kind} to {d.target}" + (f", previous kept at {d.previous}"
+                                                          if d.previous else "") for d in done)
+            raise type(exc)(f"{exc} (already restored: {kept})") from None
+        done.append(Restored(kind=part.kind, target=target, files=files[part.kind],
+                             previous=previous))
+    return done
+
