@@ -146,18 +146,26 @@ class _Display:
             self.console.print(line, markup=False, soft_wrap=True)
 
 
-def _train(args: argparse.Namespace, meta: dict[str, Any]) -> int:
+def _train(args: argparse.Namespace, meta: dict[str, Any], world: Any) -> int:
     from dflash.checkpoint import CheckpointError, latest_checkpoint
     from dflash.compilation import CompileStateError
     from dflash.data import DataError
+    from dflash.recipe import apply_overrides
     from dflash.target import TargetError
     from dflash.train import Trainer
 
     stop = threading.Event()
     try:
         cfg = _config(args)
+        if world.distributed and cfg.device == "auto":
+            import torch
+
+            if torch.cuda.is_available():  # one process per GPU
+                cfg = apply_overrides(cfg, [f"device=cuda:{world.local_rank}"])
+        if world.distributed and args.resume:
+            raise ValueError("--resume under torchrun is not implemented yet")
         out = Path(cfg.out)
-        trainer = Trainer(cfg)
+        trainer = Trainer(cfg, world=world)
         resumed_from = latest_checkpoint(out) if args.resume else None
         if resumed_from is not None:
             trainer.resume(resumed_from)
@@ -167,8 +175,10 @@ def _train(args: argparse.Namespace, meta: dict[str, Any]) -> int:
         return EXIT_BAD_INPUT
     meta.update({"config": cfg.to_dict(), "device": str(trainer.rt.device),
                  "dtype": str(trainer.rt.dtype), "attention": trainer.rt.attention,
-                 "compile": trainer.rt.compile, "torch": _torch_build()})
-    _write_meta(out, meta)
+                 "compile": trainer.rt.compile, "torch": _torch_build(),
+                 "world_size": world.size})
+    if world.is_main:
+        _write_meta(out, meta)
 
     previous = signal.getsignal(signal.SIGTERM)
 
@@ -193,7 +203,7 @@ def _train(args: argparse.Namespace, meta: dict[str, Any]) -> int:
             print(f"dflash-train: warm-up done in {seconds:.1f} s "
                   f"({'compiled' if trainer.rt.compile else 'eager'}); exiting")
             return EXIT_OK
-        with _Display(cfg.steps, trainer.step, args.quiet) as display:
+        with _Display(cfg.steps, trainer.step, args.quiet or not world.is_main) as display:
             result = trainer.run(display, stop)
     except (CompileStateError, RuntimeError, CheckpointError) as exc:
         print(f"dflash-train: training failed at step {trainer.step}: "
@@ -205,6 +215,8 @@ def _train(args: argparse.Namespace, meta: dict[str, Any]) -> int:
         return EXIT_INTERRUPTED
     finally:
         signal.signal(signal.SIGTERM, previous)
+    if not world.is_main:
+        return EXIT_OK
     if result.stopped_early:
         print(f"dflash-train: stopped by SIGTERM at step {result.step}; checkpoint "
               f"{result.checkpoint}; continue with --resume")
@@ -228,11 +240,23 @@ def _write_meta(out: Path, meta: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from dflash.distributed import detect
+
+    try:
+        world = detect()
+    except ValueError as exc:
+        print(f"dflash-train: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     try:
         passed, findings, how = verify_environment()
     except Exception as exc:  # noqa: BLE001 - the gate's own errors are one line too
-        print(f"dflash-train: cannot check the environment: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        if not world.distributed:
+            print(f"dflash-train: cannot check the environment: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        # Under torchrun every rank must still reach the gather below, or the others hang.
+        passed, findings, how = False, [f"cannot check the environment: {exc}"], "failed"
+    if world.distributed:
+        return _distributed(args, world, passed, findings, how)
     if not passed and not args.unguarded:
         for line in findings:
             print(f"dflash-train: {line}", file=sys.stderr)
@@ -240,18 +264,61 @@ def main(argv: list[str] | None = None) -> int:
               "(envguard check dflash-train explains; --unguarded starts anyway)",
               file=sys.stderr)
         return EXIT_REFUSED
+    return _start(args, passed, findings, how, None)
+
+
+def _start(args: argparse.Namespace, passed: bool, findings: list[str], how: str,
+           world: Any) -> int:
+    from dflash.distributed import World
+
+    world = world or World()
     meta = {"started_at": datetime.now(timezone.utc).isoformat(), "guard": how,
             "unguarded": not passed, "mismatch": findings}
     state = "environment verified" if passed else "UNGUARDED: environment does not match"
-    print(f"dflash-train: {state} ({how})")
+    if world.is_main:
+        print(f"dflash-train: {state} ({how})")
     if args.check:
         try:
-            _write_meta(Path(args.out), meta)
+            if world.is_main:
+                _write_meta(Path(args.out), meta)
         except OSError as exc:
             print(f"dflash-train: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
         return EXIT_OK
-    return _train(args, meta)
+    return _train(args, meta, world)
+
+
+def _distributed(args: argparse.Namespace, world: Any, passed: bool, findings: list[str],
+                 how: str) -> int:
+    """The gate on every rank; any drifted rank stops all of them, before any training
+    collective, so nobody waits forever."""
+    import torch
+
+    from dflash.distributed import gather_gate, init, shutdown
+
+    device = torch.device(f"cuda:{world.local_rank}" if torch.cuda.is_available() else "cpu")
+    try:
+        init(world, device)
+    except (RuntimeError, ValueError) as exc:
+        print(f"dflash-train: rank {world.rank}: cannot join the process group: "
+              f"{str(exc).splitlines()[0]}", file=sys.stderr)
+        return EXIT_FAILED
+    try:
+        failed = gather_gate(world, passed, findings)
+        if failed and not args.unguarded:
+            if world.is_main:
+                for rank, lines in failed:
+                    for line in lines or ["(no detail)"]:
+                        print(f"dflash-train: rank {rank}: {line}", file=sys.stderr)
+                ranks = ", ".join(str(r) for r, _ in failed)
+                print(f"dflash-train: refusing to start: rank(s) {ranks} of {world.size} do "
+                      "not match the lock (envguard check dflash-train on that node explains; "
+                      "--unguarded starts anyway)", file=sys.stderr)
+            return EXIT_REFUSED
+        return _start(args, not failed, [f"rank {r}: {x}" for r, ls in failed for x in ls],
+                      how, world)
+    finally:
+        shutdown(world)
 
 
 if __name__ == "__main__":

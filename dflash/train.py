@@ -28,14 +28,15 @@ from dflash import checkpoint as ckpt
 from dflash.compilation import Kernels, kernels, require_main_thread, seal
 from dflash.config import DrafterConfig
 from dflash.data import BatchLoader, Example, drop_short, read_examples
+from dflash.distributed import RankSlice, World, shard
 from dflash.generate import generate_responses, synthetic_prompts
 from dflash.loss import LossOutput, block_inputs, block_targets, dflash_loss, sample_anchors
 from dflash.masks import AttendFn, dense_mask, dflash_block_mask, flex_attend, sdpa_attend
 from dflash.megacache import MegaCacheError, for_setting
+from dflash.meter import Meter
 from dflash.metrics import (
     MetricsLog,
     count_params,
-    finite_or_none,
     flop_model,
     measure_matmul_tflops,
     visible_pairs,
@@ -99,9 +100,13 @@ def synthetic_examples(target: Target, cfg: TrainConfig) -> list[Example]:
 
 class Trainer:
     def __init__(self, cfg: TrainConfig, *, target: Target | None = None,
-                 examples: list[Example] | None = None) -> None:
+                 examples: list[Example] | None = None, world: World | None = None) -> None:
         require_main_thread("building the trainer")
         self.cfg = cfg
+        self.world = world or World()
+        if self.world.distributed and cfg.save_every:
+            raise ValueError("periodic checkpoints under torchrun are not implemented yet: "
+                             "pass --set save_every=0 (the final drafter is still exported)")
         self.rt = resolve(cfg)
         self.out = Path(cfg.out)
         torch.manual_seed(cfg.seed)
@@ -111,7 +116,11 @@ class Trainer:
         self.dcfg: DrafterConfig = drafter_config_for(
             self.target, num_layers=cfg.draft_layers, block_size=cfg.block_size,
             gamma=cfg.gamma, mask_token_id=cfg.mask_token_id)
-        self.drafter = DFlashDrafter(self.dcfg).to(self.rt.device, self.rt.dtype)
+        if self.world.distributed:  # fp32 shards are the master weights; compute in rt.dtype
+            self.drafter = DFlashDrafter(self.dcfg).to(self.rt.device)
+            shard(self.drafter, self.rt.dtype)
+        else:
+            self.drafter = DFlashDrafter(self.dcfg).to(self.rt.device, self.rt.dtype)
         self.opt = MasterAdamW(self.drafter, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                                weight_decay=cfg.weight_decay)
         if examples is None:
@@ -125,10 +134,12 @@ class Trainer:
                              "loss tokens")
         split = len(examples) - cfg.held_out
         self.held_out = examples[split:]
-        self.loader = BatchLoader(examples[:split], batch_size=cfg.batch_size,
-                                  buckets=cfg.buckets, seed=cfg.seed, pad_id=0)
+        loader = BatchLoader(examples[:split], batch_size=cfg.batch_size,
+                             buckets=cfg.buckets, seed=cfg.seed, pad_id=0)
+        self.loader = RankSlice(loader, self.world) if self.world.distributed else loader
         self.kernels: Kernels = kernels(self.rt.compile)
-        self.anchor_gen = torch.Generator(device=self.rt.device).manual_seed(cfg.seed)
+        self.anchor_gen = torch.Generator(device=self.rt.device).manual_seed(
+            cfg.seed + self.world.rank)
         self.step = 0
         self.loader_state = self.loader.state_dict()
         layers = self.target.layers[: max(self.dcfg.target_layer_ids) + 1]
@@ -172,6 +183,8 @@ class Trainer:
         lr = lr_at(self.step, base_lr=self.cfg.lr, total_steps=self.cfg.steps,
                    warmup_ratio=self.cfg.warmup_ratio, min_lr_ratio=self.cfg.min_lr_ratio)
         grad_norm = self.opt.step(lr, self.cfg.grad_clip)
+        if hasattr(grad_norm, "full_tensor"):  # FSDP2: a replicated DTensor
+            grad_norm = grad_norm.full_tensor()
         self.step += 1
         return out, pairs, grad_norm
 
@@ -269,9 +282,10 @@ class Trainer:
         if self.warmup_seconds == 0.0 and self.kernels.compiled:
             self.warmup()
         peak = cfg.peak_tflops or measure_matmul_tflops(self.rt.device, self.rt.dtype)
-        log = MetricsLog(self.out / "metrics.jsonl")
+        main = self.world.is_main
+        log = MetricsLog(self.out / "metrics.jsonl") if main else None
         prefetch = Prefetcher(self.loader, self.rt.device).start()
-        meter = _Meter(self.cfg.block_size)
+        meter = Meter(self.cfg.block_size)
         last: dict[str, Any] = {}
         saved: Path | None = None
         stopped = False
@@ -292,16 +306,22 @@ class Trainer:
                     last = meter.record(self, now - t0, peak)
                     if cfg.eval_every and self.step % cfg.eval_every == 0:
                         last["held_out_tau"] = self.held_out_tau()
-                    log.write(last)
-                    if on_log is not None:
+                    if log is not None:
+                        log.write(last)
+                    if on_log is not None and main:
                         on_log(last)
-                    meter = _Meter(self.cfg.block_size)
+                    meter = Meter(self.cfg.block_size)
                     t0 = time.perf_counter()
                 if cfg.save_every and self.step % cfg.save_every == 0:
                     saved = self.save()
         finally:
             prefetch.close()
-            log.close()
+            if log is not None:
+                log.close()
+        if final_save and self.world.distributed:
+            return TrainResult(step=self.step, stopped_early=stopped,
+                               warmup_seconds=self.warmup_seconds, checkpoint=None,
+                               export=None if stopped else self._export_sharded(), last=last)
         if final_save and (saved is None or not saved.name.endswith(f"{self.step:08d}")):
             saved = self.save()
         export = None
@@ -312,63 +332,25 @@ class Trainer:
                            last=last)
 
 
-def _process_start() -> float:
-    """When this process started (wall clock): the first record's ``since_start_s`` is
-    the time to the first logged step, cold or warm."""
-    import psutil
+    def _export_sharded(self) -> Path | None:
+        """Gather the full drafter (a collective: every rank calls it); rank 0 exports."""
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+        )
 
-    return float(psutil.Process().create_time())
+        full = get_model_state_dict(
+            self.drafter, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if not self.world.is_main:
+            return None
+        plain = DFlashDrafter(self.dcfg)
+        plain.load_state_dict(full)
+        return ckpt.export_drafter(plain, self.out / "drafter", dtype=self.rt.dtype)
 
 
-class _Meter:
-    """Sums of step metrics on the device between two log points."""
+if __name__ == "__main__":  # torchrun --nproc-per-node N -m dflash.train ...
+    import sys
 
-    def __init__(self, block_size: int) -> None:
-        self.steps = 0
-        self.loss: Tensor | float = 0.0
-        self.tau: Tensor | float = 0.0
-        self.grad_norm: Tensor | float = 0.0
-        self.hits_K: Tensor | float = 0.0
-        self.count_K: Tensor | float = 0.0
-        self.pairs: Tensor | float = 0.0
-        self.ctx_tokens = 0
-        self.draft_tokens = 0
+    from dflash.cli import main
 
-    def add(self, out: LossOutput, pairs: Tensor, grad_norm: Tensor, ctx_tokens: int,
-            draft_tokens: int) -> None:
-        self.steps += 1
-        self.loss = self.loss + out.loss.detach()
-        self.tau = self.tau + out.tau_sim
-        self.grad_norm = self.grad_norm + grad_norm
-        self.hits_K = self.hits_K + torch.nan_to_num(out.acc_K) * out.count_K
-        self.count_K = self.count_K + out.count_K
-        self.pairs = self.pairs + pairs
-        self.ctx_tokens += ctx_tokens
-        self.draft_tokens += draft_tokens
-
-    def record(self, trainer: Trainer, seconds: float, peak_tflops: float) -> dict[str, Any]:
-        n = max(1, self.steps)
-        acc = (torch.as_tensor(self.hits_K) / torch.as_tensor(self.count_K).clamp_min(1)).tolist()
-        flops = trainer.flops.step_flops(self.ctx_tokens, self.draft_tokens,
-                                         float(torch.as_tensor(self.pairs).item()))
-        record: dict[str, Any] = {
-            "step": trainer.step,
-            "loss": finite_or_none(float(torch.as_tensor(self.loss).item()) / n),
-            "tau_sim": float(torch.as_tensor(self.tau).item()) / n,
-            "acc": [round(a, 4) for a in acc[1:]],
-            "grad_norm": finite_or_none(float(torch.as_tensor(self.grad_norm).item()) / n),
-            "lr": lr_at(trainer.step - 1, base_lr=trainer.cfg.lr, total_steps=trainer.cfg.steps,
-                        warmup_ratio=trainer.cfg.warmup_ratio,
-                        min_lr_ratio=trainer.cfg.min_lr_ratio),
-            "step_s": seconds / n,
-            "ctx_tok_s": self.ctx_tokens / seconds,
-            "draft_tok_s": self.draft_tokens / seconds,
-            "tflops": flops / seconds / 1e12,
-            "mfu": flops / seconds / 1e12 / peak_tflops,
-            "peak_tflops": peak_tflops,
-            "since_start_s": time.time() - _process_start(),
-        }
-        if trainer.rt.device.type == "cuda":
-            record["peak_mem_gb"] = torch.cuda.max_memory_allocated(trainer.rt.device) / 2**30
-        return record
-
+    sys.exit(main())

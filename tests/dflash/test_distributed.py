@@ -1,0 +1,92 @@
+"""dflash-train under torchrun on CPU (gloo): FSDP2 data parallel, rank 0 alone writes,
+the gate on every rank. Real processes launched by torch.distributed.run."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from dflash.checkpoint import load_drafter
+
+REPO = Path(__file__).resolve().parents[2]
+SMALL = ["--set=log_every=1", "--set=save_every=0", "--set=eval_every=0",
+         "--set=synthetic_prompts=64", "--set=synthetic_response_tokens=40", "--set=held_out=4",
+         "--set=buckets=64", "--set=anchors=8", "--set=lr=3e-3"]
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "ENVGUARD_VERIFIED"}
+    env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+def _torchrun(n: int, *args: str, cwd: Path = REPO, timeout: float = 240
+              ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node",
+                           str(n), "--standalone", *args], cwd=cwd, env=_env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _losses(out: Path) -> list[float]:
+    return [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_two_ranks_train_like_one_process_with_the_same_global_batch(tmp_path: Path):
+    steps = "--steps=12"
+    two = _torchrun(2, "-m", "dflash.train", "--preset", "tiny", "--unguarded", "--quiet",
+                    "--out", str(tmp_path / "two"), steps, "--set=batch_size=2", *SMALL)
+    assert two.returncode == 0, two.stderr[-3000:]
+    one = subprocess.run([sys.executable, "-m", "dflash.cli", "--preset", "tiny", "--unguarded",
+                          "--quiet", "--out", str(tmp_path / "one"), steps,
+                          "--set=batch_size=4", *SMALL], cwd=REPO, env=_env(),
+                         capture_output=True, text=True, timeout=240)
+    assert one.returncode == 0, one.stderr[-3000:]
+    a, b = _losses(tmp_path / "two"), _losses(tmp_path / "one")
+    assert len(a) == len(b) == 12
+    # Same global batch (2 ranks x 2 = 4), other examples and anchors per step: the curves
+    # agree within noise, and both learn.
+    assert abs(sum(a[-4:]) - sum(b[-4:])) / sum(b[-4:]) < 0.1, (a, b)
+    assert sum(a[-3:]) < sum(a[:3]) and sum(b[-3:]) < sum(b[:3]), (a, b)
+    # Rank 0 alone writes; the exported drafter is the gathered full model.
+    assert len((tmp_path / "two" / "metrics.jsonl").read_text().splitlines()) == 12
+    meta = json.loads((tmp_path / "two" / "metadata.json").read_text())
+    assert meta["world_size"] == 2
+    drafter = load_drafter(tmp_path / "two" / "drafter")
+    assert drafter.cfg.num_layers == 2
+
+
+def _project_copy(dest: Path, *, drift: bool) -> Path:
+    """A copy of the project with its own fresh lock; ``drift`` then edits a tracked file."""
+    shutil.copytree(REPO / "dflash", dest / "dflash",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", dest / "pyproject.toml")
+    (dest / "lockfiles").mkdir()
+    lock = subprocess.run([sys.executable, "-m", "envguard", "lock", "dflash-train", "--entry",
+                           "test", "--file", "dflash/*.py"], cwd=dest, env=_env(), capture_output=True, text=True,
+                          timeout=120)
+    assert lock.returncode == 0, lock.stderr
+    if drift:
+        with open(dest / "dflash" / "loss.py", "a") as fh:
+            fh.write("# edited on one node only\n")
+    return dest
+
+
+def test_a_drifted_rank_stops_the_whole_job(tmp_path: Path):
+    good = _project_copy(tmp_path / "good", drift=False)
+    bad = _project_copy(tmp_path / "bad", drift=True)
+    wrapper = tmp_path / "launch.py"
+    wrapper.write_text(
+        "import os, sys\n"
+        f"os.chdir({str(bad)!r} if os.environ['RANK'] == '1' else {str(good)!r})\n"
+        "from dflash.cli import main\n"
+        f"sys.exit(main(['--preset', 'tiny', '--quiet', '--out', {str(tmp_path / 'run')!r}]))\n")
+    proc = _torchrun(2, str(wrapper), cwd=tmp_path, timeout=180)
+    assert proc.returncode != 0
+    assert "rank 1: [file-changed]" in proc.stderr, proc.stderr[-3000:]
+    assert "rank(s) 1 of 2 do not match the lock" in proc.stderr
+    assert "rank 0: [" not in proc.stderr
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
