@@ -66,8 +66,8 @@ def _project_copy(dest: Path, *, drift: bool) -> Path:
     shutil.copy(REPO / "pyproject.toml", dest / "pyproject.toml")
     (dest / "lockfiles").mkdir()
     lock = subprocess.run([sys.executable, "-m", "envguard", "lock", "dflash-train", "--entry",
-                           "test", "--file", "dflash/*.py"], cwd=dest, env=_env(), capture_output=True, text=True,
-                          timeout=120)
+                           "test", "--file", "dflash/*.py"], cwd=dest, env=_env(),
+                          capture_output=True, text=True, timeout=120)
     assert lock.returncode == 0, lock.stderr
     if drift:
         with open(dest / "dflash" / "loss.py", "a") as fh:
