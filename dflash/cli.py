@@ -162,14 +162,13 @@ def _train(args: argparse.Namespace, meta: dict[str, Any], world: Any) -> int:
 
             if torch.cuda.is_available():  # one process per GPU
                 cfg = apply_overrides(cfg, [f"device=cuda:{world.local_rank}"])
-        if world.distributed and args.resume:
-            raise ValueError("--resume under torchrun is not implemented yet")
         out = Path(cfg.out)
         trainer = Trainer(cfg, world=world)
         resumed_from = latest_checkpoint(out) if args.resume else None
         if resumed_from is not None:
             trainer.resume(resumed_from)
-            print(f"dflash-train: resuming from {resumed_from} at step {trainer.step}")
+            if world.is_main:
+                print(f"dflash-train: resuming from {resumed_from} at step {trainer.step}")
     except (ValueError, DataError, TargetError, CheckpointError, OSError) as exc:
         print(f"dflash-train: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -218,7 +217,8 @@ def _train(args: argparse.Namespace, meta: dict[str, Any], world: Any) -> int:
     if not world.is_main:
         return EXIT_OK
     if result.stopped_early:
-        print(f"dflash-train: stopped by SIGTERM at step {result.step}; checkpoint "
+        why = "stop_after" if cfg.stop_after and result.step >= cfg.stop_after else "SIGTERM"
+        print(f"dflash-train: stopped by {why} at step {result.step}; checkpoint "
               f"{result.checkpoint}; continue with --resume")
     else:
         print(f"dflash-train: done at step {result.step}; drafter in {result.export}")

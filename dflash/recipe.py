@@ -36,6 +36,9 @@ class TrainConfig:
     anchors: int = 512
     # Optimisation.
     steps: int = 1000
+    stop_after: int = 0
+    """Stop (checkpoint, no export) once this many steps are done, as SIGTERM does; the
+    schedule still runs to ``steps``. For time-sliced jobs; 0 = never."""
     lr: float = 6e-4
     warmup_ratio: float = 0.04
     min_lr_ratio: float = 0.0

@@ -45,6 +45,7 @@ from dflash.model import DFlashDrafter
 from dflash.optim import MasterAdamW, lr_at
 from dflash.prefetch import Prefetcher
 from dflash.recipe import TrainConfig
+from dflash.sharded_checkpoint import load_sharded, save_sharded
 from dflash.target import Target, drafter_config_for, load_target
 
 LogFn = Callable[[dict[str, Any]], None]
@@ -104,9 +105,6 @@ class Trainer:
         require_main_thread("building the trainer")
         self.cfg = cfg
         self.world = world or World()
-        if self.world.distributed and cfg.save_every:
-            raise ValueError("periodic checkpoints under torchrun are not implemented yet: "
-                             "pass --set save_every=0 (the final drafter is still exported)")
         self.rt = resolve(cfg)
         self.out = Path(cfg.out)
         torch.manual_seed(cfg.seed)
@@ -249,11 +247,20 @@ class Trainer:
                 "loader": self.loader_state, "config": self.cfg.to_dict()}
 
     def save(self) -> Path:
+        if self.world.distributed:
+            state = self.state()
+            state.pop("optimizer")  # in the DCP shards
+            state["rank_state"] = state.pop("rng")
+            return save_sharded(self.out, self.step, self.drafter, self.opt.opt, state,
+                                self.world, self.cfg.keep_checkpoints)
         return ckpt.save_training_checkpoint(self.out, self.step, self.dcfg,
                                              self.opt.master_state_dict(), self.state(),
                                              keep=self.cfg.keep_checkpoints)
 
     def resume(self, folder: Path) -> None:
+        if self.world.distributed:
+            self._resume_sharded(folder)
+            return
         drafter, state = ckpt.load_training_checkpoint(folder, "cpu")
         if drafter.cfg != self.dcfg:
             raise ckpt.CheckpointError(f"{folder} holds a drafter of another shape; "
@@ -265,6 +272,17 @@ class Trainer:
         self.anchor_gen.set_state(state["rng"]["anchor"])
         if "cuda" in state["rng"] and self.rt.device.type == "cuda":
             torch.cuda.set_rng_state(state["rng"]["cuda"], self.rt.device)
+        self.loader.load_state_dict(state["loader"])
+        self.loader_state = self.loader.state_dict()
+
+    def _resume_sharded(self, folder: Path) -> None:
+        state = load_sharded(folder, self.drafter, self.opt.opt)
+        self.step = int(state["step"])
+        ranks = state["ranks"]
+        if self.world.rank < len(ranks):  # same rank existed: continue its anchor stream
+            self.anchor_gen.set_state(ranks[self.world.rank]["anchor"])
+        else:  # a larger world: a fresh, distinct stream for the new rank
+            self.anchor_gen.manual_seed(self.cfg.seed + self.world.rank + 7919 * self.step)
         self.loader.load_state_dict(state["loader"])
         self.loader_state = self.loader.state_dict()
 
@@ -292,7 +310,8 @@ class Trainer:
         try:
             t0 = time.perf_counter()
             while self.step < cfg.steps:
-                if stop is not None and stop.is_set():
+                if (stop is not None and stop.is_set()) or (
+                        cfg.stop_after and self.step >= cfg.stop_after):
                     stopped = True
                     break
                 ids_BS, mask_BS, loader_state = prefetch.get()
@@ -319,8 +338,10 @@ class Trainer:
             if log is not None:
                 log.close()
         if final_save and self.world.distributed:
+            if saved is None or not saved.name.endswith(f"{self.step:08d}"):
+                saved = self.save()
             return TrainResult(step=self.step, stopped_early=stopped,
-                               warmup_seconds=self.warmup_seconds, checkpoint=None,
+                               warmup_seconds=self.warmup_seconds, checkpoint=saved,
                                export=None if stopped else self._export_sharded(), last=last)
         if final_save and (saved is None or not saved.name.endswith(f"{self.step:08d}")):
             saved = self.save()

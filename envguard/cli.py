@@ -82,11 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
     dif.add_argument("--all", action="store_true", help="list every change, also immaterial")
     dif.set_defaults(handler=cmd_diff)
 
-    from envguard import cli_cache, cli_gate, cli_restore
+    from envguard import cli_cache, cli_fleet, cli_gate, cli_restore
 
     cli_gate.add_parsers(sub)
     cli_restore.add_parsers(sub)
     cli_cache.add_parsers(sub)
+    cli_fleet.add_parsers(sub)
     return parser
 
 

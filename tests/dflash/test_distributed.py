@@ -90,3 +90,36 @@ def test_a_drifted_rank_stops_the_whole_job(tmp_path: Path):
     assert "rank(s) 1 of 2 do not match the lock" in proc.stderr
     assert "rank 0: [" not in proc.stderr
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def _run(out: Path, n: int, steps: int, *extra: str) -> subprocess.CompletedProcess[str]:
+    return _torchrun(n, "-m", "dflash.train", "--preset", "tiny", "--unguarded", "--quiet",
+                     "--out", str(out), f"--steps={steps}", "--set=batch_size=2",
+                     "--set=save_every=2", *[a for a in SMALL if "save_every" not in a], *extra)
+
+
+def test_sharded_checkpoints_resume_exactly_and_at_another_world_size(tmp_path: Path):
+    full = _run(tmp_path / "full", 2, 6)
+    assert full.returncode == 0, full.stderr[-3000:]
+    cut = _run(tmp_path / "cut", 2, 6, "--set=stop_after=4")
+    assert cut.returncode == 0, cut.stderr[-3000:]
+    assert sorted(p.name for p in (tmp_path / "cut" / "checkpoints").iterdir()) == [
+        "latest", "step-00000002", "step-00000004"]
+    shutil.copytree(tmp_path / "cut", tmp_path / "wider")
+
+    resumed = _run(tmp_path / "cut", 2, 6, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "at step 4" in resumed.stdout
+    # Same world size: the DCP round trip restores weights, optimizer moments, data
+    # position and each rank's anchor stream exactly.
+    a, b = _losses(tmp_path / "full"), _losses(tmp_path / "cut")
+    assert len(b) == 6
+    for x, y in zip(a, b, strict=True):
+        assert abs(x - y) <= 1e-5 * max(1.0, abs(x)), (a, b)
+
+    wider = _run(tmp_path / "wider", 3, 6, "--resume")  # DCP reshards 2 -> 3
+    assert wider.returncode == 0, wider.stderr[-3000:]
+    assert "at step 4" in wider.stdout
+    assert [json.loads(line)["step"] for line in
+            (tmp_path / "wider" / "metrics.jsonl").read_text().splitlines()] == list(range(1, 7))
+    assert load_drafter(tmp_path / "wider" / "drafter").cfg.num_layers == 2

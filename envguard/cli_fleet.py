@@ -1,0 +1,219 @@
+"""``envguard fleet snapshot`` and ``fleet diff``: which node or rank differs?
+
+Part of the CLI layer (it prints and picks exit codes); grouping and explanation live in
+:mod:`envguard.fleet`, the gathering in :mod:`envguard.fleet_gather`, the text in
+``envguard.render.fleet_*``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from envguard.errors import InputError, OutputError
+from envguard.exitcodes import ExitCode
+from envguard.render.formats import OutputFormat
+
+if TYPE_CHECKING:
+    from envguard.fleet import FleetReport, Member
+
+FLEET_DIR = Path(".envguard") / "fleet"
+DEFAULT_DIR_TIMEOUT_S = 120.0
+DEFAULT_TORCH_TIMEOUT_S = 60.0
+
+
+def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
+    fleet = sub.add_parser(
+        "fleet", help="snapshot every rank of a distributed job; find the ranks that differ",
+        description="Group many snapshots (one per node or rank) into identical environments "
+        "and explain each outlier group against the majority (docs/FLEET.md).",
+        epilog="exit status: 0 all equivalent, 1 some differ, 2 bad input, "
+        "4 the ranks could not exchange snapshots")
+    actions = fleet.add_subparsers(dest="fleet_command", metavar="ACTION")
+    actions.required = True
+
+    snap = actions.add_parser(
+        "snapshot", help="snapshot every rank (under torchrun) and report on rank 0",
+        description="Every rank records its environment; rank 0 gathers them (over "
+        "torch.distributed, or through --dir), writes one fleet document and prints the "
+        "fleet diff. Without RANK/WORLD_SIZE: a fleet of one.")
+    snap.add_argument("-o", "--output", metavar="FLEET.json",
+                       help="where rank 0 writes the fleet document (atomically)")
+    snap.add_argument("--dir", metavar="DIR",
+                      help="exchange snapshots through DIR/rank-<RANK>.json (a folder every "
+                      "rank can write); no torch needed")
+    snap.add_argument("--timeout", type=float, metavar="S",
+                      help=f"how long to wait for the other ranks (default "
+                      f"{DEFAULT_DIR_TIMEOUT_S:g} s with --dir, {DEFAULT_TORCH_TIMEOUT_S:g} s "
+                      "over torch.distributed)")
+    snap.add_argument("--python", metavar="PY",
+                      help="snapshot another interpreter or venv folder (stdlib-only probe)")
+    snap.add_argument("--file", dest="files", action="append", default=[], metavar="GLOB",
+                      help="record size, md5 and sha256 of matching files (repeatable)")
+    snap.add_argument("--verify", choices=("size", "hash", "none"), default="size")
+    snap.add_argument("--deep", action="store_true",
+                      help="also import torch in a crash-isolated subprocess")
+    snap.add_argument("--no-cache-marker", action="store_true",
+                      help="do not record the current build in the compile caches")
+    snap.add_argument("--no-project-config", action="store_true",
+                      help="ignore [tool.envguard] in the nearest pyproject.toml")
+    snap.add_argument("--format", choices=[f.value for f in OutputFormat], default="text")
+    snap.add_argument("--ignore-env", action="append", default=[], metavar="NAME",
+                      help="another variable that differs per rank by design (repeatable)")
+    snap.add_argument("-q", "--quiet", action="store_true",
+                      help="rank 0 prints no report (the exit status still tells)")
+    snap.set_defaults(handler=cmd_fleet_snapshot)
+
+    dif = actions.add_parser(
+        "diff", help="group snapshots into identical environments; explain the outliers",
+        description="Snapshots (or fleet documents, expanded into their ranks) that are "
+        "equivalent form one group; the largest group is the baseline and every other "
+        "group is explained against it.",
+        epilog="exit status: 0 all equivalent, 1 some differ, 2 bad input or usage")
+    dif.add_argument("inputs", nargs="+", metavar="SNAPSHOT.json",
+                     help="snapshot files or fleet documents (at least two snapshots in all)")
+    dif.add_argument("--format", choices=[f.value for f in OutputFormat], default="text",
+                     help="text (default), json (envguard.fleet-diff/1) or markdown")
+    dif.add_argument("--baseline", metavar="FILE",
+                     help="compare with this snapshot instead of the majority (one of the "
+                     "inputs, or another file)")
+    dif.add_argument("--ignore-env", action="append", default=[], metavar="NAME",
+                     help="another variable that differs per rank by design (repeatable)")
+    dif.set_defaults(handler=cmd_fleet_diff)
+
+
+def _unique_names(members: list[Member], paths: dict[int, str]) -> list[Member]:
+    """Members named by file name; by the path given when two file names collide."""
+    seen: dict[str, int] = {}
+    for m in members:
+        seen[m.name] = seen.get(m.name, 0) + 1
+    return [dataclasses.replace(m, name=paths[i] + m.name[len(Path(paths[i]).name):])
+            if seen[m.name] > 1 else m for i, m in enumerate(members)]
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
+def _print_report(report: FleetReport, fmt: OutputFormat) -> None:
+    if fmt is OutputFormat.TEXT:
+        from rich.console import Console
+
+        from envguard.render import fleet_text
+
+        Console(highlight=False).print(fleet_text.render(report))
+    elif fmt is OutputFormat.JSON:
+        from envguard.render import fleet_json
+
+        _write_stdout(fleet_json.render(report))
+    else:
+        from envguard.render import fleet_markdown
+
+        _write_stdout(fleet_markdown.render(report))
+
+
+def _write_stdout(text: str) -> None:
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise OutputError("stdout closed before the output was written") from None
+
+
+def cmd_fleet_diff(args: argparse.Namespace) -> int:
+    from envguard.fleet import analyse
+    from envguard.fleet_gather import read_members
+
+    members: list[Member] = []
+    paths: dict[int, str] = {}
+    sources: list[tuple[str, int, int]] = []
+    for path in args.inputs:
+        found = read_members(path)
+        sources.append((path, len(members), len(members) + len(found)))
+        for m in found:
+            paths[len(members)] = path
+            members.append(m)
+    if len(members) < 2:
+        raise InputError("fleet diff needs at least two snapshots (files, or the ranks of a "
+                         "fleet document)")
+    members = _unique_names(members, paths)
+    baseline = None
+    if args.baseline:
+        inside = [(a, b) for p, a, b in sources if _same_file(p, args.baseline)]
+        if inside and inside[0][1] - inside[0][0] == 1:
+            baseline = members[inside[0][0]]
+        elif inside:
+            raise InputError(f"{args.baseline}: a fleet document cannot be the baseline; "
+                             "pass one snapshot file")
+        else:
+            found = read_members(args.baseline)
+            if len(found) != 1:
+                raise InputError(f"{args.baseline}: a fleet document cannot be the baseline; "
+                                 "pass one snapshot file")
+            baseline = found[0]
+    report = analyse(members, baseline=baseline, ignored_variables=args.ignore_env)
+    _print_report(report, OutputFormat(args.format))
+    return ExitCode.OK if report.equivalent else ExitCode.DRIFT
+
+
+def _default_fleet_path() -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return FLEET_DIR / f"{stamp}.json"
+
+
+def cmd_fleet_snapshot(args: argparse.Namespace) -> int:
+    from envguard.atomic import write_text_atomic
+    from envguard.fleet import FLEET_SCHEMA, analyse, members_from_document
+    from envguard.fleet_gather import entry, gather_dir, gather_torch, launch_from_env
+    from envguard.probe import SnapshotOptions, collect
+
+    launch = launch_from_env(os.environ)
+    if args.timeout is not None and args.timeout <= 0:
+        raise InputError("--timeout must be positive")
+    options = SnapshotOptions(
+        python=args.python, verify=args.verify, deep=args.deep,
+        file_patterns=tuple(args.files), write_cache_marker=not args.no_cache_marker,
+        use_project_config=not args.no_project_config)
+    snapshot = collect(options)
+    notes: list[str] = []
+    if not launch.launched:
+        notes.append("RANK/WORLD_SIZE are not set: a fleet of one (run under torchrun, or "
+                     "set them, to snapshot every rank)")
+        items: list[dict[str, Any]] | None = [entry(snapshot, launch)]
+        if args.dir:
+            gather_dir(snapshot, launch, Path(args.dir), args.timeout or DEFAULT_DIR_TIMEOUT_S)
+    elif args.dir:
+        items = gather_dir(snapshot, launch, Path(args.dir),
+                           args.timeout or DEFAULT_DIR_TIMEOUT_S)
+    else:
+        items = gather_torch(entry(snapshot, launch), launch,
+                             args.timeout or DEFAULT_TORCH_TIMEOUT_S)
+    if items is None:  # not rank 0: rank 0 reports
+        return ExitCode.OK
+    doc = {"schema": FLEET_SCHEMA, "world_size": launch.world_size, "snapshots": items}
+    if args.output:
+        destination = Path(args.output)
+    elif args.dir:
+        destination = Path(args.dir) / "fleet.json"
+    else:
+        destination = _default_fleet_path()
+    write_text_atomic(destination, json.dumps(doc, sort_keys=True, indent=2,
+                                              ensure_ascii=True) + "\n")
+    if not args.output:
+        print(f"envguard: fleet document written to {destination}", file=sys.stderr)
+    members = members_from_document(destination.name, doc)
+    if len(members) == 1:
+        notes.append("one snapshot only: nothing to compare")
+    report = analyse(members, ignored_variables=args.ignore_env, notes=notes)
+    if not args.quiet:
+        _print_report(report, OutputFormat(args.format))
+    return ExitCode.OK if report.equivalent else ExitCode.DRIFT
