@@ -112,7 +112,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_save(args: argparse.Namespace) -> int:
-    from envguard import cache_store
+    from envguard import cache_manifest, cache_store
     from envguard.render import cache_text
     from envguard.render.sanitize import clean
 
@@ -122,7 +122,7 @@ def cmd_save(args: argparse.Namespace) -> int:
         from envguard.store import read_snapshot
 
         snapshot = read_snapshot(args.from_snapshot)
-        ref = cache_store.SnapshotRef(created_at=snapshot.created_at,
+        ref = cache_manifest.SnapshotRef(created_at=snapshot.created_at,
                                       file=str(Path(args.from_snapshot).resolve()))
         if snapshot.system.hostname != socket.gethostname():
             _note(f"warning: the snapshot was taken on {clean(snapshot.system.hostname)}, "
@@ -140,15 +140,15 @@ def cmd_save(args: argparse.Namespace) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    from envguard import cache_store
+    from envguard import cache_manifest, cache_store
     from envguard.render import cache_text
     from envguard.render.sanitize import clean
 
     started = time.perf_counter()
     snapshot = _snapshot(args.python)
-    current = cache_store.Build.of(snapshot)
+    current = cache_manifest.Build.of(snapshot)
     store = _store(args.store)
-    chosen = cache_store.choose(cache_store.list_archives(store, current.compat_key),
+    chosen = cache_manifest.choose(cache_manifest.list_archives(store, current.compat_key),
                                 args.name, store)
     manifest = chosen.manifest
     if manifest is None:  # pragma: no cover - choose() returns usable archives only
