@@ -35,15 +35,14 @@ from dflash.metrics import measure_matmul_tflops  # noqa: E402
 from dflash.recipe import PRESETS  # noqa: E402
 from dflash.target import load_target  # noqa: E402
 from dflash.train import Trainer  # noqa: E402
+from envguard.atomic import write_text_atomic  # noqa: E402
 
 NVLS_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
             "NVSHMEM_DISABLE_NVLS": "1"}
 
 
 def write(out: Path, name: str, data: Any) -> None:
-    tmp = out / f".{name}.json.tmp"
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
-    tmp.replace(out / f"{name}.json")
+    write_text_atomic(out / f"{name}.json", json.dumps(data, indent=2, default=str) + "\n")
     print(f"[{time.strftime('%H:%M:%S')}] {name}: {json.dumps(data, default=str)[:600]}",
           flush=True)
 

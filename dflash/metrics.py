@@ -66,7 +66,8 @@ def visible_pairs(anchors_BN: torch.Tensor, keep_BN: torch.Tensor,
     return (keep_BN * (anchors_BN + block_size)).sum() * block_size
 
 
-def _sync(device: torch.device) -> None:
+def sync_device(device: torch.device) -> None:
+    """Wait for the device (CUDA) before reading a clock; a no-op on CPU."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -79,13 +80,13 @@ def measure_matmul_tflops(device: torch.device, dtype: torch.dtype, size: int | 
     b = torch.randn(n, n, device=device, dtype=dtype)
     for _ in range(3):
         a @ b
-    _sync(device)
+    sync_device(device)
     iters, start = 0, time.perf_counter()
     while True:
         for _ in range(10):
             a @ b
         iters += 10
-        _sync(device)
+        sync_device(device)
         elapsed = time.perf_counter() - start
         if elapsed >= seconds:
             return 2.0 * n**3 * iters / elapsed / 1e12

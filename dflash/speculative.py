@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from dflash.masks import sdpa_attend
+from dflash.metrics import sync_device
 from dflash.model import DFlashDrafter
 
 
@@ -88,9 +89,12 @@ def _hit_stop(tokens: Sequence[int], stop_ids: Sequence[int]) -> bool:
     return any(t in stop_ids for t in tokens)
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+def _prefill(target: Any, prompt: Sequence[int]) -> tuple[Any, int, Tensor]:
+    """Run the prompt into a fresh cache: (cache, first greedy token, prompt features)."""
+    cache = target.new_cache()
+    logits, feats = target.forward_cached(torch.tensor([list(prompt)], device=target.device),
+                                          cache, 0)
+    return cache, int(logits[0, -1].argmax()), feats
 
 
 @torch.no_grad()
@@ -98,18 +102,17 @@ def target_greedy(target: Any, prompt: Sequence[int], *, max_new_tokens: int,
                   stop_ids: Sequence[int] = ()) -> DecodeResult:
     """The reference: one target forward per token, with a KV cache."""
     device = target.device
-    _sync(device)
+    sync_device(device)
     t0 = time.perf_counter()
-    cache = target.new_cache()
-    logits, _ = target.forward_cached(torch.tensor([list(prompt)], device=device), cache, 0)
-    tokens = [int(logits[0, -1].argmax())]
+    cache, first, _ = _prefill(target, prompt)
+    tokens = [first]
     forwards = 0
     while len(tokens) < max_new_tokens and not _hit_stop(tokens[-1:], stop_ids):
         pos = len(prompt) + len(tokens) - 1
         logits, _ = target.forward_cached(torch.tensor([[tokens[-1]]], device=device), cache, pos)
         tokens.append(int(logits[0, -1].argmax()))
         forwards += 1
-    _sync(device)
+    sync_device(device)
     return DecodeResult(_finish(tokens, max_new_tokens, stop_ids), forwards,
                         time.perf_counter() - t0)
 
@@ -118,11 +121,10 @@ def target_greedy(target: Any, prompt: Sequence[int], *, max_new_tokens: int,
 def speculative_greedy(target: Any, drafter: DFlashDrafter, prompt: Sequence[int], *,
                        max_new_tokens: int, stop_ids: Sequence[int] = ()) -> DecodeResult:
     device = target.device
-    _sync(device)
+    sync_device(device)
     t0 = time.perf_counter()
-    cache = target.new_cache()
-    logits, feats = target.forward_cached(torch.tensor([list(prompt)], device=device), cache, 0)
-    tokens = [int(logits[0, -1].argmax())]
+    cache, first, feats = _prefill(target, prompt)
+    tokens = [first]
     stream = DraftStream(drafter, target)
     pending_1TF = feats
     accepted: list[int] = []
@@ -139,7 +141,7 @@ def speculative_greedy(target: Any, drafter: DFlashDrafter, prompt: Sequence[int
         accepted.append(n + 1)
         target.crop_cache(cache, p + n + 1)
         pending_1TF = verify_feats[:, : n + 1]
-    _sync(device)
+    sync_device(device)
     return DecodeResult(_finish(tokens, max_new_tokens, stop_ids), len(accepted),
                         time.perf_counter() - t0, tuple(accepted))
 

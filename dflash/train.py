@@ -39,6 +39,7 @@ from dflash.metrics import (
     count_params,
     flop_model,
     measure_matmul_tflops,
+    sync_device,
     visible_pairs,
 )
 from dflash.model import DFlashDrafter
@@ -214,7 +215,7 @@ class Trainer:
                 self.forward_loss(ids_BS, mask_BS, gen)
         for p in self.drafter.parameters():
             p.grad = None
-        self._sync()
+        sync_device(self.rt.device)
         if self.kernels.compiled:
             seal()
         if mega is not None and self.mega_cache_loaded is None:
@@ -286,10 +287,6 @@ class Trainer:
         self.loader.load_state_dict(state["loader"])
         self.loader_state = self.loader.state_dict()
 
-    def _sync(self) -> None:
-        if self.rt.device.type == "cuda":
-            torch.cuda.synchronize(self.rt.device)
-
     # -- the loop ---------------------------------------------------------------------------
     def run(self, on_log: LogFn | None = None, stop: threading.Event | None = None,
             final_save: bool = True) -> TrainResult:
@@ -320,7 +317,7 @@ class Trainer:
                 meter.add(out, pairs, grad_norm, ids_BS.numel(),
                           mask_BS.shape[0] * cfg.anchors * cfg.block_size)
                 if self.step % cfg.log_every == 0 or self.step == cfg.steps:
-                    self._sync()
+                    sync_device(self.rt.device)
                     now = time.perf_counter()
                     last = meter.record(self, now - t0, peak)
                     if cfg.eval_every and self.step % cfg.eval_every == 0:
@@ -337,17 +334,13 @@ class Trainer:
             prefetch.close()
             if log is not None:
                 log.close()
-        if final_save and self.world.distributed:
-            if saved is None or not saved.name.endswith(f"{self.step:08d}"):
-                saved = self.save()
-            return TrainResult(step=self.step, stopped_early=stopped,
-                               warmup_seconds=self.warmup_seconds, checkpoint=saved,
-                               export=None if stopped else self._export_sharded(), last=last)
         if final_save and (saved is None or not saved.name.endswith(f"{self.step:08d}")):
             saved = self.save()
         export = None
         if final_save and not stopped:
-            export = ckpt.export_drafter(self.drafter, self.out / "drafter", dtype=self.rt.dtype)
+            export = (self._export_sharded() if self.world.distributed else
+                      ckpt.export_drafter(self.drafter, self.out / "drafter",
+                                          dtype=self.rt.dtype))
         return TrainResult(step=self.step, stopped_early=stopped,
                            warmup_seconds=self.warmup_seconds, checkpoint=saved, export=export,
                            last=last)

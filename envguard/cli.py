@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from envguard.model import Snapshot
+    from envguard.probe import SnapshotOptions
 
 SNAPSHOT_DIR = Path(".envguard") / "snapshots"
 
@@ -52,18 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("-o", "--output", metavar="PATH",
                        help="write the snapshot to PATH (atomically)")
     where.add_argument("--json", action="store_true", help="print the snapshot JSON to stdout")
-    snap.add_argument("--python", metavar="PY",
-                      help="snapshot another interpreter or venv folder (stdlib-only probe)")
-    snap.add_argument("--file", dest="files", action="append", default=[], metavar="GLOB",
-                      help="record size, md5 and sha256 of matching files (repeatable)")
-    snap.add_argument("--verify", choices=("size", "hash", "none"), default="size",
-                      help="check installed files against RECORD by size (default) or hash")
-    snap.add_argument("--deep", action="store_true",
-                      help="also import torch in a crash-isolated subprocess")
-    snap.add_argument("--no-cache-marker", action="store_true",
-                      help="do not record the current build in the compile caches")
-    snap.add_argument("--no-project-config", action="store_true",
-                      help="ignore [tool.envguard] in the nearest pyproject.toml")
+    add_probe_options(snap)
     snap.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
     snap.set_defaults(handler=cmd_snapshot)
 
@@ -136,11 +126,27 @@ def _default_snapshot_path() -> Path:
     return path
 
 
-def cmd_snapshot(args: argparse.Namespace) -> int:
-    from envguard.atomic import write_text_atomic
-    from envguard.probe import SnapshotOptions, collect
+def add_probe_options(parser: argparse.ArgumentParser) -> None:
+    """The flags that say what a snapshot probes (``snapshot`` and ``fleet snapshot``)."""
+    parser.add_argument("--python", metavar="PY",
+                        help="snapshot another interpreter or venv folder (stdlib-only probe)")
+    parser.add_argument("--file", dest="files", action="append", default=[], metavar="GLOB",
+                        help="record size, md5 and sha256 of matching files (repeatable)")
+    parser.add_argument("--verify", choices=("size", "hash", "none"), default="size",
+                        help="check installed files against RECORD by size (default) or hash")
+    parser.add_argument("--deep", action="store_true",
+                        help="also import torch in a crash-isolated subprocess")
+    parser.add_argument("--no-cache-marker", action="store_true",
+                        help="do not record the current build in the compile caches")
+    parser.add_argument("--no-project-config", action="store_true",
+                        help="ignore [tool.envguard] in the nearest pyproject.toml")
 
-    options = SnapshotOptions(
+
+def probe_options(args: argparse.Namespace) -> SnapshotOptions:
+    """SnapshotOptions from the flags of :func:`add_probe_options`."""
+    from envguard.probe import SnapshotOptions
+
+    return SnapshotOptions(
         python=args.python,
         verify=args.verify,
         deep=args.deep,
@@ -148,6 +154,13 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
         write_cache_marker=not args.no_cache_marker,
         use_project_config=not args.no_project_config,
     )
+
+
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    from envguard.atomic import write_text_atomic
+    from envguard.probe import collect
+
+    options = probe_options(args)
     show_summary = not args.quiet
     console = _stderr_console() if show_summary or sys.stderr.isatty() else None
     progress = _RichProgress(console) if console is not None and console.is_terminal else None

@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from envguard.cli import add_probe_options, probe_options
 from envguard.errors import InputError, OutputError
 from envguard.exitcodes import ExitCode
 from envguard.render.formats import OutputFormat
@@ -52,17 +53,7 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
                       help=f"how long to wait for the other ranks (default "
                       f"{DEFAULT_DIR_TIMEOUT_S:g} s with --dir, {DEFAULT_TORCH_TIMEOUT_S:g} s "
                       "over torch.distributed)")
-    snap.add_argument("--python", metavar="PY",
-                      help="snapshot another interpreter or venv folder (stdlib-only probe)")
-    snap.add_argument("--file", dest="files", action="append", default=[], metavar="GLOB",
-                      help="record size, md5 and sha256 of matching files (repeatable)")
-    snap.add_argument("--verify", choices=("size", "hash", "none"), default="size")
-    snap.add_argument("--deep", action="store_true",
-                      help="also import torch in a crash-isolated subprocess")
-    snap.add_argument("--no-cache-marker", action="store_true",
-                      help="do not record the current build in the compile caches")
-    snap.add_argument("--no-project-config", action="store_true",
-                      help="ignore [tool.envguard] in the nearest pyproject.toml")
+    add_probe_options(snap)
     snap.add_argument("--format", choices=[f.value for f in OutputFormat], default="text")
     snap.add_argument("--ignore-env", action="append", default=[], metavar="NAME",
                       help="another variable that differs per rank by design (repeatable)")
@@ -174,16 +165,12 @@ def cmd_fleet_snapshot(args: argparse.Namespace) -> int:
     from envguard.atomic import write_text_atomic
     from envguard.fleet import FLEET_SCHEMA, analyse, members_from_document
     from envguard.fleet_gather import entry, gather_dir, gather_torch, launch_from_env
-    from envguard.probe import SnapshotOptions, collect
+    from envguard.probe import collect
 
     launch = launch_from_env(os.environ)
     if args.timeout is not None and args.timeout <= 0:
         raise InputError("--timeout must be positive")
-    options = SnapshotOptions(
-        python=args.python, verify=args.verify, deep=args.deep,
-        file_patterns=tuple(args.files), write_cache_marker=not args.no_cache_marker,
-        use_project_config=not args.no_project_config)
-    snapshot = collect(options)
+    snapshot = collect(probe_options(args))
     notes: list[str] = []
     if not launch.launched:
         notes.append("RANK/WORLD_SIZE are not set: a fleet of one (run under torchrun, or "
