@@ -55,7 +55,10 @@ def compile_stats() -> dict[str, Any]:
         times = compile_times(repr="str", aggregate=True)
     except Exception as exc:  # noqa: BLE001 - diagnostics only
         times = repr(exc)
+    from torch._inductor import config as inductor_config
+
     return {"unique_graphs": counters["stats"].get("unique_graphs", 0),
+            "inductor_compile_threads": inductor_config.compile_threads,
             "calls_captured": counters["stats"].get("calls_captured", 0),
             "times": str(times)[-4000:]}
 
@@ -122,7 +125,7 @@ def train_once(preset: str, target: Any, *, attention: str, seq: int, anchors: i
               "draft_tok_s": med("draft_tok_s"), "tflops": med("tflops"), "mfu": med("mfu"),
               "peak_mem_gb": max(r.get("peak_mem_gb", 0.0) for r in records),
               "loss_first": records[0]["loss"], "loss_last": records[-1]["loss"],
-              "compile": compile_stats()}
+              "warmup_phases_s": trainer.warmup_phases, "compile": compile_stats()}
     del trainer
     torch.cuda.empty_cache()
     return result
@@ -152,12 +155,14 @@ def stage_train(out: Path, device: torch.device, peak: float, steps: int,
         write(out, name, results)
 
 
-def stage_dense(out: Path, device: torch.device, peak: float, deadline: float) -> None:
-    """Dense SDPA vs flex as S grows (anchors scaled with S): where dense runs out."""
+def stage_dense(out: Path, device: torch.device, peak: float, deadline: float,
+                attentions: list[str]) -> None:
+    """Dense SDPA vs flex as S grows (anchors scaled with S): where dense runs out.
+    Each new S is a cold flex compile (static shapes), so ``--dense-attn sdpa`` skips flex."""
     target = load_target("qwen3-8b-shape", device=device, dtype=torch.bfloat16)
     results: list[dict[str, Any]] = []
     for seq in (8192, 16384, 32768):
-        for attention in ("sdpa", "flex"):
+        for attention in attentions:
             if time.monotonic() > deadline:
                 results.append({"seq": seq, "attention": attention, "skipped": "time"})
                 continue
@@ -222,6 +227,7 @@ def child_first_step(args: argparse.Namespace) -> int:
     marks["built_s"] = time.time() - args.launched_at
     marks["warmup_s"] = trainer.warmup()
     marks["warm_done_s"] = time.time() - args.launched_at
+    marks["warmup_phases_s"] = trainer.warmup_phases
     if args.save_mega:
         artifacts = torch.compiler.save_cache_artifacts()
         if artifacts is not None:
@@ -315,6 +321,7 @@ def main() -> int:
     p.add_argument("--race-timeout", type=float, default=60.0)
     p.add_argument("--race-seq", type=int, default=2048)
     p.add_argument("--race-modes", default="guarded,naive")
+    p.add_argument("--dense-attn", default="sdpa,flex")
     p.add_argument("--start-preset", default="qwen3-8b-shape")
     p.add_argument("--preset", default="qwen3-8b-shape")
     p.add_argument("--launched-at", type=float, default=time.time())
@@ -344,7 +351,7 @@ def main() -> int:
     if "train-1.7b" in stages:
         stage_train(out, device, peak, args.steps, ["qwen3-1.7b-shape"], "train_1_7b")
     if "dense" in stages:
-        stage_dense(out, device, peak, deadline - 60)
+        stage_dense(out, device, peak, deadline - 60, args.dense_attn.split(","))
     if "start" in stages:
         stage_start(out, args.start_preset, timeout=max(60.0, (deadline - time.monotonic()) / 2))
     if "race" in stages:

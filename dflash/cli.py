@@ -58,6 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--check", action="store_true",
                         help="only check the environment, write OUT/metadata.json, exit")
     parser.add_argument("--quiet", action="store_true", help="no progress display")
+    parser.add_argument("--target-ranks", type=int, default=0, metavar="K",
+                        help="under torchrun: run the frozen target on the last K ranks, "
+                        "which stream features to the drafter ranks (default 0: every "
+                        "rank holds the target)")
     return parser
 
 
@@ -163,7 +167,20 @@ def _train(args: argparse.Namespace, meta: dict[str, Any], world: Any) -> int:
             if torch.cuda.is_available():  # one process per GPU
                 cfg = apply_overrides(cfg, [f"device=cuda:{world.local_rank}"])
         out = Path(cfg.out)
-        trainer = Trainer(cfg, world=world)
+        server = None
+        if args.target_ranks:
+            from dflash.roles import split
+
+            if not world.distributed:
+                raise ValueError("--target-ranks needs torchrun (WORLD_SIZE > 1)")
+            roles, role_world = split(world, args.target_ranks)
+            if roles.is_target(world.rank):
+                return _serve_target(cfg, roles, world)
+            meta["roles"] = {"target_ranks": roles.target_ranks,
+                             "drafter_ranks": roles.drafter_ranks}
+            server = roles.server_of(world.rank)
+            world = role_world
+        trainer = Trainer(cfg, world=world, feature_server=server)
         resumed_from = latest_checkpoint(out) if args.resume else None
         if resumed_from is not None:
             trainer.resume(resumed_from)
@@ -214,6 +231,8 @@ def _train(args: argparse.Namespace, meta: dict[str, Any], world: Any) -> int:
         return EXIT_INTERRUPTED
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if trainer.remote is not None:
+            trainer.remote.close()
     if not world.is_main:
         return EXIT_OK
     if result.stopped_early:
@@ -222,6 +241,20 @@ def _train(args: argparse.Namespace, meta: dict[str, Any], world: Any) -> int:
               f"{result.checkpoint}; continue with --resume")
     else:
         print(f"dflash-train: done at step {result.step}; drafter in {result.export}")
+    return EXIT_OK
+
+
+def _serve_target(cfg: Any, roles: Any, world: Any) -> int:
+    """A target rank: build the frozen target, answer feature requests until every
+    drafter rank it serves is done."""
+    from dflash.roles import serve
+    from dflash.target import load_target
+    from dflash.train import resolve
+
+    rt = resolve(cfg)
+    target = load_target(cfg.target, device=rt.device, dtype=rt.dtype, layer_ids=cfg.layer_ids,
+                         seed=cfg.seed)
+    serve(roles, world.rank, target.features, rt.device)
     return EXIT_OK
 
 

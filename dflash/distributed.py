@@ -23,9 +23,20 @@ from torch import nn
 
 @dataclass(frozen=True, slots=True)
 class World:
+    """The ranks that train the drafter together. Colocated, that is the whole launch;
+    with split roles (:mod:`dflash.roles`) it is the drafter ranks' own process group."""
+
     rank: int = 0
     size: int = 1
     local_rank: int = 0
+    group: Any = None
+    """The process group of these ranks (None: the default group, the whole launch)."""
+    devices: int = 0
+    """Devices in the whole launch, target ranks included (0: ``size``); MFU's denominator."""
+
+    @property
+    def device_count(self) -> int:
+        return self.devices or self.size
 
     @property
     def is_main(self) -> bool:
@@ -84,15 +95,22 @@ def gather_gate(world: World, passed: bool, findings: list[str]) -> list[tuple[i
     return [(rank, f) for rank, ok, f in results if not ok]
 
 
-def shard(drafter: nn.Module, compute_dtype: torch.dtype) -> None:
-    """FSDP2: each decoder layer and the root sharded; fp32 parameters (the master
-    weights), computed in ``compute_dtype``, gradients reduced in fp32."""
+def shard(drafter: nn.Module, compute_dtype: torch.dtype, world: World,
+          device: torch.device) -> None:
+    """FSDP2 over the world's ranks: each decoder layer and the root sharded; fp32
+    parameters (the master weights), computed in ``compute_dtype``, gradients reduced in
+    fp32."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+    mesh = None
+    if world.group is not None:
+        from torch.distributed.device_mesh import DeviceMesh
+
+        mesh = DeviceMesh.from_group(world.group, device.type)
     policy = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
     for layer in drafter.layers:  # type: ignore[union-attr]
-        fully_shard(layer, mp_policy=policy)
-    fully_shard(drafter, mp_policy=policy)
+        fully_shard(layer, mesh=mesh, mp_policy=policy)
+    fully_shard(drafter, mesh=mesh, mp_policy=policy)
 
 
 def all_reduce_sum(world: World, values: torch.Tensor) -> torch.Tensor:
@@ -101,7 +119,7 @@ def all_reduce_sum(world: World, values: torch.Tensor) -> torch.Tensor:
         import torch.distributed as dist
 
         values = values.clone()
-        dist.all_reduce(values)
+        dist.all_reduce(values, group=world.group)
     return values
 
 

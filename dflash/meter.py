@@ -84,7 +84,7 @@ class Meter:
             "ctx_tok_s": self.ctx_tokens / seconds,
             "draft_tok_s": self.draft_tokens / seconds,
             "tflops": flops / seconds / 1e12,
-            "mfu": flops / seconds / 1e12 / peak_tflops,
+            "mfu": flops / seconds / 1e12 / (peak_tflops * trainer.world.device_count),
             "peak_tflops": peak_tflops,
             "since_start_s": time.time() - _process_start(),
         }

@@ -35,11 +35,12 @@ def save_sharded(out: Path, step: int, model: nn.Module, optimizer: torch.optim.
     if world.is_main:
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
-    dist.barrier()
+    dist.barrier(group=world.group)
     model_sd, optim_sd = get_state_dict(model, optimizer)
-    dcp_save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(partial))
+    dcp_save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(partial),
+             process_group=world.group)
     ranks: list[Any] = [None] * world.size
-    dist.all_gather_object(ranks, state.pop("rank_state"))
+    dist.all_gather_object(ranks, state.pop("rank_state"), group=world.group)
     if world.is_main:
         torch.save({**state, "ranks": ranks, "format": "dcp"}, partial / TRAINER_STATE_NAME)
         if final.exists():
@@ -50,12 +51,12 @@ def save_sharded(out: Path, step: int, model: nn.Module, optimizer: torch.optim.
         for old in steps[:-keep] if keep > 0 else []:
             if old != final:
                 shutil.rmtree(old, ignore_errors=True)
-    dist.barrier()
+    dist.barrier(group=world.group)
     return final
 
 
-def load_sharded(folder: Path, model: nn.Module, optimizer: torch.optim.Optimizer
-                 ) -> dict[str, Any]:
+def load_sharded(folder: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
+                 world: World) -> dict[str, Any]:
     """Collective: fill the sharded model and optimizer from ``folder`` (any world size
     wrote it); returns trainer.pt's state."""
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
@@ -70,7 +71,7 @@ def load_sharded(folder: Path, model: nn.Module, optimizer: torch.optim.Optimize
                               "without torchrun")
     model_sd, optim_sd = get_state_dict(model, optimizer)
     target: dict[str, Any] = {"model": model_sd, "optim": optim_sd}
-    dcp_load(target, checkpoint_id=str(folder))
+    dcp_load(target, checkpoint_id=str(folder), process_group=world.group)
     set_state_dict(model, optimizer, model_state_dict=target["model"],
                    optim_state_dict=target["optim"])
     return state

@@ -103,6 +103,7 @@ class Target:
         self._cache_kw = "cache" if "cache" in forward_params else "past_key_values"
         self._taps: dict[int, Tensor] = {}
         self._stop_after: int | None = None
+        self.released = False
         for i in self.layer_ids:
             self.layers[i].register_forward_hook(self._hook(i))
 
@@ -131,6 +132,17 @@ class Target:
         out: Tensor = self._embed(ids)
         return out
 
+    @property
+    def feature_dim(self) -> int:
+        return len(self.layer_ids) * int(self.hidden_size)
+
+    def release_layers(self) -> None:
+        """Free the decoder layers, keeping the embedding and LM head: a drafter rank
+        whose features come from target ranks needs nothing else."""
+        self.model.get_decoder().layers = nn.ModuleList()
+        self.layers = self.model.get_decoder().layers
+        self.released = True
+
     @torch.no_grad()
     def features(self, input_ids_BS: Tensor) -> Tensor:
         """[B, S, k*H]: the tapped layers' outputs (HF hidden_states[i+1]), concatenated.
@@ -138,6 +150,9 @@ class Target:
         Runs only up to the highest tapped layer. Causal attention makes right padding
         harmless to the real positions, so no attention mask is passed.
         """
+        if self.released:
+            raise TargetError("this target's layers were released (features come from "
+                              "the target ranks)")
         with self._tapping(stop_early=True) as taps:
             with suppress(_StopForward):
                 self.model(input_ids=input_ids_BS, use_cache=False)

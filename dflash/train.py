@@ -46,6 +46,7 @@ from dflash.model import DFlashDrafter
 from dflash.optim import MasterAdamW, lr_at
 from dflash.prefetch import Prefetcher
 from dflash.recipe import TrainConfig
+from dflash.roles import FeatureClient
 from dflash.sharded_checkpoint import load_sharded, save_sharded
 from dflash.target import Target, drafter_config_for, load_target
 
@@ -102,7 +103,11 @@ def synthetic_examples(target: Target, cfg: TrainConfig) -> list[Example]:
 
 class Trainer:
     def __init__(self, cfg: TrainConfig, *, target: Target | None = None,
-                 examples: list[Example] | None = None, world: World | None = None) -> None:
+                 examples: list[Example] | None = None, world: World | None = None,
+                 feature_server: int | None = None) -> None:
+        """``feature_server``: with split roles, the global rank of this rank's target
+        rank; features then come from there, and the local target keeps only its
+        embedding and LM head."""
         require_main_thread("building the trainer")
         self.cfg = cfg
         self.world = world or World()
@@ -117,7 +122,7 @@ class Trainer:
             gamma=cfg.gamma, mask_token_id=cfg.mask_token_id)
         if self.world.distributed:  # fp32 shards are the master weights; compute in rt.dtype
             self.drafter = DFlashDrafter(self.dcfg).to(self.rt.device)
-            shard(self.drafter, self.rt.dtype)
+            shard(self.drafter, self.rt.dtype, self.world, self.rt.device)
         else:
             self.drafter = DFlashDrafter(self.dcfg).to(self.rt.device, self.rt.dtype)
         self.opt = MasterAdamW(self.drafter, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
@@ -145,9 +150,17 @@ class Trainer:
         self.flops = flop_model(self.dcfg, count_params(layers),
                                 count_params(self.drafter.layers[0]))
         self.warmup_seconds = 0.0
+        self.warmup_phases: dict[str, float] = {}
+        """Warm-up seconds per phase (compiles land in the first call of each)."""
         self.mega_cache_loaded: float | None = None
         self.mega_cache_saved = 0
         self.warnings: list[str] = []
+        self.remote: FeatureClient | None = None
+        self._ahead: tuple[Any, Callable[[], Tensor]] | None = None
+        if feature_server is not None:
+            self.remote = FeatureClient(feature_server, self.target.feature_dim,
+                                        self.target.dtype, self.rt.device)
+            self.target.release_layers()
 
     # -- one step -------------------------------------------------------------------------
     def _attend(self, anchors_BN: Tensor, keep_BN: Tensor, seq: int) -> AttendFn:
@@ -158,10 +171,13 @@ class Trainer:
             return flex_attend(mask, flex_fn=self.kernels.flex)
         return sdpa_attend(dense_mask(anchors_BN, keep_BN, seq, bs))
 
-    def forward_loss(self, input_ids_BS: Tensor, loss_mask_BS: Tensor,
-                     gen: torch.Generator) -> tuple[LossOutput, Tensor]:
+    def forward_loss(self, input_ids_BS: Tensor, loss_mask_BS: Tensor, gen: torch.Generator,
+                     feats_BSF: Tensor | None = None) -> tuple[LossOutput, Tensor]:
         bs, seq = self.dcfg.block_size, input_ids_BS.shape[1]
-        feats_BSF = self.target.features(input_ids_BS).to(self.rt.dtype)
+        if feats_BSF is None:
+            feats_BSF = (self.remote.features(input_ids_BS) if self.remote is not None
+                         else self.target.features(input_ids_BS))
+        feats_BSF = feats_BSF.to(self.rt.dtype)
         anchors_BN, keep_BN = sample_anchors(loss_mask_BS, self.cfg.anchors, bs, gen)
         ids_BQ, pos_BQ = block_inputs(input_ids_BS, anchors_BN, bs, self.dcfg.mask_token_id)
         labels_BQ, weights_BQ = block_targets(input_ids_BS, loss_mask_BS, anchors_BN, keep_BN,
@@ -175,9 +191,9 @@ class Trainer:
                           chunk_size=self.cfg.loss_chunk, select_supervised=False)
         return out, visible_pairs(anchors_BN, keep_BN, bs)
 
-    def train_step(self, input_ids_BS: Tensor, loss_mask_BS: Tensor) -> tuple[LossOutput, Tensor,
-                                                                             Tensor]:
-        out, pairs = self.forward_loss(input_ids_BS, loss_mask_BS, self.anchor_gen)
+    def train_step(self, input_ids_BS: Tensor, loss_mask_BS: Tensor,
+                   feats_BSF: Tensor | None = None) -> tuple[LossOutput, Tensor, Tensor]:
+        out, pairs = self.forward_loss(input_ids_BS, loss_mask_BS, self.anchor_gen, feats_BSF)
         out.loss.backward()  # type: ignore[no-untyped-call]
         lr = lr_at(self.step, base_lr=self.cfg.lr, total_steps=self.cfg.steps,
                    warmup_ratio=self.cfg.warmup_ratio, min_lr_ratio=self.cfg.min_lr_ratio)
@@ -205,14 +221,27 @@ class Trainer:
                 except MegaCacheError as exc:  # compile cold instead, and say so
                     self.warnings.append(str(exc))
         gen = torch.Generator(device=self.rt.device).manual_seed(self.cfg.seed + 1)
+        phases = dict.fromkeys(("forward", "backward", "no_grad_forward"), 0.0)
+
+        def lap(phase: str, t0: float) -> float:
+            sync_device(self.rt.device)
+            now = time.perf_counter()
+            phases[phase] += now - t0
+            return now
+
         for bsz, seq in self.loader.shapes():
             ids_BS = torch.randint(0, self.dcfg.vocab_size, (bsz, seq), device=self.rt.device,
                                    generator=gen)
             mask_BS = torch.ones_like(ids_BS)
+            t0 = time.perf_counter()
             out, _ = self.forward_loss(ids_BS, mask_BS, gen)
+            t0 = lap("forward", t0)
             out.loss.backward()  # type: ignore[no-untyped-call]
+            t0 = lap("backward", t0)
             with torch.no_grad():
                 self.forward_loss(ids_BS, mask_BS, gen)
+            lap("no_grad_forward", t0)
+        self.warmup_phases = phases
         for p in self.drafter.parameters():
             p.grad = None
         sync_device(self.rt.device)
@@ -277,7 +306,7 @@ class Trainer:
         self.loader_state = self.loader.state_dict()
 
     def _resume_sharded(self, folder: Path) -> None:
-        state = load_sharded(folder, self.drafter, self.opt.opt)
+        state = load_sharded(folder, self.drafter, self.opt.opt, self.world)
         self.step = int(state["step"])
         ranks = state["ranks"]
         if self.world.rank < len(ranks):  # same rank existed: continue its anchor stream
@@ -311,8 +340,8 @@ class Trainer:
                         cfg.stop_after and self.step >= cfg.stop_after):
                     stopped = True
                     break
-                ids_BS, mask_BS, loader_state = prefetch.get()
-                out, pairs, grad_norm = self.train_step(ids_BS, mask_BS)
+                ids_BS, mask_BS, loader_state, feats_BSF = self._next(prefetch)
+                out, pairs, grad_norm = self.train_step(ids_BS, mask_BS, feats_BSF)
                 self.loader_state = loader_state
                 meter.add(out, pairs, grad_norm, ids_BS.numel(),
                           mask_BS.shape[0] * cfg.anchors * cfg.block_size)
@@ -331,6 +360,9 @@ class Trainer:
                 if cfg.save_every and self.step % cfg.save_every == 0:
                     saved = self.save()
         finally:
+            if self._ahead is not None:  # an answer asked for ahead must still be taken
+                self._ahead[1]()
+                self._ahead = None
             prefetch.close()
             if log is not None:
                 log.close()
@@ -345,6 +377,22 @@ class Trainer:
                            warmup_seconds=self.warmup_seconds, checkpoint=saved, export=export,
                            last=last)
 
+
+    def _next(self, prefetch: Prefetcher) -> tuple[Tensor, Tensor, Any, Tensor | None]:
+        """The next batch. With remote features, also ask for the batch after it now, so
+        the target ranks compute it while this rank trains."""
+        if self.remote is None:
+            return (*prefetch.get(), None)
+        if self._ahead is None:
+            batch = prefetch.get()
+            self._ahead = (batch, self.remote.request(batch[0]))
+        batch, current = self._ahead
+        self._ahead = None
+        last = min(self.cfg.steps, self.cfg.stop_after or self.cfg.steps)
+        if self.step + 1 < last:
+            upcoming = prefetch.get()
+            self._ahead = (upcoming, self.remote.request(upcoming[0]))
+        return (*batch, current())
 
     def _export_sharded(self) -> Path | None:
         """Gather the full drafter (a collective: every rank calls it); rank 0 exports."""
