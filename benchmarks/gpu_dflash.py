@@ -156,12 +156,12 @@ def stage_train(out: Path, device: torch.device, peak: float, steps: int,
 
 
 def stage_dense(out: Path, device: torch.device, peak: float, deadline: float,
-                attentions: list[str]) -> None:
+                attentions: list[str], seqs: list[int]) -> None:
     """Dense SDPA vs flex as S grows (anchors scaled with S): where dense runs out.
     Each new S is a cold flex compile (static shapes), so ``--dense-attn sdpa`` skips flex."""
     target = load_target("qwen3-8b-shape", device=device, dtype=torch.bfloat16)
     results: list[dict[str, Any]] = []
-    for seq in (8192, 16384, 32768):
+    for seq in seqs:
         for attention in attentions:
             if time.monotonic() > deadline:
                 results.append({"seq": seq, "attention": attention, "skipped": "time"})
@@ -322,6 +322,7 @@ def main() -> int:
     p.add_argument("--race-seq", type=int, default=2048)
     p.add_argument("--race-modes", default="guarded,naive")
     p.add_argument("--dense-attn", default="sdpa,flex")
+    p.add_argument("--dense-seqs", default="8192,16384,32768")
     p.add_argument("--start-preset", default="qwen3-8b-shape")
     p.add_argument("--preset", default="qwen3-8b-shape")
     p.add_argument("--launched-at", type=float, default=time.time())
@@ -342,21 +343,26 @@ def main() -> int:
         write(out, "ceilings", ceil)
         peak = ceil["matmul_bf16_tflops"]
     peak = peak or measure_matmul_tflops(device, torch.bfloat16, size=8192)
-    if "gpu-tests" in stages:
-        stage_gpu_tests(out)
-    if "smoke" in stages:
-        stage_smoke(out, device, peak)
-    if "train" in stages:
-        stage_train(out, device, peak, args.steps, ["qwen3-8b-shape"])
-    if "train-1.7b" in stages:
-        stage_train(out, device, peak, args.steps, ["qwen3-1.7b-shape"], "train_1_7b")
-    if "dense" in stages:
-        stage_dense(out, device, peak, deadline - 60, args.dense_attn.split(","))
-    if "start" in stages:
-        stage_start(out, args.start_preset, timeout=max(60.0, (deadline - time.monotonic()) / 2))
-    if "race" in stages:
-        stage_race(out, args.race_runs, args.race_timeout, args.race_seq,
-                   args.race_modes.split(","))
+    runners = {
+        "ceilings": lambda: None,
+        "gpu-tests": lambda: stage_gpu_tests(out),
+        "smoke": lambda: stage_smoke(out, device, peak),
+        "train": lambda: stage_train(out, device, peak, args.steps, ["qwen3-8b-shape"]),
+        "train-1.7b": lambda: stage_train(out, device, peak, args.steps, ["qwen3-1.7b-shape"],
+                                          "train_1_7b"),
+        "dense": lambda: stage_dense(out, device, peak, deadline - 60,
+                                     args.dense_attn.split(","),
+                                     [int(x) for x in args.dense_seqs.split(",")]),
+        "start": lambda: stage_start(out, args.start_preset,
+                                     timeout=max(60.0, (deadline - time.monotonic()) / 2)),
+        "race": lambda: stage_race(out, args.race_runs, args.race_timeout, args.race_seq,
+                                   args.race_modes.split(",")),
+    }
+    unknown = [s for s in stages if s not in runners]
+    if unknown:
+        p.error(f"unknown stage(s) {unknown}; known: {', '.join(runners)}")
+    for stage in stages:  # in the order given, so the cheap ones can go first
+        runners[stage]()
     return 0
 
 

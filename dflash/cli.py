@@ -171,8 +171,6 @@ def _train(args: argparse.Namespace, meta: dict[str, Any], world: Any) -> int:
         if args.target_ranks:
             from dflash.roles import split
 
-            if not world.distributed:
-                raise ValueError("--target-ranks needs torchrun (WORLD_SIZE > 1)")
             roles, role_world = split(world, args.target_ranks)
             if roles.is_target(world.rank):
                 return _serve_target(cfg, roles, world)
@@ -277,6 +275,12 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         world = detect()
+        if args.target_ranks:  # checked before the process group: every rank stops alike
+            from dflash.roles import Roles
+
+            if not world.distributed:
+                raise ValueError("--target-ranks needs torchrun (WORLD_SIZE > 1)")
+            Roles(world.size, args.target_ranks)
     except ValueError as exc:
         print(f"dflash-train: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -144,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iters", type=int, default=3)
     parser.add_argument("--seq", type=int, action="append",
                         help="sequence length per thread (repeat for distinct shapes)")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--device", help="default: cuda:LOCAL_RANK (one GPU per torchrun "
+                        "rank) if CUDA is available, else cpu")
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("--late-seq", type=int,
                         help="guarded: afterwards, call with this unseen length on a thread "
@@ -153,8 +154,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="guarded: off, auto or a folder; load a Mega-Cache artifact "
                         "for this build before the warm-up, save one after it otherwise")
     args = parser.parse_args(argv)
+    if args.device is None:
+        args.device = (f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if torch.cuda.is_available()
+                       else "cpu")
     device = torch.device(args.device)
     gpu = device.type == "cuda"
+    if gpu:
+        torch.cuda.set_device(device)
     result = run(args.mode, args.threads, args.iters, args.seq or [256], device,
                  torch.bfloat16 if gpu else torch.float32, backward=gpu, timeout=args.timeout,
                  late_seq=args.late_seq, mega_cache=args.mega_cache)

@@ -6,11 +6,18 @@ folder holds DCP's shard files and ``trainer.pt`` (step, data position, config, 
 rank's anchor-RNG state). Every rank writes its shards into ``.step-XXXXXXXX.partial``;
 rank 0 writes trainer.pt, renames the folder into place and updates ``latest`` only
 after all ranks finished. The output folder must be shared by all ranks.
+
+Either kind of checkpoint resumes in the other mode: a single-process checkpoint under
+torchrun (:func:`load_single_into_sharded`: full tensors, sharded on load), a DCP one
+without torchrun (:func:`read_sharded_full`: DCP's own conversion to full tensors).
+Optimizer states are converted between torch's two keyings: parameter index (one
+process) and parameter name (``get_state_dict`` under FSDP2; the names are the same).
 """
 
 from __future__ import annotations
 
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -55,20 +62,88 @@ def save_sharded(out: Path, step: int, model: nn.Module, optimizer: torch.optim.
     return final
 
 
-def load_sharded(folder: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
-                 world: World) -> dict[str, Any]:
-    """Collective: fill the sharded model and optimizer from ``folder`` (any world size
-    wrote it); returns trainer.pt's state."""
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-    from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
-
+def read_trainer_state(folder: Path) -> dict[str, Any]:
     try:
         state = torch.load(folder / TRAINER_STATE_NAME, map_location="cpu", weights_only=True)
     except (OSError, RuntimeError, EOFError, ValueError) as exc:
         raise CheckpointError(f"cannot read {folder / TRAINER_STATE_NAME}: {exc}") from None
-    if not isinstance(state, dict) or state.get("format") != "dcp":
-        raise CheckpointError(f"{folder} was written by a single-process run; resume it "
-                              "without torchrun")
+    if not isinstance(state, dict) or "step" not in state:
+        raise CheckpointError(f"{folder / TRAINER_STATE_NAME} is not a dflash trainer state")
+    return state
+
+
+def is_sharded(state: dict[str, Any]) -> bool:
+    return state.get("format") == "dcp"
+
+
+def optimizer_by_name(optim: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """A one-process optimizer state (keyed by parameter index) keyed by name instead."""
+    return {"state": {names[int(i)]: v for i, v in optim["state"].items()},
+            "param_groups": [{**g, "params": [names[int(i)] for i in g["params"]]}
+                             for g in optim["param_groups"]]}
+
+
+def optimizer_by_index(optim: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """The inverse of :func:`optimizer_by_name`."""
+    index = {name: i for i, name in enumerate(names)}
+    try:
+        return {"state": {index[n]: v for n, v in optim["state"].items()},
+                "param_groups": [{**g, "params": [index[n] for n in g["params"]]}
+                                 for g in optim["param_groups"]]}
+    except KeyError as exc:
+        raise CheckpointError(f"the checkpoint's optimizer has a parameter {exc} this "
+                              "drafter does not; resume with the config it was trained "
+                              "with") from None
+
+
+def load_single_into_sharded(folder: Path, model: nn.Module,
+                             optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """Collective: a single-process checkpoint resumed under torchrun. Every rank reads
+    the full weights and optimizer state; ``set_state_dict`` keeps its shard."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+    from dflash.checkpoint import load_training_checkpoint
+
+    drafter, state = load_training_checkpoint(folder, "cpu")
+    names = [n for n, p in drafter.named_parameters() if p.requires_grad]
+    try:
+        set_state_dict(model, optimizer, model_state_dict=drafter.state_dict(),
+                       optim_state_dict=optimizer_by_name(state.pop("optimizer"), names),
+                       options=StateDictOptions(full_state_dict=True))
+    except (KeyError, RuntimeError, ValueError) as exc:
+        raise CheckpointError(f"{folder} does not fit this drafter: "
+                              f"{str(exc).splitlines()[0]}") from None
+    state["ranks"] = [state.pop("rng")]
+    return state
+
+
+def read_sharded_full(folder: Path, names: list[str]
+                      ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """A DCP checkpoint as full tensors, for a single-process resume: the weights by
+    name and the optimizer state keyed by index (``names`` gives the order)."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    with tempfile.TemporaryDirectory(prefix=".dcp-full-", dir=folder.parent) as tmp:
+        full = Path(tmp) / "full.pt"
+        try:
+            dcp_to_torch_save(folder, full)
+            data = torch.load(full, map_location="cpu", weights_only=True)
+        except (OSError, RuntimeError, EOFError, ValueError) as exc:
+            raise CheckpointError(f"cannot read the sharded checkpoint {folder}: "
+                                  f"{str(exc).splitlines()[0]}") from None
+    return data["model"], optimizer_by_index(data["optim"], names)
+
+
+def load_sharded(folder: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
+                 world: World) -> dict[str, Any]:
+    """Collective: fill the sharded model and optimizer from ``folder`` (any world size
+    wrote it, or a single process); returns trainer.pt's state."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+
+    state = read_trainer_state(folder)
+    if not is_sharded(state):
+        return load_single_into_sharded(folder, model, optimizer)
     model_sd, optim_sd = get_state_dict(model, optimizer)
     target: dict[str, Any] = {"model": model_sd, "optim": optim_sd}
     dcp_load(target, checkpoint_id=str(folder), process_group=world.group)

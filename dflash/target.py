@@ -213,6 +213,8 @@ def _random_model(config: Any, device: torch.device, dtype: torch.dtype, seed: i
     from transformers import AutoModelForCausalLM
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)  # type: ignore[no-untyped-call]
+    if device.type == "meta":  # shapes only (FLOP counts, feature sizes): no values
+        return model
     model.to_empty(device=device)
     gen = torch.Generator(device=device).manual_seed(seed)
     with torch.no_grad():

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from dflash import checkpoint as ckpt
+from dflash import run_state
 from dflash.compilation import Kernels, kernels, require_main_thread, seal
 from dflash.config import DrafterConfig
 from dflash.data import BatchLoader, Example, drop_short, read_examples
@@ -47,7 +48,6 @@ from dflash.optim import MasterAdamW, lr_at
 from dflash.prefetch import Prefetcher
 from dflash.recipe import TrainConfig
 from dflash.roles import FeatureClient
-from dflash.sharded_checkpoint import load_sharded, save_sharded
 from dflash.target import Target, drafter_config_for, load_target
 
 LogFn = Callable[[dict[str, Any]], None]
@@ -267,54 +267,15 @@ class Trainer:
             taus.append(out.tau_sim)
         return float(torch.stack(taus).mean().item())
 
-    # -- checkpoints ------------------------------------------------------------------------
+    # -- checkpoints (dflash.run_state does the work, in either mode) -------------------------
     def state(self) -> dict[str, Any]:
-        rng: dict[str, Any] = {"torch": torch.get_rng_state(),
-                               "anchor": self.anchor_gen.get_state()}
-        if self.rt.device.type == "cuda":
-            rng["cuda"] = torch.cuda.get_rng_state(self.rt.device)
-        return {"step": self.step, "optimizer": self.opt.state_dict(), "rng": rng,
-                "loader": self.loader_state, "config": self.cfg.to_dict()}
+        return run_state.trainer_state(self)
 
     def save(self) -> Path:
-        if self.world.distributed:
-            state = self.state()
-            state.pop("optimizer")  # in the DCP shards
-            state["rank_state"] = state.pop("rng")
-            return save_sharded(self.out, self.step, self.drafter, self.opt.opt, state,
-                                self.world, self.cfg.keep_checkpoints)
-        return ckpt.save_training_checkpoint(self.out, self.step, self.dcfg,
-                                             self.opt.master_state_dict(), self.state(),
-                                             keep=self.cfg.keep_checkpoints)
+        return run_state.save(self)
 
     def resume(self, folder: Path) -> None:
-        if self.world.distributed:
-            self._resume_sharded(folder)
-            return
-        drafter, state = ckpt.load_training_checkpoint(folder, "cpu")
-        if drafter.cfg != self.dcfg:
-            raise ckpt.CheckpointError(f"{folder} holds a drafter of another shape; "
-                                       "resume with the config it was trained with")
-        self.opt.load_master(drafter.state_dict())
-        self.opt.load_state_dict(state["optimizer"])
-        self.step = int(state["step"])
-        torch.set_rng_state(state["rng"]["torch"])
-        self.anchor_gen.set_state(state["rng"]["anchor"])
-        if "cuda" in state["rng"] and self.rt.device.type == "cuda":
-            torch.cuda.set_rng_state(state["rng"]["cuda"], self.rt.device)
-        self.loader.load_state_dict(state["loader"])
-        self.loader_state = self.loader.state_dict()
-
-    def _resume_sharded(self, folder: Path) -> None:
-        state = load_sharded(folder, self.drafter, self.opt.opt, self.world)
-        self.step = int(state["step"])
-        ranks = state["ranks"]
-        if self.world.rank < len(ranks):  # same rank existed: continue its anchor stream
-            self.anchor_gen.set_state(ranks[self.world.rank]["anchor"])
-        else:  # a larger world: a fresh, distinct stream for the new rank
-            self.anchor_gen.manual_seed(self.cfg.seed + self.world.rank + 7919 * self.step)
-        self.loader.load_state_dict(state["loader"])
-        self.loader_state = self.loader.state_dict()
+        run_state.resume(self, folder)
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self, on_log: LogFn | None = None, stop: threading.Event | None = None,
@@ -370,7 +331,7 @@ class Trainer:
             saved = self.save()
         export = None
         if final_save and not stopped:
-            export = (self._export_sharded() if self.world.distributed else
+            export = (run_state.export_sharded(self) if self.world.distributed else
                       ckpt.export_drafter(self.drafter, self.out / "drafter",
                                           dtype=self.rt.dtype))
         return TrainResult(step=self.step, stopped_early=stopped,
@@ -393,22 +354,6 @@ class Trainer:
             upcoming = prefetch.get()
             self._ahead = (upcoming, self.remote.request(upcoming[0]))
         return (*batch, current())
-
-    def _export_sharded(self) -> Path | None:
-        """Gather the full drafter (a collective: every rank calls it); rank 0 exports."""
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            get_model_state_dict,
-        )
-
-        full = get_model_state_dict(
-            self.drafter, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        if not self.world.is_main:
-            return None
-        plain = DFlashDrafter(self.dcfg)
-        plain.load_state_dict(full)
-        return ckpt.export_drafter(plain, self.out / "drafter", dtype=self.rt.dtype)
-
 
 if __name__ == "__main__":  # torchrun --nproc-per-node N -m dflash.train ...
     import sys

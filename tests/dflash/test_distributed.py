@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import torch
+
 from dflash.checkpoint import load_drafter
 
 REPO = Path(__file__).resolve().parents[2]
@@ -123,3 +125,53 @@ def test_sharded_checkpoints_resume_exactly_and_at_another_world_size(tmp_path: 
     assert [json.loads(line)["step"] for line in
             (tmp_path / "wider" / "metrics.jsonl").read_text().splitlines()] == list(range(1, 7))
     assert load_drafter(tmp_path / "wider" / "drafter").cfg.num_layers == 2
+
+
+def _single(out: Path, steps: int, *extra: str) -> subprocess.CompletedProcess[str]:
+    """The same run as :func:`_run`, in one process without torchrun."""
+    return subprocess.run([sys.executable, "-m", "dflash.cli", "--preset", "tiny", "--unguarded",
+                           "--quiet", "--out", str(out), f"--steps={steps}",
+                           "--set=batch_size=2", "--set=save_every=2",
+                           *[a for a in SMALL if "save_every" not in a], *extra],
+                          cwd=REPO, env=_env(), capture_output=True, text=True, timeout=240)
+
+
+def _same_drafters(a: Path, b: Path) -> None:
+    x, y = load_drafter(a).state_dict(), load_drafter(b).state_dict()
+    assert x.keys() == y.keys()
+    for name in x:
+        assert torch.equal(x[name], y[name]), name
+
+
+def test_a_torchrun_checkpoint_resumes_in_one_process_and_back(tmp_path: Path):
+    # torchrun (2 ranks) trains 4 steps; one process resumes that DCP checkpoint with
+    # nothing left to do, so it only converts and re-exports: the drafters must be equal.
+    two = _run(tmp_path / "two", 2, 4)
+    assert two.returncode == 0, two.stderr[-3000:]
+    shutil.copytree(tmp_path / "two", tmp_path / "one")
+    (tmp_path / "one" / "drafter").rename(tmp_path / "two-drafter")
+    one = _single(tmp_path / "one", 4, "--resume")
+    assert one.returncode == 0, one.stderr[-3000:]
+    assert "at step 4" in one.stdout
+    _same_drafters(tmp_path / "two-drafter", tmp_path / "one" / "drafter")
+    # The optimizer moments survived the conversion too: the one-process checkpoint it
+    # just wrote holds Adam state for every parameter, with the step count of 4 steps.
+    state = torch.load(tmp_path / "one" / "checkpoints" / "step-00000004" / "trainer.pt",
+                       weights_only=True)
+    moments = state["optimizer"]["state"]
+    assert len(moments) == len(list(load_drafter(tmp_path / "two-drafter").parameters()))
+    assert all(float(m["step"]) == 4.0 and m["exp_avg_sq"].abs().sum() > 0
+               for m in moments.values())
+
+    # And back: that one-process checkpoint resumed under torchrun with 3 ranks.
+    shutil.copytree(tmp_path / "one", tmp_path / "three")
+    (tmp_path / "three" / "drafter").rename(tmp_path / "one-drafter")
+    three = _run(tmp_path / "three", 3, 4, "--resume")
+    assert three.returncode == 0, three.stderr[-3000:]
+    assert "at step 4" in three.stdout
+    _same_drafters(tmp_path / "one-drafter", tmp_path / "three" / "drafter")
+    # ... and trains on from there.
+    more = _run(tmp_path / "three", 3, 6, "--resume")
+    assert more.returncode == 0, more.stderr[-3000:]
+    losses = _losses(tmp_path / "three")  # 4 lines from the first run, then steps 5-6
+    assert len(losses) == 6 and all(x == x for x in losses), losses

@@ -1,0 +1,78 @@
+"""Split roles (--target-ranks K) under torchrun on CPU with gloo: real processes, the
+target on its own rank, features over point-to-point messages."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from dflash.roles import Roles
+from tests.dflash.test_distributed import _losses, _run
+
+
+def test_roles_put_drafters_first_and_spread_clients_over_target_ranks():
+    roles = Roles(world_size=8, target_ranks=5)  # the incident's layout, flipped: rank 0 trains
+    assert roles.drafter_ranks == 3
+    assert [roles.is_target(r) for r in range(8)] == [False] * 3 + [True] * 5
+    assert [roles.server_of(d) for d in range(3)] == [3, 4, 5]
+    assert [roles.clients_of(t) for t in range(3, 8)] == [[0], [1], [2], [], []]
+    many = Roles(world_size=5, target_ranks=2)
+    assert [roles for roles in map(many.clients_of, (3, 4))] == [[0, 2], [1]]
+    for bad in (0, 8, -1):
+        with pytest.raises(ValueError, match="--target-ranks must be between 1 and"):
+            Roles(world_size=8, target_ranks=bad)
+
+
+def test_split_roles_train_exactly_like_colocated_ranks_and_resume_across_layouts(
+        tmp_path: Path):
+    colocated = _run(tmp_path / "colocated", 2, 6)
+    assert colocated.returncode == 0, colocated.stderr[-3000:]
+    # 3 processes: ranks 0-1 train (FSDP2 over their own group), rank 2 runs the target.
+    split = _run(tmp_path / "split", 3, 6, "--target-ranks", "1", "--set=stop_after=4")
+    assert split.returncode == 0, split.stderr[-3000:]
+    a, b = _losses(tmp_path / "colocated"), _losses(tmp_path / "split")
+    assert len(b) == 4
+    # Same drafter ranks, data, anchors and target weights: only where the target runs
+    # differs, so the losses agree to float rounding.
+    for x, y in zip(a, b, strict=False):
+        assert abs(x - y) <= 1e-5 * max(1.0, abs(x)), (a, b)
+    meta = json.loads((tmp_path / "split" / "metadata.json").read_text())
+    assert meta["roles"] == {"target_ranks": 1, "drafter_ranks": 2}
+    assert meta["world_size"] == 2
+    records = [json.loads(line) for line in
+               (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2, 3, 4]  # rank 0 alone wrote
+    # MFU divides by all 3 devices (the target rank's too), not the 2 training ranks.
+    for r in records:
+        assert abs(r["mfu"] - r["tflops"] / (3 * r["peak_tflops"])) <= 1e-9 * r["mfu"], r
+
+    # The split run's checkpoint (written by the drafter group) resumes colocated.
+    shutil.copytree(tmp_path / "split", tmp_path / "resumed")
+    resumed = _run(tmp_path / "resumed", 2, 6, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "at step 4" in resumed.stdout
+    c = _losses(tmp_path / "resumed")
+    assert len(c) == 6
+    for x, y in zip(a, c, strict=True):
+        assert abs(x - y) <= 1e-5 * max(1.0, abs(x)), (a, c)
+
+
+def test_target_ranks_outside_the_world_is_one_line_and_no_hang(tmp_path: Path):
+    proc = _run(tmp_path / "bad", 2, 4, "--target-ranks", "2")
+    assert proc.returncode != 0
+    # Both ranks refuse alike, before joining the process group; torchrun reports exit 2.
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("dflash-train:")]
+    assert len(lines) == 2, proc.stderr[-3000:]
+    assert all("--target-ranks must be between 1 and WORLD_SIZE - 1 = 1" in line
+               for line in lines)
+    assert "exitcode  : 2" in proc.stderr
+    assert not (tmp_path / "bad" / "metrics.jsonl").exists()
+
+
+def test_target_ranks_without_torchrun_is_refused(tmp_path: Path):
+    from dflash.cli import main
+
+    assert main(["--target-ranks", "1", "--out", str(tmp_path / "x"), "--unguarded"]) == 2
