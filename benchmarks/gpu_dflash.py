@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
+from bench_results import NVLS_OFF, write  # noqa: E402
 
 from dflash.compilation import unseal  # noqa: E402
 from dflash.data import Example  # noqa: E402
@@ -35,16 +36,6 @@ from dflash.metrics import measure_matmul_tflops  # noqa: E402
 from dflash.recipe import PRESETS  # noqa: E402
 from dflash.target import load_target  # noqa: E402
 from dflash.train import Trainer  # noqa: E402
-from envguard.atomic import write_text_atomic  # noqa: E402
-
-NVLS_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-            "NVSHMEM_DISABLE_NVLS": "1"}
-
-
-def write(out: Path, name: str, data: Any) -> None:
-    write_text_atomic(out / f"{name}.json", json.dumps(data, indent=2, default=str) + "\n")
-    print(f"[{time.strftime('%H:%M:%S')}] {name}: {json.dumps(data, default=str)[:600]}",
-          flush=True)
 
 
 def compile_stats() -> dict[str, Any]:

@@ -34,16 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from envguard.atomic import write_text_atomic  # noqa: E402
-
-NVLS_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-            "NVSHMEM_DISABLE_NVLS": "1"}
-
-
-def write(out: Path, name: str, data: Any) -> None:
-    write_text_atomic(out / f"{name}.json", json.dumps(data, indent=2, default=str) + "\n")
-    print(f"[{time.strftime('%H:%M:%S')}] {name}: {json.dumps(data, default=str)[:800]}",
-          flush=True)
+from bench_results import NVLS_OFF, write  # noqa: E402
 
 
 def child_env(**extra: str) -> dict[str, str]:

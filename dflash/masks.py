@@ -8,9 +8,16 @@ A query in block n (anchor a_n) sees:
      was SpecForge#427);
   3. nothing from any other block; a padding block (keep False) sees nothing.
 
-``_visible`` is the single predicate. ``dflash_mask_mod`` wraps it for flex's
-``create_block_mask``; ``dense_mask`` evaluates it on broadcast index grids for the
+``_visible`` is the single predicate. ``dflash_mask_mod`` wraps it for flex (applied
+inside partial tiles); ``dense_mask`` evaluates it on broadcast index grids for the
 SDPA path; ``reference_mask`` is a plain loop, used only as a test oracle.
+
+flex's tile map (which 128x128 tiles to visit, which of them are fully visible) comes
+from :func:`block_mask_from_anchors`: arithmetic on the anchors at tile granularity,
+O(batch x Q/128 x KV/128), with nothing to compile. ``create_block_mask`` evaluates the
+predicate on every (q, kv) pair instead, and compiling it for the trainer's shapes took
+200-240 s of the 296 s cold start on the H200 (``benchmarks/flex_compile_probe.py``);
+it remains the fallback for block sizes that do not divide 128, and the test oracle.
 
 Fully masked rows (padding blocks) -- the choice made here: their attention output is
 exactly zero in both paths. flex already returns zeros for a row with no visible key;
@@ -81,6 +88,51 @@ def dflash_block_mask(anchors_N: Tensor, keep_N: Tensor, ctx_len: int, block_siz
     q_len = num_blocks * block_size
     return builder(dflash_mask_mod(anchors_BN, keep_BN, ctx_len, block_size), B=batch,
                    H=None, Q_LEN=q_len, KV_LEN=ctx_len + q_len, device=anchors_BN.device)
+
+
+TILE = 128  # flex_attention's default BLOCK_SIZE, for both Q and KV
+
+
+def block_mask_from_anchors(anchors_N: Tensor, keep_N: Tensor, ctx_len: int,
+                            block_size: int) -> BlockMask:
+    """The flex BlockMask built directly from the anchors (needs ``TILE % block_size ==
+    0``). Tile (r, c) is visited if any query row of it sees any key of it, and is full
+    if every row sees every key; the result equals ``create_block_mask``'s."""
+    if TILE % block_size:
+        raise ValueError(f"block size {block_size} does not divide {TILE}")
+    anchors_BN, keep_BN = _as_batched(anchors_N, keep_N)
+    batch, n = anchors_BN.shape
+    dev = anchors_BN.device
+    per = TILE // block_size  # draft blocks per query tile
+    q_len, kv_len = n * block_size, ctx_len + n * block_size
+    rows, cols = -(-q_len // TILE), -(-kv_len // TILE)
+    pad = rows * per - n  # blocks past N: rows create_block_mask pads, never visible
+    keep = F.pad(keep_BN, (0, pad), value=False)
+    # Context keys a row of block n sees: [0, min(a_n, S)) if kept, else none.
+    ctx_end = torch.where(keep, F.pad(anchors_BN, (0, pad)).clamp(max=ctx_len), 0)
+    ctx_end_BRP = ctx_end.view(batch, rows, per)
+    col_start = torch.arange(cols, device=dev) * TILE
+    any_ctx = col_start < ctx_end_BRP.amax(-1, keepdim=True)
+    full = col_start + TILE <= ctx_end_BRP.amin(-1, keepdim=True)
+    # Own-block keys: block b's keys span at most two key tiles.
+    first = ctx_len + torch.arange(rows * per, device=dev) * block_size
+    own = torch.zeros(batch, rows, cols, dtype=torch.int8, device=dev)
+    for edge in (first, first + block_size - 1):
+        tile = (edge // TILE).clamp(max=cols - 1).view(1, rows, per).expand(batch, -1, -1)
+        own.scatter_reduce_(-1, tile, keep.view(batch, rows, per).to(torch.int8), "amax")
+    partial = (any_ctx | own.bool()) & ~full
+
+    def ordered(tiles_BRC: Tensor) -> tuple[Tensor, Tensor]:
+        num = tiles_BRC.sum(-1, dtype=torch.int32)[:, None]
+        idx = torch.argsort(tiles_BRC.to(torch.int8), dim=-1, descending=True, stable=True)
+        return num, idx.to(torch.int32)[:, None]
+
+    kv_num, kv_idx = ordered(partial)
+    full_num, full_idx = ordered(full)
+    return BlockMask.from_kv_blocks(kv_num, kv_idx, full_num, full_idx, BLOCK_SIZE=TILE,
+                                    mask_mod=dflash_mask_mod(anchors_BN, keep_BN, ctx_len,
+                                                             block_size),
+                                    seq_lengths=(q_len, kv_len))
 
 
 def dense_mask(anchors_N: Tensor, keep_N: Tensor, ctx_len: int, block_size: int) -> Tensor:

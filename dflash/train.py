@@ -32,7 +32,15 @@ from dflash.data import BatchLoader, Example, drop_short, read_examples
 from dflash.distributed import RankSlice, World, shard
 from dflash.generate import generate_responses, synthetic_prompts
 from dflash.loss import LossOutput, block_inputs, block_targets, dflash_loss, sample_anchors
-from dflash.masks import AttendFn, dense_mask, dflash_block_mask, flex_attend, sdpa_attend
+from dflash.masks import (
+    TILE,
+    AttendFn,
+    block_mask_from_anchors,
+    dense_mask,
+    dflash_block_mask,
+    flex_attend,
+    sdpa_attend,
+)
 from dflash.megacache import MegaCacheError, for_setting
 from dflash.meter import Meter
 from dflash.metrics import (
@@ -166,8 +174,11 @@ class Trainer:
     def _attend(self, anchors_BN: Tensor, keep_BN: Tensor, seq: int) -> AttendFn:
         bs = self.dcfg.block_size
         if self.rt.attention == "flex":
-            mask = dflash_block_mask(anchors_BN, keep_BN, seq, bs,
-                                     builder=self.kernels.block_mask_builder)
+            if TILE % bs == 0:  # tile map from the anchors: nothing to compile
+                mask = block_mask_from_anchors(anchors_BN, keep_BN, seq, bs)
+            else:
+                mask = dflash_block_mask(anchors_BN, keep_BN, seq, bs,
+                                         builder=self.kernels.block_mask_builder)
             return flex_attend(mask, flex_fn=self.kernels.flex)
         return sdpa_attend(dense_mask(anchors_BN, keep_BN, seq, bs))
 

@@ -2,9 +2,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.nn.attention.flex_attention import create_mask, flex_attention
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.nn.attention.flex_attention import BlockMask, create_mask, flex_attention
 
 from dflash.masks import (
+    TILE,
+    block_mask_from_anchors,
     dense_mask,
     dflash_block_mask,
     dflash_mask_mod,
@@ -48,16 +52,22 @@ def test_dense_and_create_mask_match_loop(seq: int, bs: int, anchors: list[list[
 
 
 @FLEX_EAGER
+@pytest.mark.parametrize("builder", ["create_block_mask", "from_anchors"])
 @pytest.mark.parametrize(("seq", "bs", "anchors", "keep"), CASES)
 def test_flex_block_mask_as_applied_matches_loop(seq: int, bs: int, anchors: list[list[int]],
-                                                 keep: list[list[bool]]) -> None:
+                                                 keep: list[list[bool]], builder: str) -> None:
     # q = 0 makes softmax uniform over visible keys; v = identity reads back which keys
     # were visible. This checks the BlockMask exactly as flex applies it (block-sparse
     # skipping included), not just the mask_mod.
     a, k = torch.tensor(anchors), torch.tensor(keep)
     bsz, q_len = a.shape[0], a.shape[1] * bs
     kv_len = seq + q_len
-    bm = dflash_block_mask(a, k, seq, bs)
+    if builder == "from_anchors" and TILE % bs:
+        with pytest.raises(ValueError, match="does not divide"):
+            block_mask_from_anchors(a, k, seq, bs)
+        return
+    bm = (dflash_block_mask(a, k, seq, bs) if builder == "create_block_mask"
+          else block_mask_from_anchors(a, k, seq, bs))
     q = torch.zeros(bsz, 1, q_len, kv_len)
     v = torch.eye(kv_len).expand(bsz, 1, kv_len, kv_len)
     out = flex_attention(q, torch.randn(bsz, 1, kv_len, kv_len), v, block_mask=bm)
@@ -100,3 +110,32 @@ def test_mask_mod_is_safe_past_q_len() -> None:
     for q in (8, 9, 127):
         for kv in (0, 5, 13):
             assert not bool(mod(zero, zero, torch.tensor(q), torch.tensor(kv)))
+
+
+def _tiles(bm: BlockMask) -> tuple[set[tuple[int, int, int]], set[tuple[int, int, int]]]:
+    """(partial tiles, full tiles) as {(batch, q tile, kv tile)}."""
+    out = []
+    for num, idx in ((bm.kv_num_blocks, bm.kv_indices),
+                     (bm.full_kv_num_blocks, bm.full_kv_indices)):
+        assert num is not None and idx is not None
+        out.append({(b, r, int(idx[b, 0, r, j])) for b in range(num.shape[0])
+                    for r in range(num.shape[2]) for j in range(int(num[b, 0, r]))})
+    return out[0], out[1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), bs=st.sampled_from([1, 2, 4, 8, 16, 32, 64, 128]),
+       batch=st.integers(1, 2), n=st.integers(1, 24), ctx=st.integers(1, 600))
+def test_tile_map_from_anchors_equals_create_block_mask(data: st.DataObject, bs: int,
+                                                        batch: int, n: int, ctx: int) -> None:
+    # The direct construction must visit exactly the tiles create_block_mask visits (no
+    # missing tile: wrong attention; no extra tile: wasted work) and call exactly the
+    # same tiles full (a wrongly full tile would skip the mask inside it).
+    anchors = torch.tensor([sorted(data.draw(st.lists(st.integers(0, ctx), min_size=n,
+                                                      max_size=n))) for _ in range(batch)])
+    keep = torch.tensor([data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
+                         for _ in range(batch)])
+    direct = block_mask_from_anchors(anchors, keep, ctx, bs)
+    oracle = dflash_block_mask(anchors, keep, ctx, bs)
+    assert _tiles(direct) == _tiles(oracle)
+    assert direct.seq_lengths == oracle.seq_lengths
