@@ -230,7 +230,11 @@ def _train(args: argparse.Namespace, meta: dict[str, Any], world: Any) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
         if trainer.remote is not None:
-            trainer.remote.close()
+            try:
+                trainer.remote.close()
+            except RuntimeError as exc:  # the target rank is gone; torchrun reports it
+                print(f"dflash-train: rank {world.rank}: could not close the feature "
+                      f"stream: {str(exc).splitlines()[0]}", file=sys.stderr)
     if not world.is_main:
         return EXIT_OK
     if result.stopped_early:
@@ -252,6 +256,9 @@ def _serve_target(cfg: Any, roles: Any, world: Any) -> int:
     rt = resolve(cfg)
     target = load_target(cfg.target, device=rt.device, dtype=rt.dtype, layer_ids=cfg.layer_ids,
                          seed=cfg.seed)
+    # The first SIGTERM (torchrun forwards one to every rank) is the drafter ranks' cue to
+    # checkpoint; they still need features until they say done, so keep serving.
+    signal.signal(signal.SIGTERM, lambda *_: signal.signal(signal.SIGTERM, signal.SIG_DFL))
     serve(roles, world.rank, target.features, rt.device)
     return EXIT_OK
 

@@ -4,13 +4,18 @@ target on its own rank, features over point-to-point messages."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from dflash.roles import Roles
-from tests.dflash.test_distributed import _losses, _run
+from tests.dflash.test_distributed import REPO, SMALL, _env, _losses, _run
 
 
 def test_roles_put_drafters_first_and_spread_clients_over_target_ranks():
@@ -76,3 +81,33 @@ def test_target_ranks_without_torchrun_is_refused(tmp_path: Path):
     from dflash.cli import main
 
     assert main(["--target-ranks", "1", "--out", str(tmp_path / "x"), "--unguarded"]) == 2
+
+
+def test_sigterm_with_split_roles_checkpoints_and_resumes(tmp_path: Path):
+    # torchrun forwards SIGTERM to every rank: the drafter ranks finish their step,
+    # checkpoint and close their feature streams; the target rank keeps answering until
+    # they have, instead of dying under them.
+    out = tmp_path / "run"
+    args = ["--preset", "tiny", "--unguarded", "--quiet", "--out", str(out), "--set=batch_size=2",
+            "--target-ranks", "1", *SMALL]
+    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                             "--nproc-per-node", "3", "-m", "dflash.train", "--steps=100000",
+                             *args], cwd=REPO, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    metrics = out / "metrics.jsonl"
+    deadline = time.monotonic() + 200
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert "stopped by SIGTERM at step" in stdout, stdout + stderr[-3000:]
+    assert "could not close the feature stream" not in stderr
+    step = int(stdout.split("stopped by SIGTERM at step ")[1].split(";")[0])
+    assert (out / "checkpoints" / f"step-{step:08d}").is_dir()
+
+    resumed = _run(out, 3, step + 2, "--target-ranks", "1", "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"at step {step}" in resumed.stdout
+    assert [json.loads(x)["step"] for x in metrics.read_text().splitlines()][-2:] == [
+        step + 1, step + 2]
