@@ -217,14 +217,19 @@ def latest_checkpoint(out: Path) -> Path | None:
     return None
 
 
-def load_training_checkpoint(folder: Path, device: str | torch.device
-                             ) -> tuple[DFlashDrafter, dict[str, Any]]:
-    """The fp32 drafter and the trainer state saved by :func:`save_training_checkpoint`."""
-    drafter = load_drafter(folder, device=device, dtype=torch.float32)
+def read_trainer_state(folder: Path) -> dict[str, Any]:
+    """``trainer.pt`` of a checkpoint folder, either kind (one process or DCP)."""
     try:
         state = torch.load(folder / TRAINER_STATE_NAME, map_location="cpu", weights_only=True)
     except (OSError, RuntimeError, EOFError, ValueError) as exc:
         raise CheckpointError(f"cannot read {folder / TRAINER_STATE_NAME}: {exc}") from None
     if not isinstance(state, dict) or "step" not in state:
         raise CheckpointError(f"{folder / TRAINER_STATE_NAME} is not a dflash trainer state")
-    return drafter, state
+    return state
+
+
+def load_training_checkpoint(folder: Path, device: str | torch.device
+                             ) -> tuple[DFlashDrafter, dict[str, Any]]:
+    """The fp32 drafter and the trainer state saved by :func:`save_training_checkpoint`."""
+    drafter = load_drafter(folder, device=device, dtype=torch.float32)
+    return drafter, read_trainer_state(folder)

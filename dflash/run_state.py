@@ -11,13 +11,7 @@ import torch
 
 from dflash import checkpoint as ckpt
 from dflash.model import DFlashDrafter
-from dflash.sharded_checkpoint import (
-    is_sharded,
-    load_sharded,
-    read_sharded_full,
-    read_trainer_state,
-    save_sharded,
-)
+from dflash.sharded_checkpoint import is_sharded, load_sharded, read_sharded_full, save_sharded
 
 if TYPE_CHECKING:
     from dflash.train import Trainer
@@ -48,48 +42,49 @@ def resume(t: Trainer, folder: Path) -> None:
     if t.world.distributed:
         _resume_sharded(t, folder)
         return
-    if is_sharded(read_trainer_state(folder)):
-        _resume_from_sharded(t, folder)
+    state = ckpt.read_trainer_state(folder)
+    if is_sharded(state):
+        _resume_from_sharded(t, folder, state)
         return
-    drafter, state = ckpt.load_training_checkpoint(folder, "cpu")
+    drafter = ckpt.load_drafter(folder, device="cpu", dtype=torch.float32)
     if drafter.cfg != t.dcfg:
         raise ckpt.CheckpointError(f"{folder} holds a drafter of another shape; "
                                    "resume with the config it was trained with")
     t.opt.load_master(drafter.state_dict())
     t.opt.load_state_dict(state["optimizer"])
-    t.step = int(state["step"])
     torch.set_rng_state(state["rng"]["torch"])
-    t.anchor_gen.set_state(state["rng"]["anchor"])
     if "cuda" in state["rng"] and t.rt.device.type == "cuda":
         torch.cuda.set_rng_state(state["rng"]["cuda"], t.rt.device)
-    t.loader.load_state_dict(state["loader"])
-    t.loader_state = t.loader.state_dict()
+    _continue_at(t, state, state["rng"]["anchor"])
 
 
-def _resume_from_sharded(t: Trainer, folder: Path) -> None:
+def _resume_from_sharded(t: Trainer, folder: Path, state: dict[str, Any]) -> None:
     """One process continuing a torchrun run: rank 0's anchor stream, full weights."""
     weights, optim = read_sharded_full(folder, t.opt.names)
-    state = read_trainer_state(folder)
     try:
         t.opt.load_master(weights)
         t.opt.load_state_dict(optim)
     except (KeyError, RuntimeError, ValueError) as exc:
         raise ckpt.CheckpointError(f"{folder} does not fit this drafter: "
                                    f"{str(exc).splitlines()[0]}") from None
-    t.step = int(state["step"])
-    t.anchor_gen.set_state(state["ranks"][0]["anchor"])
-    t.loader.load_state_dict(state["loader"])
-    t.loader_state = t.loader.state_dict()
+    _continue_at(t, state, state["ranks"][0]["anchor"])
 
 
 def _resume_sharded(t: Trainer, folder: Path) -> None:
     state = load_sharded(folder, t.drafter, t.opt.opt, t.world)
-    t.step = int(state["step"])
     ranks = state["ranks"]
     if t.world.rank < len(ranks):  # same rank existed: continue its anchor stream
-        t.anchor_gen.set_state(ranks[t.world.rank]["anchor"])
+        _continue_at(t, state, ranks[t.world.rank]["anchor"])
     else:  # a larger world: a fresh, distinct stream for the new rank
+        _continue_at(t, state, None)
         t.anchor_gen.manual_seed(t.cfg.seed + t.world.rank + 7919 * t.step)
+
+
+def _continue_at(t: Trainer, state: dict[str, Any], anchor_rng: torch.Tensor | None) -> None:
+    """The step, this rank's anchor stream (None: leave it) and the data position."""
+    t.step = int(state["step"])
+    if anchor_rng is not None:
+        t.anchor_gen.set_state(anchor_rng)
     t.loader.load_state_dict(state["loader"])
     t.loader_state = t.loader.state_dict()
 

@@ -24,7 +24,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from dflash.checkpoint import LATEST_NAME, TRAINER_STATE_NAME, CheckpointError
+from dflash.checkpoint import (
+    LATEST_NAME,
+    TRAINER_STATE_NAME,
+    CheckpointError,
+    read_trainer_state,
+)
 from dflash.distributed import World
 from envguard.atomic import write_text_atomic
 
@@ -62,16 +67,6 @@ def save_sharded(out: Path, step: int, model: nn.Module, optimizer: torch.optim.
     return final
 
 
-def read_trainer_state(folder: Path) -> dict[str, Any]:
-    try:
-        state = torch.load(folder / TRAINER_STATE_NAME, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, EOFError, ValueError) as exc:
-        raise CheckpointError(f"cannot read {folder / TRAINER_STATE_NAME}: {exc}") from None
-    if not isinstance(state, dict) or "step" not in state:
-        raise CheckpointError(f"{folder / TRAINER_STATE_NAME} is not a dflash trainer state")
-    return state
-
-
 def is_sharded(state: dict[str, Any]) -> bool:
     return state.get("format") == "dcp"
 
@@ -96,15 +91,17 @@ def optimizer_by_index(optim: dict[str, Any], names: list[str]) -> dict[str, Any
                               "with") from None
 
 
-def load_single_into_sharded(folder: Path, model: nn.Module,
+def load_single_into_sharded(folder: Path, state: dict[str, Any], model: nn.Module,
                              optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """Collective: a single-process checkpoint resumed under torchrun. Every rank reads
-    the full weights and optimizer state; ``set_state_dict`` keeps its shard."""
+    """Collective: a single-process checkpoint (``state`` is its trainer.pt) resumed
+    under torchrun. Every rank reads the full weights and optimizer state;
+    ``set_state_dict`` keeps its shard."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
-    from dflash.checkpoint import load_training_checkpoint
+    from dflash.checkpoint import load_drafter
 
-    drafter, state = load_training_checkpoint(folder, "cpu")
+    drafter = load_drafter(folder, device="cpu", dtype=torch.float32)
+    state = dict(state)
     names = [n for n, p in drafter.named_parameters() if p.requires_grad]
     try:
         set_state_dict(model, optimizer, model_state_dict=drafter.state_dict(),
@@ -143,7 +140,7 @@ def load_sharded(folder: Path, model: nn.Module, optimizer: torch.optim.Optimize
 
     state = read_trainer_state(folder)
     if not is_sharded(state):
-        return load_single_into_sharded(folder, model, optimizer)
+        return load_single_into_sharded(folder, state, model, optimizer)
     model_sd, optim_sd = get_state_dict(model, optimizer)
     target: dict[str, Any] = {"model": model_sd, "optim": optim_sd}
     dcp_load(target, checkpoint_id=str(folder), process_group=world.group)

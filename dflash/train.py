@@ -349,7 +349,6 @@ class Trainer:
                            warmup_seconds=self.warmup_seconds, checkpoint=saved, export=export,
                            last=last)
 
-
     def _next(self, prefetch: Prefetcher) -> tuple[Tensor, Tensor, Any, Tensor | None]:
         """The next batch. With remote features, also ask for the batch after it now, so
         the target ranks compute it while this rank trains."""
@@ -365,6 +364,7 @@ class Trainer:
             upcoming = prefetch.get()
             self._ahead = (upcoming, self.remote.request(upcoming[0]))
         return (*batch, current())
+
 
 if __name__ == "__main__":  # torchrun --nproc-per-node N -m dflash.train ...
     import sys
