@@ -120,6 +120,13 @@ def block_mask_from_anchors(anchors_N: Tensor, keep_N: Tensor, ctx_len: int,
     for edge in (first, first + block_size - 1):
         tile = (edge // TILE).clamp(max=cols - 1).view(1, rows, per).expand(batch, -1, -1)
         own.scatter_reduce_(-1, tile, keep.view(batch, rows, per).to(torch.int8), "amax")
+    if per == 1:  # block_size == TILE: a block's own keys can fill a whole key tile
+        start = (ctx_len + torch.arange(rows, device=dev) * TILE)[:, None]
+        end = ctx_end_BRP[..., 0, None]  # each row's visible context [0, end)
+        # Visible keys are [0, end) and [start, start + TILE); they touch (one interval)
+        # only for block 0 with every context key visible.
+        full |= keep.view(batch, rows, 1) & ((col_start == start)
+                                             | ((end == start) & (col_start <= start)))
     partial = (any_ctx | own.bool()) & ~full
 
     def ordered(tiles_BRC: Tensor) -> tuple[Tensor, Tensor]:

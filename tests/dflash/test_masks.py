@@ -139,3 +139,20 @@ def test_tile_map_from_anchors_equals_create_block_mask(data: st.DataObject, bs:
     oracle = dflash_block_mask(anchors, keep, ctx, bs)
     assert _tiles(direct) == _tiles(oracle)
     assert direct.seq_lengths == oracle.seq_lengths
+
+
+@pytest.mark.parametrize(("ctx", "anchors", "keep"), [
+    # block size 128 with S a multiple of 128: each block's own keys are one whole tile,
+    # which create_block_mask calls full (hypothesis found this one)
+    (128, [0, 0, 0, 0], [False, False, False, True]),
+    (256, [256, 10, 129, 0], [True, True, True, False]),
+    # S not a multiple of 128 and block 0 sees all context: its visible keys are one
+    # interval, so the tile straddling S is full too
+    (100, [100, 3], [True, True]),
+    (300, [300, 300, 257], [True, True, True]),
+])
+def test_tile_map_with_block_size_128_edge_cases(ctx: int, anchors: list[int],
+                                                 keep: list[bool]) -> None:
+    a, k = torch.tensor([anchors]), torch.tensor([keep])
+    assert _tiles(block_mask_from_anchors(a, k, ctx, 128)) == _tiles(
+        dflash_block_mask(a, k, ctx, 128))
