@@ -15,7 +15,6 @@ nox.options.default_venv_backend = "uv"
 nox.options.sessions = ["lint", "typecheck", "tests"]
 
 
-
 def _install_project(session: nox.Session, *, with_torch: bool) -> None:
     args = ["-e", ".[dflash]" if with_torch else "."]
     find_links = os.environ.get("ENVGUARD_TORCH_FIND_LINKS")
@@ -40,9 +39,9 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
-    _install_project(session, with_torch=False)
+    _install_project(session, with_torch=True)  # dflash is type-checked against torch
     session.install("mypy")
-    session.run("mypy", "envguard")
+    session.run("mypy", "envguard", "dflash")
 
 
 @nox.session
