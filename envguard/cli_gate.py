@@ -19,8 +19,6 @@ from envguard.render.formats import OutputFormat
 
 if TYPE_CHECKING:
     from envguard.gate import GateResult
-    from envguard.lock import Lock
-    from envguard.model import Snapshot
 
 # The policies, repeated here so that building the parser imports nothing heavy
 # (envguard.lock needs packaging.markers: 20-60 ms on every command otherwise).
@@ -72,21 +70,6 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     run.set_defaults(handler=cmd_run)
 
 
-def _snapshot(python: str | None, lock: Lock, root: Path, *, fast: bool,
-              for_lock: bool = False) -> Snapshot:
-    """``fast``: RECORD checks for the locked packages only, no git. Only ``lock`` records
-    the current build in the compile caches."""
-    from envguard.probe import SnapshotOptions, collect
-
-    patterns = tuple(str(root / p) for p in lock.file_patterns)
-    names = {p.name for e in lock.entries for p in e.packages} | {lock.distribution}
-    options = SnapshotOptions(
-        python=python, file_patterns=patterns, cwd=root, use_project_config=False,
-        write_cache_marker=for_lock, git=not fast,
-        integrity_only=frozenset(names) if fast and lock.entries else None)
-    return collect(options)
-
-
 def cmd_lock(args: argparse.Namespace) -> int:
     from envguard.atomic import write_text_atomic
     from envguard.gate import project_root_of, read_lock
@@ -117,7 +100,11 @@ def cmd_lock(args: argparse.Namespace) -> int:
     if args.from_snapshot:
         snapshot = read_snapshot(args.from_snapshot)
     else:
-        snapshot = _snapshot(args.python, lock, root, fast=False, for_lock=True)
+        from envguard.gate import gate_snapshot_options
+        from envguard.probe import collect
+
+        snapshot = collect(gate_snapshot_options(lock, root, python=args.python, fast=False,
+                                                 for_lock=True))
     if not lock.distribution:
         owner = script_owner(snapshot, lock.command)
         if owner is None:
@@ -140,17 +127,6 @@ def cmd_lock(args: argparse.Namespace) -> int:
     print(f"{path}: {verb} entry {entry.id} ({len(entry.packages)} packages; "
           f"{len(lock.entries)} entries in all; {len(lock.files)} files pinned)")
     return ExitCode.OK
-
-
-def _resolve_lock(name: str | None, explicit: str | None) -> Path:
-    from envguard.gate import find_lock
-    from envguard.lock import validate_name
-
-    if explicit:
-        return Path(explicit)
-    if not name:
-        raise InputError("name a lock (envguard check NAME) or pass --lock PATH")
-    return find_lock(validate_name(name), Path.cwd())
 
 
 def _render(result: GateResult, fmt: OutputFormat, *, stream: TextIO) -> None:
@@ -189,27 +165,18 @@ def _render(result: GateResult, fmt: OutputFormat, *, stream: TextIO) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from envguard.gate import check, project_root_of, read_lock
+    from envguard.gate import check_command
 
-    path = _resolve_lock(args.name, args.lock)
-    lock = read_lock(path)
-    root = project_root_of(path)
-    result = check(_snapshot(args.python, lock, root, fast=not args.strict), lock, str(path),
-                   root, strict=args.strict)
+    if not args.name and not args.lock:
+        raise InputError("name a lock (envguard check NAME) or pass --lock PATH")
+    result = check_command(args.name or "", lock=args.lock, python=args.python,
+                           strict=args.strict)
     _render(result, OutputFormat(args.format), stream=sys.stdout)
     return ExitCode.OK if result.passed else ExitCode.DRIFT
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from envguard.gate import (
-        VERIFIED_ENV,
-        check,
-        find_lock,
-        interpreter_of,
-        project_root_of,
-        read_lock,
-    )
-    from envguard.lock import validate_name
+    from envguard.gate import VERIFIED_ENV, check_command, interpreter_of
     from envguard.runner import record_run, run_child
 
     argv = list(args.argv)
@@ -218,12 +185,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not argv:
         raise InputError("no command: envguard run [options] -- CMD [ARGS...]")
     name = os.path.basename(argv[0])
-    path = Path(args.lock) if args.lock else find_lock(validate_name(name), Path.cwd())
-    lock = read_lock(path)
-    root = project_root_of(path)
-    python = args.python or interpreter_of(argv[0])
-    snapshot = _snapshot(python, lock, root, fast=not args.strict)
-    result = check(snapshot, lock, str(path), root, strict=args.strict)
+    result = check_command(name, lock=args.lock, python=args.python or interpreter_of(argv[0]),
+                           strict=args.strict)
+    lock, path, snapshot = result.lock, result.lock_path, result.snapshot
     entry = result.matched.entry.id if result.matched else None
     meta = {"schema": "envguard.run/1", "argv": argv, "lock": lock.name,
             "lockfile": str(path), "entry": entry, "passed": result.passed,

@@ -98,3 +98,15 @@ def test_strict_pins_every_distribution_of_the_reference(tmp_path: Path) -> None
     refused = check(patched, lock, lock_path, tmp_path, strict=True)
     assert [f.rule for f in refused.findings if f.severity.value == "critical"] == [
         "installed-files-modified"]
+
+
+def test_gate_snapshot_options_are_the_fast_gate_scope(tmp_path: Path) -> None:
+    from envguard.gate import gate_snapshot_options
+
+    lock, _ = _lock(tmp_path)
+    fast = gate_snapshot_options(lock, tmp_path)  # type: ignore[arg-type]
+    assert fast.git is False and fast.write_cache_marker is False
+    assert fast.integrity_only is not None and "envguard" in fast.integrity_only
+    assert fast.cwd == tmp_path and fast.use_project_config is False
+    full = gate_snapshot_options(lock, tmp_path, fast=False, for_lock=True)  # type: ignore[arg-type]
+    assert full.git is True and full.integrity_only is None and full.write_cache_marker

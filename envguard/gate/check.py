@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shlex
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +19,7 @@ from envguard.diff import SnapshotDiff, diff
 from envguard.errors import InputError
 from envguard.explain import Finding, Severity, explain
 from envguard.explain.packages import FOREIGN_STACKS
-from envguard.lock import Lock, LockEntry, closure, parse_lock, project_requires
+from envguard.lock import Lock, LockEntry, closure, project_requires
 from envguard.model import (
     Distribution,
     Files,
@@ -31,9 +29,6 @@ from envguard.model import (
     TorchIdentity,
     TrackedFile,
 )
-
-VERIFIED_ENV = "ENVGUARD_VERIFIED"
-"""Set by ``envguard run`` for the child: ``<lock name>:<entry id>:sha256:<snapshot digest>``."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -246,69 +241,3 @@ def check(snapshot: Snapshot, lock: Lock, lock_path: str, project_root: Path, *,
         for e in entries)
     return GateResult(lock=lock, lock_path=lock_path, snapshot=snapshot,
                       comparisons=comparisons, cache_note=_cache_note(lock, snapshot))
-
-
-# ---------------------------------------------------------------------------- finding locks
-
-def bundled_lock_dirs() -> list[Path]:
-    """Lockfiles shipped with envguard: inside the wheel, or the source checkout's."""
-    here = Path(__file__).resolve().parent
-    return [here / "lockfiles", here.parent / "lockfiles"]
-
-
-def find_lock(name: str, cwd: Path) -> Path:
-    for folder in (cwd / "lockfiles", *bundled_lock_dirs()):
-        candidate = folder / f"{name}.toml"
-        if candidate.is_file():
-            return candidate
-    raise InputError(f"no lockfile for {name!r}: looked in ./lockfiles and the bundled "
-                     f"lockfiles; create one with `envguard lock {name}`")
-
-
-def read_lock(path: Path) -> Lock:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") \
-            from None
-    return parse_lock(text, str(path))
-
-
-def project_root_of(lock_path: Path) -> Path:
-    """The folder that holds ``lockfiles/``: locked file paths are relative to it."""
-    folder = lock_path.resolve().parent
-    return folder.parent if folder.name == "lockfiles" else folder
-
-
-def interpreter_of(command: str) -> str | None:
-    """The Python a console script runs under (from its shebang), or None."""
-    from envguard.runner import resolve_command
-
-    path = resolve_command(command)
-    if path is None:
-        return None
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(1024).decode("utf-8", "replace").splitlines()
-    except OSError:
-        return None
-    if not head or not head[0].startswith("#!"):
-        return None
-    first = head[0][2:].strip()
-    if first == "/bin/sh" and len(head) > 1 and head[1].startswith("'''exec' "):
-        # pip and uv's trampoline for long or spaced paths: '''exec' "/p/python" "$0" "$@"
-        try:
-            words = shlex.split(head[1])
-        except ValueError:
-            return None
-        exe = words[1] if len(words) > 1 else ""
-        return exe if "python" in os.path.basename(exe) else None
-    parts = first.split()
-    if not parts:
-        return None
-    if os.path.basename(parts[0]) == "env" and len(parts) > 1:
-        found = shutil.which(parts[-1])
-        return found if found and "python" in os.path.basename(found) else None
-    return parts[0] if "python" in os.path.basename(parts[0]) else None

@@ -1,0 +1,40 @@
+"""Finding and reading a command's lockfile: ``./lockfiles``, then the bundled ones."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from envguard.errors import InputError
+from envguard.lock import Lock, parse_lock
+
+
+def bundled_lock_dirs() -> list[Path]:
+    """Lockfiles shipped with envguard: inside the wheel, or the source checkout's."""
+    package = Path(__file__).resolve().parents[1]  # envguard/
+    return [package / "lockfiles", package.parent / "lockfiles"]
+
+
+def find_lock(name: str, cwd: Path) -> Path:
+    for folder in (cwd / "lockfiles", *bundled_lock_dirs()):
+        candidate = folder / f"{name}.toml"
+        if candidate.is_file():
+            return candidate
+    raise InputError(f"no lockfile for {name!r}: looked in ./lockfiles and the bundled "
+                     f"lockfiles; create one with `envguard lock {name}`")
+
+
+def read_lock(path: Path) -> Lock:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") \
+            from None
+    return parse_lock(text, str(path))
+
+
+def project_root_of(lock_path: Path) -> Path:
+    """The folder that holds ``lockfiles/``: locked file paths are relative to it."""
+    folder = lock_path.resolve().parent
+    return folder.parent if folder.name == "lockfiles" else folder
