@@ -1,4 +1,18 @@
-"""Exceptions raised by envguard's library code. Only :mod:`envguard.cli` maps them to exits."""
+"""Every exception envguard raises on purpose: one tree under :class:`EnvguardError`.
+
+Each class carries its exit status; only :mod:`envguard.cli` turns them into exits, in
+one place. Anything else that escapes is a bug (ExitCode.INTERNAL_ERROR).
+
+    EnvguardError
+    ├── InputError (2)                  a file or argument that cannot be used
+    │   ├── SnapshotValidationError     a snapshot that does not match the schema
+    │   └── UnsupportedSchemaError      written by a newer envguard
+    ├── CommandNotFound (2)             ``envguard run``: no such command
+    ├── ProbeError (4)                  the target interpreter cannot be probed
+    ├── RestoreError (4)                uv missing, failed or stopped
+    ├── GatherError (4)                 the ranks of a fleet cannot exchange snapshots
+    └── OutputError (5)                 a result cannot be written
+"""
 
 from __future__ import annotations
 
@@ -51,3 +65,21 @@ class OutputError(EnvguardError):
     """A result could not be written."""
 
     exit_code = ExitCode.OUTPUT_ERROR
+
+
+class CommandNotFound(EnvguardError):
+    """``envguard run``: the command is not on PATH, or not executable (exit 2)."""
+
+    exit_code = ExitCode.USAGE
+
+
+class RestoreError(EnvguardError):
+    """uv is missing, or failed, timed out or was stopped while building (exit 4)."""
+
+    exit_code = ExitCode.ENVIRONMENT_ERROR
+
+
+class GatherError(EnvguardError):
+    """The ranks could not exchange their snapshots (timeout, no transport)."""
+
+    exit_code = ExitCode.ENVIRONMENT_ERROR

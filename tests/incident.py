@@ -23,7 +23,7 @@ from envguard.model import (
     Snapshot,
     TrackedFile,
 )
-from envguard.store import read_snapshot
+from envguard.snapshot_file import read_snapshot
 
 DATA = Path(__file__).parent / "data"
 GOOD_GIT = "e2b8a1c7f0d94c3b8a5f6e7d8c9b0a1f2e3d4c5b"

@@ -475,21 +475,21 @@ def test_extraction_filter_refuses_on_its_own(tmp_path: Path,
                                               members: list[tuple[tarfile.TarInfo, bytes]],
                                               ) -> None:
     """The second line of defence: tarfile's data filter, without envguard's own checks."""
-    from envguard import cache_tar as cache_store
+    from envguard.cache import tar as cache_tar
     from envguard.errors import InputError
 
     tar = tmp_path / "inductor.tar"
     tar.write_bytes(_tar(*members))
     staging = tmp_path / "deep" / "cache.restoring-1"
     with pytest.raises(InputError, match="refused while extracting"):
-        cache_store.extract_into(tar, str(staging))
+        cache_tar.extract_into(tar, str(staging))
     assert not (tmp_path / "deep" / "evil").exists() and not (tmp_path / "evil").exists()
 
 
 def test_swap_without_an_atomic_exchange_keeps_the_previous_cache(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Where renameat2(RENAME_EXCHANGE) is missing (macOS, some filesystems): two renames."""
-    from envguard import cache_tar as cache_store
+    from envguard.cache import tar as cache_tar
 
     for exchange in (True, False):
         root = tmp_path / str(exchange)
@@ -498,8 +498,8 @@ def test_swap_without_an_atomic_exchange_keeps_the_previous_cache(
         make_cache(staging, tag="-new")
         old, new = tree(target), tree(staging)
         if not exchange:
-            monkeypatch.setattr(cache_store, "_exchange", lambda a, b: False)
-        kept = cache_store.swap_into_place(str(staging), str(target), "20260101T000000Z")
+            monkeypatch.setattr(cache_tar, "_exchange", lambda a, b: False)
+        kept = cache_tar.swap_into_place(str(staging), str(target), "20260101T000000Z")
         assert kept == str(root / "cache.before-restore-20260101T000000Z")
         assert tree(target) == new and tree(Path(kept)) == old
         assert not staging.exists()
@@ -507,5 +507,5 @@ def test_swap_without_an_atomic_exchange_keeps_the_previous_cache(
     empty, staging = tmp_path / "empty", tmp_path / "empty.restoring-1"
     empty.mkdir()
     make_cache(staging)
-    assert cache_store.swap_into_place(str(staging), str(empty), "20260101T000000Z") is None
+    assert cache_tar.swap_into_place(str(staging), str(empty), "20260101T000000Z") is None
     assert (empty / "latest").is_symlink() and list(tmp_path.glob("empty.*")) == []

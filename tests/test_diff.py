@@ -14,7 +14,7 @@ from envguard.diff import diff
 from envguard.exitcodes import ExitCode
 from envguard.explain import explain
 from envguard.render import diff_json, diff_markdown
-from envguard.report import DiffReport
+from envguard.render.report import DiffReport
 from tests.incident import incident_pair, real_h200
 
 GOLDEN = Path(__file__).parent / "golden"

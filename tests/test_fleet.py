@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from envguard.fleet import analyse, member_from_snapshot, normalise
+from envguard.fleet.analyse import analyse, member_from_snapshot, normalise
 from envguard.model import Snapshot
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -27,7 +27,7 @@ import pytest
 
 from envguard.exitcodes import ExitCode
 from envguard.gate import interpreter_of, read_lock
-from envguard.lock import dump_lock
+from envguard.gate.lockfile import dump_lock
 from tests.wheelfactory import Venv, VenvFactory, build_wheel, fake_torch_files, find_uv
 
 REPO = Path(__file__).resolve().parents[1]

@@ -6,9 +6,9 @@ import dataclasses
 from pathlib import Path
 
 from envguard.gate import check
-from envguard.lock import Lock, build_entry
+from envguard.gate.lockfile import Lock, build_entry
 from envguard.model import Distribution
-from envguard.report import DiffReport
+from envguard.render.report import DiffReport
 from tests.incident import real_h200
 
 

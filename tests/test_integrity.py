@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from envguard.probe import distributions, integrity
-from envguard.probe.hashcache import HashCache
+from envguard.probe.memo.hashes import HashMemo
 from tests.wheelfactory import Venv, VenvFactory, build_wheel, fake_torch_files
 
 
@@ -21,9 +21,9 @@ def torch_env(venvs: VenvFactory, wheel_dir: Path) -> Venv:
     return env
 
 
-def _verify(env: Venv, mode: str, cache: HashCache | None = None) -> integrity.Integrity:
+def _verify(env: Venv, mode: str, cache: HashMemo | None = None) -> integrity.Integrity:
     found, _ = distributions.scan([str(env.site_packages())])
-    return integrity.verify(found, mode, cache=cache)
+    return integrity.verify(found, mode, memo=cache)
 
 
 def _problems(result: integrity.Integrity) -> set[tuple[str, str, str]]:
@@ -71,11 +71,11 @@ def test_missing_file_and_missing_record(torch_env: Venv, venvs: VenvFactory,
 
 
 def test_hash_cache_makes_a_warm_rerun_read_nothing(torch_env: Venv, tmp_path: Path) -> None:
-    cache = HashCache(tmp_path / "hashes.marshal")
+    cache = HashMemo(tmp_path / "hashes.marshal")
     cold = _verify(torch_env, "hash", cache)
     assert cold.hashed_bytes > 0
     assert cache.save() is None
-    warm_cache = HashCache(tmp_path / "hashes.marshal")
+    warm_cache = HashMemo(tmp_path / "hashes.marshal")
     warm_cache.load()
     warm = _verify(torch_env, "hash", warm_cache)
     assert warm.hashed_bytes == 0
@@ -93,7 +93,7 @@ def test_corrupt_hash_cache_is_ignored_with_a_note(tmp_path: Path) -> None:
 
     path = tmp_path / "hashes.marshal"
     path.write_bytes(b"\xffgarbage")
-    cache = HashCache(path)
+    cache = HashMemo(path)
     cache.load()
     assert cache.load_error is not None and "ignored" in cache.load_error
     assert cache.get("/x", (1, 2, 3, 4), "sha256") is None
@@ -101,7 +101,7 @@ def test_corrupt_hash_cache_is_ignored_with_a_note(tmp_path: Path) -> None:
     for doc in ({"sha256:/x": ((1, 2, 3, 4), "d")}, (("other", 1, 1), {}),
                 (("envguard-hashcache", 2, marshal.version), {"sha256:/x": ["bad"]})):
         path.write_bytes(marshal.dumps(doc))
-        cache = HashCache(path)
+        cache = HashMemo(path)
         cache.load()
         assert cache.get("/x", (1, 2, 3, 4), "sha256") is None
 

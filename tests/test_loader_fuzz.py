@@ -24,7 +24,7 @@ from envguard.errors import EnvguardError, InputError, UnsupportedSchemaError
 from envguard.exitcodes import ExitCode
 from envguard.explain import explain
 from envguard.model import Snapshot
-from envguard.store import read_snapshot
+from envguard.snapshot_file import read_snapshot
 from tests.incident import DATA, real_h200
 
 REAL = DATA / "h200-snapshot.json"

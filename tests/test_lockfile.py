@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from envguard.errors import InputError, UnsupportedSchemaError
 from envguard.exitcodes import ExitCode
 from envguard.gate import read_lock
-from envguard.lock import (
+from envguard.gate.lockfile import (
     DEFAULT_FORBIDDEN,
     Lock,
     LockedFile,

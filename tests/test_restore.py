@@ -25,9 +25,18 @@ from typing import Any
 
 import pytest
 
+from envguard.errors import RestoreError
 from envguard.exitcodes import ExitCode
 from envguard.model import DirectUrl, Distribution
-from envguard.restore import (
+from envguard.restore.build import (
+    build_venv,
+    error_line,
+    find_uv,
+    run_uv,
+    sync_requirements,
+)
+from envguard.restore.export import pylock_text, requirements_text
+from envguard.restore.plan import (
     CHANGE,
     INSTALL,
     KEEP,
@@ -35,19 +44,9 @@ from envguard.restore import (
     SKIP,
     IndexOptions,
     plan_restore,
-    pylock_text,
     requirement_for,
-    requirements_text,
 )
-from envguard.restore_build import (
-    RestoreError,
-    build_venv,
-    error_line,
-    find_uv,
-    run_uv,
-    sync_requirements,
-)
-from envguard.store import read_snapshot
+from envguard.snapshot_file import read_snapshot
 from tests.wheelfactory import build_wheel, fake_torch_files
 from tests.wheelfactory import find_uv as find_uv_for_tests
 

@@ -174,7 +174,7 @@ def test_gpu_facts_are_cached_by_driver_state(tmp_path: Path,
 
     The /proc/driver/nvidia tree is faked too, in a temp folder with the real layout.
     """
-    from envguard.probe import gpu_cache
+    from envguard.probe.memo import gpu as gpu_memo
 
     proc = tmp_path / "proc"
     (proc / "gpus" / "0000:18:00.0").mkdir(parents=True)
@@ -192,7 +192,7 @@ def test_gpu_facts_are_cached_by_driver_state(tmp_path: Path,
     cache = tmp_path / "cache"
 
     def ask() -> str:
-        result, _cuda = gpu_cache.query(env, 10.0, cache, proc_root=str(proc))
+        result, _cuda = gpu_memo.query(env, 10.0, cache, proc_root=str(proc))
         assert result.ok
         return result.stdout.strip()
 
@@ -205,4 +205,4 @@ def test_gpu_facts_are_cached_by_driver_state(tmp_path: Path,
     (proc / "version").write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  590.1\n")
     ask()
     assert calls.read_text().count("x") == 2  # a driver upgrade asks again
-    assert gpu_cache.driver_state(str(tmp_path / "no-driver")) is None
+    assert gpu_memo.driver_state(str(tmp_path / "no-driver")) is None

@@ -19,7 +19,7 @@ from envguard.diff import SnapshotDiff, diff
 from envguard.errors import InputError
 from envguard.explain import Finding, Severity, explain
 from envguard.explain.packages import FOREIGN_STACKS
-from envguard.lock import Lock, LockEntry, closure, project_requires
+from envguard.gate.lockfile import Lock, LockEntry, closure, project_requires
 from envguard.model import (
     Distribution,
     Files,
@@ -199,7 +199,7 @@ def _cache_note(lock: Lock, snapshot: Snapshot) -> Finding | None:
 
 def _accepted_issues(entry: LockEntry, lock_dir: Path) -> tuple[IntegrityIssue, ...]:
     """Integrity differences already present in the entry's reference snapshot."""
-    from envguard.store import read_snapshot
+    from envguard.snapshot_file import read_snapshot
 
     if not entry.snapshot_file:
         return ()
@@ -211,8 +211,8 @@ def _accepted_issues(entry: LockEntry, lock_dir: Path) -> tuple[IntegrityIssue, 
 
 def _strict_entry(entry: LockEntry, lock_dir: Path) -> LockEntry:
     """The entry with every distribution of its full reference snapshot pinned (--strict)."""
-    from envguard.lock import LockedPackage
-    from envguard.store import read_snapshot
+    from envguard.gate.lockfile import LockedPackage
+    from envguard.snapshot_file import read_snapshot
 
     if not entry.snapshot_file:
         raise InputError(f"--strict needs the full snapshot of entry {entry.id}, and the lock "

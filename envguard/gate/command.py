@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from envguard.gate.check import GateResult, check
+from envguard.gate.lockfile import Lock, validate_name
 from envguard.gate.lookup import find_lock, project_root_of, read_lock
-from envguard.lock import Lock, validate_name
 from envguard.probe import SnapshotOptions, collect
 
 VERIFIED_ENV = "ENVGUARD_VERIFIED"

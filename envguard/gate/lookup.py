@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from envguard.errors import InputError
-from envguard.lock import Lock, parse_lock
+from envguard.gate.lockfile import Lock, parse_lock
 
 
 def bundled_lock_dirs() -> list[Path]:

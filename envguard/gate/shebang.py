@@ -9,7 +9,7 @@ import shutil
 
 def interpreter_of(command: str) -> str | None:
     """The Python a console script runs under (from its shebang), or None."""
-    from envguard.runner import resolve_command
+    from envguard.gate.runner import resolve_command
 
     path = resolve_command(command)
     if path is None:

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envguard.model import DirectUrl, Distribution, ProbeIssue
-from envguard.probe.hashcache import stat_key
-from envguard.probe.recordcache import RecordCache
+from envguard.probe.memo.marshal_file import stat_key
+from envguard.probe.memo.records import RecordMemo
 
 _NORMALIZE_RE = re.compile(r"[-_.]+")
 _DROPPED_DIST_INFO_FILES = frozenset(
@@ -183,7 +183,7 @@ def _parse_direct_url(text: str) -> DirectUrl:
 
 
 def read_distribution(
-    site_dir: str, meta_name: str, cache: RecordCache | None = None
+    site_dir: str, meta_name: str, memo: RecordMemo | None = None
 ) -> InstalledDist:
     """Read one ``*.dist-info`` or ``*.egg-info`` folder; problems become issues, not raises."""
     meta_dir = os.path.join(site_dir, meta_name)
@@ -256,14 +256,14 @@ def read_distribution(
         else:
             record_mtime_ns = st.st_mtime_ns
             key = stat_key(st)
-            parsed = cache.get(record_path, key) if cache is not None else None
+            parsed = memo.get(record_path, key) if memo is not None else None
             if parsed is None:
                 with open(record_path, encoding="utf-8", errors="replace") as fh:
                     all_rows = parse_record(fh.read())
                 kept = [r for r in all_rows if is_fingerprinted(r[0])]
                 parsed = (len(all_rows), kept, fingerprint_record(kept))
-                if cache is not None:
-                    cache.put(record_path, key, parsed)
+                if memo is not None:
+                    memo.put(record_path, key, parsed)
             record_total, record, fingerprint = parsed
 
     dist = Distribution(
@@ -287,7 +287,7 @@ def read_distribution(
 
 
 def scan(
-    sys_path: list[str], cache: RecordCache | None = None
+    sys_path: list[str], memo: RecordMemo | None = None
 ) -> tuple[list[InstalledDist], list[ProbeIssue]]:
     """Every distribution on ``sys_path``, first occurrence of a name winning (as import does).
 
@@ -319,7 +319,7 @@ def scan(
             if not meta_name.endswith((".dist-info", ".egg-info")):
                 continue
             try:
-                installed = read_distribution(site_dir, meta_name, cache)
+                installed = read_distribution(site_dir, meta_name, memo)
             except OSError as exc:
                 issues.append(
                     ProbeIssue(section="packages", message=f"unreadable: {exc.strerror or exc}",

@@ -3,7 +3,7 @@
 ``size`` (the default) stats every recorded file: missing files, changed sizes,
 and files whose mtime is newer than the install (an edit that kept the size).
 ``hash`` also compares content digests, in parallel threads (hashlib releases
-the GIL), with results cached in :class:`HashCache`.
+the GIL), with results memoised in :class:`~envguard.probe.memo.hashes.HashMemo`.
 
 Tolerated RECORD quirks, never reported as tampering: script rows (installers
 rewrite shebangs), rows with neither hash nor size, ``__pycache__``/``.pyc``.
@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from envguard.model import Integrity, IntegrityIssue
 from envguard.probe.background import parallel_map
 from envguard.probe.distributions import InstalledDist
-from envguard.probe.hashcache import HashCache, Key, stat_key
-from envguard.progress import NullProgress, Progress
+from envguard.probe.memo.hashes import HashMemo
+from envguard.probe.memo.marshal_file import Key, stat_key
+from envguard.probe.progress import NullProgress, Progress
 
 MODES = ("none", "size", "hash")
 _MTIME_SLACK_NS = 2_000_000_000
@@ -98,7 +99,7 @@ def _check_rows(
     rows: list[tuple[str, str, str]],
     installed_ns: int | None,
     hashing: bool,
-    cache: HashCache | None,
+    memo: HashMemo | None,
 ) -> _DistResult:
     """Stat (and queue for hashing) a slice of one distribution's fingerprinted RECORD rows."""
     name = item.dist.name
@@ -130,12 +131,12 @@ def _check_rows(
                 out.tolerated += 1
                 continue
             key = stat_key(st)
-            cached = cache.get(full, key, algorithm) if cache else None
-            if cached is None:
+            known = memo.get(full, key, algorithm) if memo else None
+            if known is None:
                 out.jobs.append(_HashJob(name, rel, full, algorithm, expected, key))
-            elif cached != expected:
+            elif known != expected:
                 out.issues.append(IntegrityIssue(package=name, path=rel, problem="hash",
-                                                 expected=expected, actual=cached))
+                                                 expected=expected, actual=known))
         elif installed_ns is not None and st.st_mtime_ns > installed_ns + _MTIME_SLACK_NS:
             out.issues.append(IntegrityIssue(package=name, path=rel,
                                              problem="modified-after-install"))
@@ -164,7 +165,7 @@ def verify(
     installed: list[InstalledDist],
     mode: str,
     *,
-    cache: HashCache | None = None,
+    memo: HashMemo | None = None,
     progress: Progress | None = None,
     workers: int | None = None,
 ) -> Integrity:
@@ -189,7 +190,7 @@ def verify(
     )
     units = _work_units(with_record)
     skipped = sum(i.record_total - len(i.record or ()) for i in with_record)
-    results = [_check_rows(u[0], u[1], u[2], hashing, cache) for u in units]
+    results = [_check_rows(u[0], u[1], u[2], hashing, memo) for u in units]
     issues = [x for r in results for x in r.issues]
     jobs = [j for r in results for j in r.jobs]
     hashed_bytes = 0
@@ -203,8 +204,8 @@ def verify(
                                                  problem="unreadable", actual=error))
                     continue
                 hashed_bytes += job.key[0]
-                if cache is not None:
-                    cache.put(job.full, job.key, job.algorithm, digest)
+                if memo is not None:
+                    memo.put(job.full, job.key, job.algorithm, digest)
                 if digest != job.expected:
                     issues.append(IntegrityIssue(package=job.package, path=job.rel,
                                                  problem="hash", expected=job.expected,

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from envguard.errors import ProbeError
+from envguard.model import Interpreter
 from envguard.probe import _inprocess
 from envguard.probe.commands import run
 
@@ -101,3 +102,43 @@ def probe_python(python: str) -> Target:
     if not isinstance(facts, dict) or "sys_path" not in facts:
         raise ProbeError(f"cannot probe {exe}: unexpected probe output")
     return Target(facts=facts)
+
+
+# ---------------------------------------------------------------------------- the section
+
+def _abi_tag(soabi: str | None, interpreter_tag: str) -> str | None:
+    if not soabi:
+        return None
+    parts = soabi.split("-")
+    if parts[0] == "cpython" and len(parts) > 1:
+        return "cp" + parts[1]
+    return "_".join(parts[:2]) if len(parts) > 1 else interpreter_tag
+
+
+def interpreter_section(target: Target) -> Interpreter:
+    f = target.facts
+    interp_tag = str(f.get("interpreter_tag") or "")
+    abi = _abi_tag(f.get("soabi"), interp_tag)
+    plat = str(f.get("platform") or "")
+    machine = plat.split("-", 1)[-1].replace("-", "_").replace(".", "_")
+    glibc = str(f.get("glibc") or "")
+    if plat.startswith("linux") and glibc.startswith("glibc "):
+        major, _, minor = glibc.split()[1].partition(".")
+        plat_tag = f"manylinux_{major}_{minor.split('.')[0]}_{machine}"
+    else:
+        plat_tag = plat.replace("-", "_").replace(".", "_")
+    best = f"{interp_tag}-{abi}-{plat_tag}" if abi else None
+    return Interpreter(
+        executable=str(f.get("executable") or ""),
+        version=str(f.get("version") or ""),
+        implementation=str(f.get("implementation") or ""),
+        prefix=str(f.get("prefix") or ""),
+        base_prefix=str(f.get("base_prefix") or ""),
+        is_venv=bool(f.get("is_venv")),
+        site_packages=[str(p) for p in f.get("site_packages") or []],
+        sys_path=target.sys_path,
+        interpreter_tag=interp_tag,
+        abi_tag=abi,
+        platform=plat,
+        best_tag=best,
+    )

@@ -12,8 +12,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from envguard.cache_manifest import Build, Manifest, StoredArchive, build_label
-from envguard.cache_store import CacheState, CacheStatus, Restored
+from envguard.cache.manifest import Build, Manifest, StoredArchive, build_label
+from envguard.cache.store import CacheState, CacheStatus, Restored
 from envguard.render.sanitize import clean, clean_path
 from envguard.units import human_bytes
 

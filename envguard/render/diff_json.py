@@ -7,7 +7,7 @@ from typing import Any
 
 from envguard.diff import Change
 from envguard.explain import Finding
-from envguard.report import DIFF_SCHEMA, DiffReport
+from envguard.render.report import DIFF_SCHEMA, DiffReport
 
 
 def change_dict(c: Change) -> dict[str, Any]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 from envguard.diff import Change
+from envguard.render.report import DiffReport
 from envguard.render.sanitize import clean, display_value
-from envguard.report import DiffReport
 
 _SPECIAL = re.compile(r"([\\`*_\[\]<>|~])")
 _ICON = {"critical": "🔴", "warning": "🟡", "info": "🔵"}

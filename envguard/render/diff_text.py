@@ -13,8 +13,8 @@ from rich.text import Text
 
 from envguard.diff import Change
 from envguard.explain import Finding, Severity
+from envguard.render.report import DiffReport
 from envguard.render.sanitize import clean, display_value
-from envguard.report import DiffReport
 
 _STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "bold yellow",
           Severity.INFO: "bold blue"}

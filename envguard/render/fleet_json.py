@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from envguard.fleet import FLEET_DIFF_SCHEMA, FleetReport, Member
+from envguard.fleet.analyse import FLEET_DIFF_SCHEMA, FleetReport, Member
 from envguard.render.diff_json import change_dict, finding_dict
 
 

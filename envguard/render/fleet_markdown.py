@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from envguard.fleet import FleetReport, Group, Member
+from envguard.fleet.analyse import FleetReport, Group, Member
 from envguard.render.diff_markdown import md
 from envguard.render.sanitize import display_value
 

@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from envguard.explain import Severity
-from envguard.fleet import FleetReport, Group, Member
+from envguard.fleet.analyse import FleetReport, Group, Member
 from envguard.render.sanitize import clean, display_value
 
 _STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "bold yellow",

@@ -11,8 +11,8 @@ from rich.table import Table
 from rich.text import Text
 
 from envguard.render.sanitize import clean
-from envguard.restore import ACTIONS, CHANGE, INSTALL, KEEP, REMOVE, SKIP, RestorePlan
-from envguard.restore_build import Verification
+from envguard.restore.plan import ACTIONS, CHANGE, INSTALL, KEEP, REMOVE, SKIP, RestorePlan
+from envguard.restore.verify import Verification
 
 _STYLE = {INSTALL: "green", CHANGE: "yellow", REMOVE: "red", KEEP: "dim", SKIP: "bold red"}
 

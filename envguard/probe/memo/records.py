@@ -1,8 +1,8 @@
-"""Parsed RECORDs, cached by the RECORD file's stat key.
+"""Parsed RECORDs, memoised by the RECORD file's stat key.
 
 Parsing, filtering and fingerprinting 30,000 RECORD rows takes about 50 ms; an
 installer rewrites RECORD on every install, so an unchanged (size, mtime, ctime,
-inode) means an unchanged parse. One cache file per environment prefix.
+inode) means an unchanged parse. One memo file per environment prefix.
 """
 
 from __future__ import annotations
@@ -10,27 +10,28 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from envguard.probe import marshalstore
-from envguard.probe.hashcache import Key, default_cache_root, prefix_digest
+from envguard.paths import memo_dir
+from envguard.probe.memo import marshal_file
+from envguard.probe.memo.marshal_file import Key, prefix_digest
 
 RecordRow = tuple[str, str, str]
 Parsed = tuple[int, list[RecordRow], str]
 """(rows in RECORD, fingerprinted rows, fingerprint)."""
 
 
-class RecordCache:
-    TAG = ("envguard-records", 1)
+class RecordMemo:
+    TAG = ("envguard-records", 1)  # the file format's tag: existing memo files stay valid
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._entries: dict[str, Any]
-        self._entries, self.load_error = marshalstore.load(path, self.TAG)
+        self._entries, self.load_error = marshal_file.load(path, self.TAG)
         self._used: set[str] = set()
         self._dirty = False
 
     @classmethod
-    def for_prefix(cls, prefix: str, root: Path | None = None) -> RecordCache:
-        return cls((root or default_cache_root()) / f"records-{prefix_digest(prefix)}.marshal")
+    def for_prefix(cls, prefix: str, root: Path | None = None) -> RecordMemo:
+        return cls((root or memo_dir()) / f"records-{prefix_digest(prefix)}.marshal")
 
     def get(self, record_path: str, key: Key) -> Parsed | None:
         hit = self._entries.get(record_path)
@@ -51,7 +52,7 @@ class RecordCache:
         if not self._dirty and not stale:
             return None
         kept = {k: v for k, v in self._entries.items() if k in self._used}
-        error = marshalstore.save(self.path, self.TAG, kept)
+        error = marshal_file.save(self.path, self.TAG, kept)
         if error is None:
             self._entries, self._dirty = kept, False
         return error

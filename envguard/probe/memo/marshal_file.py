@@ -1,4 +1,4 @@
-"""Small private caches on disk, in ``marshal`` format.
+"""Memo files on disk, in ``marshal`` format, and the keys their entries are checked by.
 
 ``marshal`` loads tens of thousands of tuples in a few milliseconds, where JSON
 takes tens of milliseconds; it runs no code (unlike pickle). Each file carries a
@@ -9,25 +9,38 @@ or of another format is ignored, which only makes that run slower.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import marshal
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
+Key = tuple[int, int, int, int]
+"""(size, mtime_ns, ctime_ns, inode) of a file."""
+
+
+def stat_key(st: os.stat_result) -> Key:
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
+def prefix_digest(prefix: str) -> str:
+    """A short stable name for one environment's memo files."""
+    return hashlib.sha256(os.path.realpath(prefix).encode()).hexdigest()[:16]
+
 
 def load(path: Path, tag: tuple[Any, ...]) -> tuple[dict[Any, Any], str | None]:
-    """(entries, note): the cached dict, empty when absent or unusable; a note says why."""
+    """(entries, note): the memoised dict, empty when absent or unusable; a note says why."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         return {}, None
     except OSError as exc:
-        return {}, f"cache {path} ignored: {exc.strerror or exc}"
+        return {}, f"memo file {path} ignored: {exc.strerror or exc}"
     try:
-        doc = marshal.loads(data)  # noqa: S302 - our own cache file; marshal runs no code
+        doc = marshal.loads(data)  # noqa: S302 - our own memo file; marshal runs no code
     except (ValueError, EOFError, TypeError) as exc:
-        return {}, f"cache {path} ignored: {exc}"
+        return {}, f"memo file {path} ignored: {exc}"
     if isinstance(doc, tuple) and len(doc) == 2 and doc[0] == (*tag, marshal.version) \
             and isinstance(doc[1], dict):
         return doc[1], None

@@ -1,21 +1,20 @@
 """``envguard cache status|save|restore``: the command-line side of compile-cache archives.
 
 Part of the CLI layer (it prints and picks exit codes); the work is done by
-:mod:`envguard.cache_store` and the text by :mod:`envguard.render.cache_text`.
+:mod:`envguard.cache.store` and the text by :mod:`envguard.render.cache_text`.
 A stale archive (saved under another build) is refused with ExitCode.REFUSED.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import socket
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envguard.errors import OutputError
+from envguard.cli._common import StreamScreen, note, write_stdout
 from envguard.exitcodes import ExitCode
 
 if TYPE_CHECKING:
@@ -72,54 +71,42 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
 
 def _snapshot(python: str | None) -> Snapshot:
     """The build and cache locations only: no integrity check, no git, no marker written."""
-    from envguard.probe import SnapshotOptions, collect
+    from envguard.probe import collect
+    from envguard.probe.options import locations_only
 
-    return collect(SnapshotOptions(python=python, verify="none", use_project_config=False,
-                                   write_cache_marker=False, git=False))
+    return collect(locations_only(python))
 
 
 def _store(arg: str | None) -> Path:
-    from envguard.cache_store import default_store
+    from envguard.paths import archive_store
 
-    return Path(arg).expanduser() if arg else default_store()
-
-
-def _out(text: str) -> None:
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        raise OutputError("stdout closed before the output was written") from None
+    return Path(arg).expanduser() if arg else archive_store()
 
 
 def _note(text: str) -> None:
-    sys.stderr.write(f"envguard: {text}\n")
+    """The texts are made safe by cache_text already; some are longer than a usual note."""
+    note(text, limit=2000)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from envguard import cache_store
+    from envguard.cache import store as cache_store
+    from envguard.render import render
 
     st = cache_store.status(_snapshot(args.python), _store(args.store), time.time())
-    if args.format == "json":
-        _out(json.dumps(st.to_dict(), indent=2, sort_keys=True) + "\n")
-        return ExitCode.OK
-    from rich.console import Console
-
-    from envguard.render import cache_text
-
-    Console(highlight=False).print(cache_text.status_view(st))
+    write_stdout(render(st, args.format, screen=StreamScreen(sys.stdout)))
     return ExitCode.OK
 
 
 def cmd_save(args: argparse.Namespace) -> int:
-    from envguard import cache_manifest, cache_store
+    from envguard.cache import manifest as cache_manifest
+    from envguard.cache import store as cache_store
     from envguard.render import cache_text
     from envguard.render.sanitize import clean
 
     started = time.perf_counter()
     ref = None
     if args.from_snapshot:
-        from envguard.store import read_snapshot
+        from envguard.snapshot_file import read_snapshot
 
         snapshot = read_snapshot(args.from_snapshot)
         ref = cache_manifest.SnapshotRef(created_at=snapshot.created_at,
@@ -134,13 +121,14 @@ def cmd_save(args: argparse.Namespace) -> int:
                                 snapshot_ref=ref)
     for line in cache_text.save_warnings(manifest):
         _note(f"warning: {line}")
-    _out("\n".join(cache_text.saved_lines(manifest, str(store / manifest.name),
+    write_stdout("\n".join(cache_text.saved_lines(manifest, str(store / manifest.name),
                                           time.perf_counter() - started)) + "\n")
     return ExitCode.OK
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    from envguard import cache_manifest, cache_store
+    from envguard.cache import manifest as cache_manifest
+    from envguard.cache import store as cache_store
     from envguard.render import cache_text
     from envguard.render.sanitize import clean
 
@@ -162,6 +150,6 @@ def cmd_restore(args: argparse.Namespace) -> int:
               f"{cache_text.differences(manifest.build, current)}")
     done = cache_store.restore(Path(chosen.path), manifest,
                                cache_store.targets_of(snapshot, args.into))
-    _out("\n".join(cache_text.restored_lines(chosen.name, done,
+    write_stdout("\n".join(cache_text.restored_lines(chosen.name, done,
                                              time.perf_counter() - started)) + "\n")
     return ExitCode.OK

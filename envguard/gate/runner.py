@@ -15,17 +15,12 @@ from types import FrameType
 from typing import Any
 
 from envguard.atomic import write_text_atomic
-from envguard.errors import EnvguardError
-from envguard.exitcodes import ExitCode
+from envguard.errors import CommandNotFound
 from envguard.model import Snapshot
+from envguard.paths import RUNS_DIR
 
-RUNS_DIR = Path(".envguard") / "runs"
 LAST_GOOD = "last-good.json"
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-class CommandNotFound(EnvguardError):
-    exit_code = ExitCode.USAGE
 
 
 def run_child(argv: Sequence[str], env: Mapping[str, str]) -> int:

@@ -4,9 +4,9 @@
 would be most of a snapshot. Its answer only changes when the driver or the GPUs
 do, and both are visible for free in ``/proc/driver/nvidia`` (driver version, and
 model, UUID and bus location of every GPU). So the query result, together with
-the CUDA driver API version, is cached under envguard's cache folder, keyed by a
+the CUDA driver API version, is memoised in envguard's memo folder, keyed by a
 digest of that ``/proc`` state. Without ``/proc/driver/nvidia`` (no driver, or a
-container that hides it) nothing is cached and ``nvidia-smi`` runs every time.
+container that hides it) nothing is memoised and ``nvidia-smi`` runs every time.
 """
 
 from __future__ import annotations
@@ -44,19 +44,19 @@ def driver_state(proc_root: str = PROC_ROOT) -> str | None:
 
 
 def query(
-    env: Mapping[str, str], timeout: float, cache_root: Path, proc_root: str = PROC_ROOT
+    env: Mapping[str, str], timeout: float, memo_root: Path, proc_root: str = PROC_ROOT
 ) -> tuple[CommandResult, str | None]:
-    """(the nvidia-smi result, the CUDA driver API version), from the cache when valid."""
+    """(the nvidia-smi result, the CUDA driver API version), from the memo when valid."""
     state = driver_state(proc_root)
     path = None
     if state is not None:
         key = hashlib.sha256(state.encode("utf-8", "surrogateescape")).hexdigest()[:16]
-        path = cache_root / f"gpu-{key}.json"
+        path = memo_root / f"gpu-{key}.json"
         try:
-            cached = json.loads(path.read_text(encoding="utf-8"))
-            if isinstance(cached.get("stdout"), str):
-                cuda = cached.get("cuda_driver")
-                result = CommandResult(system.NVIDIA_SMI_QUERY, 0, cached["stdout"], "", None)
+            memo = json.loads(path.read_text(encoding="utf-8"))
+            if isinstance(memo.get("stdout"), str):
+                cuda = memo.get("cuda_driver")
+                result = CommandResult(system.NVIDIA_SMI_QUERY, 0, memo["stdout"], "", None)
                 return result, cuda if isinstance(cuda, str) else None
         except (OSError, ValueError, AttributeError):
             pass

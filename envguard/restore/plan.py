@@ -1,8 +1,9 @@
 """``envguard restore``: plan the good snapshot's package set, and write it as requirements.
 
 Pure: a plan is a function of two snapshots (GOOD and the current environment) and the
-index options; nothing here runs uv or prints. :mod:`envguard.restore_build` builds the
-plan into a venv and checks the result against GOOD.
+index options; nothing here runs uv or prints. :mod:`envguard.restore.export` writes a plan as
+requirements.txt or pylock.toml, :mod:`envguard.restore.build` builds it into a venv and
+:mod:`envguard.restore.verify` checks the result against GOOD.
 
 Actions are relative to the current environment: ``install`` (in GOOD, not installed),
 ``change`` (another version, another build of the same version, another source),
@@ -35,7 +36,7 @@ _NAME = re.compile(r"^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$", re.IGNORECASE)
 _VERSION_CHARS = re.compile(r"^[A-Za-z0-9.+!_-]+$")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^\s\x00-\x1f\x7f]+$")
 _SUBDIR = re.compile(r"^[\w./-]+$")
-_TORCH_LABEL = re.compile(r"^(cu[0-9]+|cpu|rocm[0-9]+(\.[0-9]+)*)$")
+TORCH_LABEL = re.compile(r"^(cu[0-9]+|cpu|rocm[0-9]+(\.[0-9]+)*)$")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -97,7 +98,7 @@ class RestorePlan:
 
     @property
     def same_python_minor(self) -> bool:
-        return _minor(self.good_python) == _minor(self.current_python_version)
+        return minor(self.good_python) == minor(self.current_python_version)
 
     def uv_index_args(self) -> list[str]:
         """Index options for ``uv pip sync``, hints included."""
@@ -118,7 +119,7 @@ class RestorePlan:
         return args
 
 
-def _minor(version: str) -> str:
+def minor(version: str) -> str:
     return ".".join(version.split(".")[:2])
 
 
@@ -192,7 +193,7 @@ def index_hints(good: Snapshot) -> tuple[str, ...]:
         if dist.direct_url is not None or not dist.version or "+" not in dist.version:
             continue
         label = dist.version.split("+", 1)[1]
-        if _TORCH_LABEL.match(label) and PYTORCH_INDEX + label not in found:
+        if TORCH_LABEL.match(label) and PYTORCH_INDEX + label not in found:
             found.append(PYTORCH_INDEX + label)
     return tuple(sorted(found))
 
@@ -246,10 +247,10 @@ def plan_restore(good: Snapshot, current: Snapshot, *, good_name: str,
             requirement=requirement, good_fingerprint=g.fingerprint,
             current_fingerprint=c.fingerprint if c else None, source=source))
     notes: list[str] = []
-    if _minor(good.interpreter.version) != _minor(current.interpreter.version):
+    if minor(good.interpreter.version) != minor(current.interpreter.version):
         notes.append(f"{good_name} ran Python {good.interpreter.version}, this interpreter is "
                      f"{current.interpreter.version}: the new venv asks uv for Python "
-                     f"{_minor(good.interpreter.version)}")
+                     f"{minor(good.interpreter.version)}")
     return RestorePlan(
         good_name=good_name, good_python=good.interpreter.version,
         current_python=current.interpreter.executable,
@@ -257,97 +258,6 @@ def plan_restore(good: Snapshot, current: Snapshot, *, good_name: str,
         current_prefix=current.interpreter.prefix, current_is_venv=current.interpreter.is_venv,
         rows=tuple(rows), index=index or IndexOptions(), index_hints=index_hints(good),
         notes=tuple(notes))
-
-
-def requirements_text(plan: RestorePlan) -> str:
-    """A pinned requirements.txt: exactly GOOD's package set, for ``uv pip sync``."""
-    lines = [f"# envguard restore: the package set of {_comment(plan.good_name)}",
-             f"# Python {_comment(plan.good_python)}; install with: uv pip sync <this file>"]
-    if plan.hints_applied:
-        lines += [f"--extra-index-url {url}" for url in plan.index_hints]
-    lines += list(plan.requirements)
-    skipped = [r for r in plan.rows if r.action == SKIP]
-    lines += [f"# not reproducible: {_comment(r.name)}: {_comment(r.reason)}" for r in skipped]
-    return "\n".join(lines) + "\n"
-
-
-def _comment(text: str) -> str:
-    """A value safe inside a ``#`` comment line: no line breaks or control characters."""
-    return re.sub(r"[\x00-\x1f\x7f-\x9f]", "?", text)
-
-
-def _toml_str(value: str) -> str:
-    out = []
-    for ch in value:
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
-
-
-def pylock_text(plan: RestorePlan, good: Snapshot) -> str:
-    """A PEP 751 ``pylock.toml`` of GOOD's package set (see docs/RESTORE.md for its limits)."""
-    out = ['lock-version = "1.0"', 'created-by = "envguard"',
-           f"requires-python = {_toml_str('==' + _minor(plan.good_python) + '.*')}", ""]
-    goods = {d.name: d for d in good.packages}
-    for row in plan.rows:
-        dist = goods.get(row.name)
-        if dist is None or row.action == SKIP:
-            continue
-        out += ["[[packages]]", f"name = {_toml_str(row.name)}"]
-        if row.source != "directory" and row.source != "editable" and dist.version:
-            out.append(f"version = {_toml_str(dist.version)}")
-        out += _pylock_source(row, dist, plan)
-        if dist.fingerprint:
-            out += ["[packages.tool.envguard]",
-                    f"record-fingerprint = {_toml_str(dist.fingerprint)}"]
-        out.append("")
-    out += ["[tool.envguard]", f"snapshot = {_toml_str(plan.good_name)}",
-            f"python = {_toml_str(plan.good_python)}", ""]
-    return "\n".join(out)
-
-
-def _pylock_source(row: PlanRow, dist: Distribution, plan: RestorePlan) -> list[str]:
-    direct = dist.direct_url
-    if row.source == "index":
-        index = _index_for(dist.version or "", plan)
-        return [f"index = {_toml_str(index)}"] if index else []
-    if direct is None:
-        return []
-    sub = ([f"subdirectory = {_toml_str(direct.subdirectory)}"] if direct.subdirectory
-           else [])
-    if row.source == "vcs" and direct.vcs and direct.commit_id:
-        url = direct.url.removeprefix(f"{direct.vcs}+")
-        lines = ["[packages.vcs]", f"type = {_toml_str(direct.vcs)}", f"url = {_toml_str(url)}",
-                 f"commit-id = {_toml_str(direct.commit_id)}"]
-        if direct.requested_revision:
-            lines.append(f"requested-revision = {_toml_str(direct.requested_revision)}")
-        return lines + sub
-    path = file_url_path(direct.url)
-    if row.source in ("directory", "editable") and path is not None:
-        return ["[packages.directory]", f"path = {_toml_str(path)}",
-                f"editable = {'true' if row.source == 'editable' else 'false'}", *sub]
-    if direct.archive_hash and "=" in direct.archive_hash:
-        algo, _, digest = direct.archive_hash.partition("=")
-        where = (f"path = {_toml_str(path)}" if path is not None
-                 else f"url = {_toml_str(direct.url)}")
-        return ["[packages.archive]", where, f"hashes = {{ {_toml_key(algo)} = "
-                f"{_toml_str(digest)} }}", *sub]
-    return []
-
-
-def _toml_key(key: str) -> str:
-    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else _toml_str(key)
-
-
-def _index_for(version: str, plan: RestorePlan) -> str | None:
-    label = version.split("+", 1)[1] if "+" in version else ""
-    if _TORCH_LABEL.match(label) and plan.hints_applied:
-        return PYTORCH_INDEX + label
-    return plan.index.index_url
 
 
 def plan_to_dict(plan: RestorePlan) -> dict[str, object]:

@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envguard.closure import closure, marker_environment, project_requires
 from envguard.errors import InputError, UnsupportedSchemaError
+from envguard.gate.closure import closure, marker_environment, project_requires
 from envguard.model import ProbeIssue, Snapshot
 from envguard.probe.distributions import normalize_name
+from envguard.toml_write import toml_string
 
 __all__ = ["DEFAULT_FORBIDDEN", "LOCK_SCHEMA", "Lock", "LockEntry", "LockedFile",
            "LockedPackage", "build_entry", "closure", "dump_lock", "hash_files",
@@ -242,19 +243,13 @@ def _tables(raw: dict[str, Any], key: str, ctx: str) -> list[dict[str, Any]]:
     return tables
 
 
-def _toml_str(value: str) -> str:
-    out = value.replace("\\", "\\\\").replace('"', '\\"')
-    out = re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\u{ord(m.group()):04x}", out)
-    return f'"{out}"'
-
-
 def _toml_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
         return str(value)
     if isinstance(value, str):
-        return _toml_str(value)
+        return toml_string(value)
     if isinstance(value, (list, tuple)):
         if not value:
             return "[]"
@@ -266,14 +261,14 @@ def dump_lock(lock: Lock) -> str:
     """Deterministic, reviewable TOML; keys with no value (None) are left out."""
     lines = ["# envguard lockfile: known-good environments for one command.",
              "# Regenerate with `envguard lock` (see docs/LOCK.md); review changes in PRs.",
-             f"schema = {_toml_str(LOCK_SCHEMA)}"]
+             f"schema = {toml_string(LOCK_SCHEMA)}"]
     head = {"name": lock.name, "command": lock.command, "distribution": lock.distribution,
             "extras": list(lock.extras), "cache_policy": lock.cache_policy,
             "forbidden": list(lock.forbidden), "files": list(lock.file_patterns)}
     lines += [f"{k} = {_toml_value(v)}" for k, v in head.items()]
     for fl in lock.files:
-        lines += ["", "[[file]]", f"path = {_toml_str(fl.path)}", f"md5 = {_toml_str(fl.md5)}",
-                  f"sha256 = {_toml_str(fl.sha256)}"]
+        lines += ["", "[[file]]", f"path = {toml_string(fl.path)}", f"md5 = {toml_string(fl.md5)}",
+                  f"sha256 = {toml_string(fl.sha256)}"]
     for entry in lock.entries:
         lines += ["", "[[environment]]"]
         for f in dataclasses.fields(LockEntry):
@@ -282,10 +277,10 @@ def dump_lock(lock: Lock) -> str:
                 continue
             lines.append(f"{f.name} = {_toml_value(value)}")
         for pkg in entry.packages:
-            lines += ["", "[[environment.packages]]", f"name = {_toml_str(pkg.name)}",
-                      f"version = {_toml_str(pkg.version)}"]
+            lines += ["", "[[environment.packages]]", f"name = {toml_string(pkg.name)}",
+                      f"version = {toml_string(pkg.version)}"]
             if pkg.fingerprint is not None:
-                lines.append(f"fingerprint = {_toml_str(pkg.fingerprint)}")
+                lines.append(f"fingerprint = {toml_string(pkg.fingerprint)}")
     return "\n".join(lines) + "\n"
 
 

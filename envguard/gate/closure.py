@@ -71,9 +71,9 @@ def closure(snapshot: Snapshot, root: str, extras: tuple[str, ...] = (),
                           [(p.name, p.version, p.requires) for p in snapshot.packages]],
                          sort_keys=True)
     key = hashlib.sha256(key_doc.encode("utf-8", "surrogateescape")).hexdigest()[:24]
-    from envguard.probe.hashcache import default_cache_root
+    from envguard.paths import memo_dir
 
-    memo = default_cache_root() / f"closure-{key}.json"
+    memo = memo_dir() / f"closure-{key}.json"
     try:
         cached = json.loads(memo.read_text(encoding="utf-8"))
         if isinstance(cached, list) and all(isinstance(n, str) for n in cached):

@@ -26,26 +26,24 @@ from typing import Any
 
 from envguard.atomic import write_text_atomic
 from envguard.errors import (
-    EnvguardError,
+    GatherError,
     InputError,
     SnapshotValidationError,
     UnsupportedSchemaError,
 )
-from envguard.exitcodes import ExitCode
-from envguard.fleet import Member, is_fleet_document, member_from_snapshot, members_from_document
+from envguard.fleet.analyse import (
+    Member,
+    is_fleet_document,
+    member_from_snapshot,
+    members_from_document,
+)
 from envguard.model import Snapshot
-from envguard.store import MAX_SNAPSHOT_BYTES
+from envguard.snapshot_file import MAX_SNAPSHOT_BYTES
 
 RANK_FILE = re.compile(r"rank-([0-9]{1,9})\.json")
 POLL_S = 0.2
 STALE_GRACE_S = 300.0
 """A rank file older than this before rank 0 started is from an earlier run: ignored."""
-
-
-class GatherError(EnvguardError):
-    """The ranks could not exchange their snapshots (timeout, no transport)."""
-
-    exit_code = ExitCode.ENVIRONMENT_ERROR
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -1,7 +1,7 @@
 """``envguard fleet snapshot`` and ``fleet diff``: which node or rank differs?
 
 Part of the CLI layer (it prints and picks exit codes); grouping and explanation live in
-:mod:`envguard.fleet`, the gathering in :mod:`envguard.fleet_gather`, the text in
+:mod:`envguard.fleet.analyse`, the gathering in :mod:`envguard.fleet.gather`, the text in
 ``envguard.render.fleet_*``.
 """
 
@@ -16,15 +16,20 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envguard.cli import add_probe_options, probe_options
-from envguard.errors import InputError, OutputError
+from envguard.cli._common import (
+    StreamScreen,
+    add_probe_options,
+    probe_options,
+    write_stdout,
+)
+from envguard.errors import InputError
 from envguard.exitcodes import ExitCode
+from envguard.paths import FLEET_DIR
 from envguard.render.formats import OutputFormat
 
 if TYPE_CHECKING:
-    from envguard.fleet import FleetReport, Member
+    from envguard.fleet.analyse import FleetReport, Member
 
-FLEET_DIR = Path(".envguard") / "fleet"
 DEFAULT_DIR_TIMEOUT_S = 120.0
 DEFAULT_TORCH_TIMEOUT_S = 60.0
 
@@ -95,34 +100,15 @@ def _same_file(a: str, b: str) -> bool:
         return os.path.abspath(a) == os.path.abspath(b)
 
 
-def _print_report(report: FleetReport, fmt: OutputFormat) -> None:
-    if fmt is OutputFormat.TEXT:
-        from rich.console import Console
+def _print_report(report: FleetReport, fmt: str) -> None:
+    from envguard.render import render
 
-        from envguard.render import fleet_text
-
-        Console(highlight=False).print(fleet_text.render(report))
-    elif fmt is OutputFormat.JSON:
-        from envguard.render import fleet_json
-
-        _write_stdout(fleet_json.render(report))
-    else:
-        from envguard.render import fleet_markdown
-
-        _write_stdout(fleet_markdown.render(report))
-
-
-def _write_stdout(text: str) -> None:
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        raise OutputError("stdout closed before the output was written") from None
+    write_stdout(render(report, fmt, screen=StreamScreen(sys.stdout)))
 
 
 def cmd_fleet_diff(args: argparse.Namespace) -> int:
-    from envguard.fleet import analyse
-    from envguard.fleet_gather import read_members
+    from envguard.fleet.analyse import analyse
+    from envguard.fleet.gather import read_members
 
     members: list[Member] = []
     paths: dict[int, str] = {}
@@ -152,7 +138,7 @@ def cmd_fleet_diff(args: argparse.Namespace) -> int:
                                  "pass one snapshot file")
             baseline = found[0]
     report = analyse(members, baseline=baseline, ignored_variables=args.ignore_env)
-    _print_report(report, OutputFormat(args.format))
+    _print_report(report, args.format)
     return ExitCode.OK if report.equivalent else ExitCode.DRIFT
 
 
@@ -163,8 +149,8 @@ def _default_fleet_path() -> Path:
 
 def cmd_fleet_snapshot(args: argparse.Namespace) -> int:
     from envguard.atomic import write_text_atomic
-    from envguard.fleet import FLEET_SCHEMA, analyse, members_from_document
-    from envguard.fleet_gather import entry, gather_dir, gather_torch, launch_from_env
+    from envguard.fleet.analyse import FLEET_SCHEMA, analyse, members_from_document
+    from envguard.fleet.gather import entry, gather_dir, gather_torch, launch_from_env
     from envguard.probe import collect
 
     launch = launch_from_env(os.environ)
@@ -202,5 +188,5 @@ def cmd_fleet_snapshot(args: argparse.Namespace) -> int:
         notes.append("one snapshot only: nothing to compare")
     report = analyse(members, ignored_variables=args.ignore_env, notes=notes)
     if not args.quiet:
-        _print_report(report, OutputFormat(args.format))
+        _print_report(report, args.format)
     return ExitCode.OK if report.equivalent else ExitCode.DRIFT

@@ -1,6 +1,6 @@
 """Archives of torch.compile caches: save a warm cache, restore it under the same build.
 
-A store is a folder (``$ENVGUARD_CACHE_DIR/compile-caches`` by default) of archives,
+A store is a folder (:func:`envguard.paths.archive_store` by default) of archives,
 one folder each: ``NAME/manifest.json`` and one uncompressed tar per cache kind
 (``inductor.tar``, ``triton.tar``). The manifest names the build the caches were
 saved under (envguard's compat key, torch version and git commit, triton, GPUs) and
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from envguard import __version__
 from envguard.atomic import write_text_atomic
-from envguard.cache_manifest import (
+from envguard.cache.manifest import (
     ARCHIVED_KINDS,
     MANIFEST,
     SCHEMA,
@@ -40,7 +40,7 @@ from envguard.cache_manifest import (
     list_archives,
     validate_name,
 )
-from envguard.cache_tar import (
+from envguard.cache.tar import (
     HashingWriter,
     add_tree,
     check_members,
@@ -50,7 +50,6 @@ from envguard.cache_tar import (
 )
 from envguard.errors import InputError, OutputError
 from envguard.model import CacheDir, Snapshot
-from envguard.probe.hashcache import default_cache_root
 
 VOLATILE_FS = ("tmpfs", "ramfs")
 _CHUNK = 1 << 20
@@ -100,10 +99,6 @@ class Restored:
     files: int
     previous: str | None
     """Where the cache that was there is kept; None when there was none or it was empty."""
-
-
-def default_store() -> Path:
-    return default_cache_root() / "compile-caches"
 
 
 def validity(c: CacheDir, key: str | None) -> str:

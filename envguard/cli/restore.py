@@ -1,14 +1,14 @@
 """``envguard restore``: the command-line side ("restore, don't fix").
 
-Part of the CLI layer (it prints); planning lives in :mod:`envguard.restore`, building
-and verifying in :mod:`envguard.restore_build`.
+Part of the CLI layer (it prints); planning lives in :mod:`envguard.restore.plan`,
+building in :mod:`envguard.restore.build` and verifying in :mod:`envguard.restore.verify`.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
+import dataclasses
 import os
 import signal
 import sys
@@ -18,12 +18,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from envguard.cli._common import StreamScreen, note, write_stdout
 from envguard.errors import InputError
 from envguard.exitcodes import ExitCode
 
 if TYPE_CHECKING:
     from envguard.model import Snapshot
-    from envguard.restore import RestorePlan
+    from envguard.restore.plan import RestorePlan
+    from envguard.restore.report import RestoreReport
 
 
 def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
@@ -60,13 +62,6 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p.set_defaults(handler=cmd_restore)
 
 
-def _err(message: str) -> None:
-    from envguard.render.sanitize import clean
-
-    sys.stderr.write(f"envguard: {clean(message, 1000)}\n")
-    sys.stderr.flush()
-
-
 def _check_target(path: Path) -> None:
     """A new venv goes into a folder that does not exist or is empty."""
     if path.is_symlink() or (path.exists() and not path.is_dir()):
@@ -101,44 +96,38 @@ def sigterm_interrupts() -> Iterator[None]:
 
 
 def _snapshot(python: str | None) -> Snapshot:
-    from envguard.probe import SnapshotOptions, collect
+    from envguard.probe import collect
+    from envguard.probe.options import locations_only
 
-    return collect(SnapshotOptions(python=python, verify="none", use_project_config=False,
-                                   write_cache_marker=False, git=False))
+    return collect(locations_only(python))
 
 
 def _write_outputs(args: argparse.Namespace, plan: RestorePlan, good: Snapshot) -> None:
     from envguard.atomic import write_text_atomic
-    from envguard.restore import pylock_text, requirements_text
+    from envguard.restore.export import pylock_text, requirements_text
 
     if args.requirements_out:
         write_text_atomic(args.requirements_out, requirements_text(plan))
-        _err(f"wrote {args.requirements_out} ({len(plan.requirements)} requirements)")
+        note(f"wrote {args.requirements_out} ({len(plan.requirements)} requirements)")
     if args.pylock_out:
         write_text_atomic(args.pylock_out, pylock_text(plan, good))
-        _err(f"wrote {args.pylock_out}")
+        note(f"wrote {args.pylock_out}")
 
 
-def _print_json(document: dict[str, object]) -> None:
-    from envguard.cli import _write_stdout
+def _show(report: RestoreReport, args: argparse.Namespace) -> None:
+    from envguard.render import render
 
-    _write_stdout(json.dumps(document, indent=2, sort_keys=True, ensure_ascii=True) + "\n")
+    write_stdout(render(report, args.format, show_all=args.all,
+                        screen=StreamScreen(sys.stdout)))
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from envguard.probe.interpreter import is_current_interpreter
-    from envguard.render.restore_text import render_plan, render_verification
-    from envguard.restore import PLAN_SCHEMA, IndexOptions, plan_restore, plan_to_dict
-    from envguard.restore_build import (
-        build_venv,
-        find_uv,
-        sync_in_place,
-        verification_to_dict,
-        verify_restore,
-    )
-    from envguard.store import read_snapshot
+    from envguard.restore.build import build_venv, find_uv, sync_in_place
+    from envguard.restore.plan import IndexOptions, minor, plan_restore
+    from envguard.restore.report import RestoreReport
+    from envguard.restore.verify import verify_restore
+    from envguard.snapshot_file import read_snapshot
 
     good = read_snapshot(args.good)
     into = Path(args.into).expanduser().absolute() if args.into else None
@@ -149,49 +138,40 @@ def cmd_restore(args: argparse.Namespace) -> int:
     index = IndexOptions(index_url=args.index_url, extra_index_urls=tuple(args.extra_index_url),
                          find_links=links, no_index=args.no_index)
     plan = plan_restore(good, current, good_name=args.good, index=index)
+    report = RestoreReport(plan=plan, in_place=args.in_place)
     as_json = args.format == "json"
-    document: dict[str, object] = {"schema": PLAN_SCHEMA, "plan": plan_to_dict(plan),
-                                   "target": None, "in_place": args.in_place,
-                                   "verification": None}
-    out = Console(highlight=False)
     if not as_json:
-        out.print(render_plan(plan, show_keep=args.all))
+        _show(report, args)
     _write_outputs(args, plan, good)
     if args.dry_run:
         if as_json:
-            _print_json(document)
+            _show(report, args)
         return ExitCode.OK
 
     uv = find_uv()
     started = time.perf_counter()
 
     def echo(line: str) -> None:
-        _err(f"uv: {line}")
+        note(f"uv: {line}")
 
     if args.in_place:
         if is_current_interpreter(plan.current_python):
             raise InputError("--in-place would sync the environment envguard itself runs in; "
                              "pass --python PY for the environment to restore")
-        _err(f"warning: --in-place: changing {plan.current_python} itself; what GOOD does "
+        note(f"warning: --in-place: changing {plan.current_python} itself; what GOOD does "
              "not list is uninstalled")
         with sigterm_interrupts():
-            sync_in_place(plan, uv=uv, echo=echo, step=_err)
+            sync_in_place(plan, uv=uv, echo=echo, step=note)
         target, new_python = Path(plan.current_prefix), plan.current_python
     else:
         target = into or _default_target(plan)
         _check_target(target)
-        python = (plan.current_python if plan.same_python_minor
-                  else ".".join(plan.good_python.split(".")[:2]))
+        python = plan.current_python if plan.same_python_minor else minor(plan.good_python)
         with sigterm_interrupts():
             new_python = str(build_venv(plan, target, uv=uv, python=python, echo=echo,
-                                        step=_err))
-    _err(f"restored into {target} in {time.perf_counter() - started:.1f} s; verifying")
+                                        step=note))
+    note(f"restored into {target} in {time.perf_counter() - started:.1f} s; verifying")
     verification = verify_restore(good, _snapshot(new_python), good_name=args.good,
                                   new_name=str(target))
-    document["target"] = str(target)
-    document["verification"] = verification_to_dict(verification)
-    if as_json:
-        _print_json(document)
-    else:
-        out.print(render_verification(verification))
+    _show(dataclasses.replace(report, target=str(target), verification=verification), args)
     return ExitCode.OK if verification.ok else ExitCode.DRIFT

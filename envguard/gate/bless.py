@@ -1,0 +1,106 @@
+"""``envguard lock``: bless an environment as known-good for a command.
+
+Writes (or updates) ``lockfiles/NAME.toml`` with the environment as one entry, keeping
+the other machines' entries, and its full snapshot beside the lock in
+``NAME.snapshots/<entry>.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from envguard.atomic import write_text_atomic
+from envguard.errors import InputError
+from envguard.gate.command import gate_snapshot_options
+from envguard.gate.lockfile import (
+    DEFAULT_FORBIDDEN,
+    Lock,
+    LockEntry,
+    build_entry,
+    dump_lock,
+    hash_files,
+    script_owner,
+    validate_name,
+)
+from envguard.gate.lookup import project_root_of, read_lock
+from envguard.model import Snapshot
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LockRequest:
+    """What ``envguard lock`` was asked; None: keep the lock's value (or the default)."""
+
+    name: str
+    lock_path: str | None = None
+    from_snapshot: str | None = None
+    python: str | None = None
+    entry_id: str | None = None
+    distribution: str | None = None
+    extras: tuple[str, ...] | None = None
+    file_patterns: tuple[str, ...] | None = None
+    cache_policy: str | None = None
+    forbidden: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Blessed:
+    path: Path
+    lock: Lock
+    entry: LockEntry
+    replaced: bool
+    """An entry of the same id was there before."""
+
+
+def _merged(request: LockRequest, name: str, existing: Lock | None) -> Lock:
+    lock = existing or Lock(name=name, command=name, distribution=request.distribution or "")
+    return dataclasses.replace(
+        lock,
+        distribution=request.distribution or lock.distribution,
+        extras=request.extras if request.extras is not None else lock.extras,
+        file_patterns=(request.file_patterns if request.file_patterns is not None
+                       else lock.file_patterns),
+        cache_policy=request.cache_policy or lock.cache_policy,
+        forbidden=request.forbidden if request.forbidden is not None else
+        (lock.forbidden if existing else DEFAULT_FORBIDDEN))
+
+
+def _snapshot(request: LockRequest, lock: Lock, root: Path) -> Snapshot:
+    if request.from_snapshot:
+        from envguard.snapshot_file import read_snapshot
+
+        return read_snapshot(request.from_snapshot)
+    from envguard.probe import collect
+
+    return collect(gate_snapshot_options(lock, root, python=request.python, fast=False,
+                                         for_lock=True))
+
+
+def bless(request: LockRequest) -> Blessed:
+    name = validate_name(request.name)
+    path = Path(request.lock_path) if request.lock_path else Path("lockfiles") / f"{name}.toml"
+    root = project_root_of(path)
+    existing = read_lock(path) if path.exists() else None
+    lock = _merged(request, name, existing)
+    snapshot = _snapshot(request, lock, root)
+    if not lock.distribution:
+        owner = script_owner(snapshot, lock.command)
+        if owner is None:
+            raise InputError(f"no installed distribution provides the command {lock.command!r};"
+                             " pass --distribution")
+        lock = dataclasses.replace(lock, distribution=owner[0],
+                                   extras=lock.extras or owner[1])
+    forbidden = lock.forbidden_installed(snapshot)
+    if forbidden:
+        raise InputError(f"will not lock an environment with forbidden packages installed: "
+                         f"{', '.join(forbidden)} (uninstall them, or change --forbid)")
+    entry = build_entry(snapshot, lock, entry_id=request.entry_id, project_root=root)
+    lock = dataclasses.replace(lock, files=hash_files(lock, root))
+    snap_rel = f"{name}.snapshots/{entry.id}.json"
+    write_text_atomic(path.parent / snap_rel, snapshot.to_json())
+    entry = dataclasses.replace(entry, snapshot_file=snap_rel)
+    lock = lock.with_entry(entry)
+    write_text_atomic(path, dump_lock(lock))
+    replaced = existing is not None and any(e.id == entry.id for e in existing.entries)
+    return Blessed(path=path, lock=lock, entry=entry, replaced=replaced)

@@ -1,0 +1,188 @@
+"""Collect a snapshot: every probe, run once, slow external commands in parallel.
+
+``collect(options)`` is the only entry point. It never imports torch in this
+process; ``--deep`` imports it in a crash-isolated subprocess.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from envguard import __version__
+from envguard.errors import InputError
+from envguard.model import SCHEMA, Integrity, Options, ProbeIssue, Snapshot
+from envguard.paths import memo_dir
+from envguard.probe import (
+    caches,
+    deep,
+    distributions,
+    envvars,
+    files,
+    integrity,
+    system,
+    torch_identity,
+)
+from envguard.probe.background import Task
+from envguard.probe.commands import CommandResult, run
+from envguard.probe.interpreter import Target, interpreter_section, probe_python, probe_self
+from envguard.probe.memo import gpu as gpu_memo
+from envguard.probe.memo.hashes import HashMemo
+from envguard.probe.memo.records import RecordMemo
+from envguard.probe.options import SnapshotOptions
+from envguard.probe.progress import NullProgress, Progress
+
+COMMAND_TIMEOUT_S = 20.0
+
+
+def _project_config(options: SnapshotOptions, issues: list[ProbeIssue]) -> tuple[list[str],
+                                                                                 list[str]]:
+    """(file patterns, extra env patterns) from ``[tool.envguard]``."""
+    if not options.use_project_config:
+        return [], []
+    pyproject = files.find_pyproject(options.cwd)
+    if pyproject is None:
+        return [], []
+    try:
+        return files.project_config(pyproject)
+    except InputError as exc:
+        issues.append(ProbeIssue(section="files", message=str(exc), path=str(pyproject)))
+        return [], []
+
+
+@dataclass(frozen=True)
+class _Commands:
+    """External commands started first, so they overlap with the file work."""
+
+    gpus: Task[tuple[CommandResult, str | None]]
+    nvcc: Task[CommandResult] | None
+    git_root: Task[CommandResult] | None
+    git_status: Task[CommandResult] | None
+
+    @classmethod
+    def start(cls, env: Mapping[str, str], cwd: str, memo_root: Path,
+              git: bool = True) -> _Commands:
+        nvcc_cmd = system.nvcc_command(env)
+        git_status = ["git", "status", "--porcelain=v2", "--branch", "-z"]
+        return cls(
+            gpus=Task(lambda: gpu_memo.query(env, COMMAND_TIMEOUT_S, memo_root)),
+            nvcc=Task(lambda: run(nvcc_cmd, timeout=COMMAND_TIMEOUT_S)) if nvcc_cmd else None,
+            git_root=Task(lambda: run(["git", "rev-parse", "--show-toplevel"], cwd=cwd,
+                                      env=env, timeout=COMMAND_TIMEOUT_S)) if git else None,
+            git_status=Task(lambda: run(git_status, cwd=cwd, env=env,
+                                        timeout=COMMAND_TIMEOUT_S)) if git else None,
+        )
+
+
+def _scan(target: Target, options: SnapshotOptions, memo_root: Path,
+          issues: list[ProbeIssue]) -> list[distributions.InstalledDist]:
+    prefix = str(target.facts.get("prefix") or "")
+    records = RecordMemo.for_prefix(prefix, memo_root) if options.use_memo else None
+    installed, scan_issues = distributions.scan(target.sys_path, records)
+    issues.extend(scan_issues)
+    if records is not None:
+        for note in (records.load_error, records.save()):
+            if note:
+                issues.append(ProbeIssue(section="packages", message=note))
+    return installed
+
+
+def _verify(installed: list[distributions.InstalledDist], target: Target,
+            options: SnapshotOptions, memo_root: Path, progress: Progress | None,
+            issues: list[ProbeIssue]) -> Integrity:
+    memo = None
+    if options.verify == "hash":
+        memo = HashMemo.for_prefix(str(target.facts.get("prefix") or ""), memo_root)
+        if memo.load_error:
+            issues.append(ProbeIssue(section="integrity", message=memo.load_error))
+    scope = installed if options.integrity_only is None else [
+        i for i in installed if i.dist.name in options.integrity_only]
+    checked = integrity.verify(scope, options.verify, memo=memo,
+                               progress=progress or NullProgress())
+    if memo is not None and (error := memo.save()):
+        issues.append(ProbeIssue(section="integrity", message=f"hash memo not saved: {error}"))
+    return checked
+
+
+def collect(options: SnapshotOptions, progress: Progress | None = None) -> Snapshot:
+    """Snapshot the target environment. Raises only if the interpreter cannot be probed."""
+    started = time.perf_counter()
+    created = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    env = options.env if options.env is not None else os.environ
+    issues: list[ProbeIssue] = []
+    timings: dict[str, float] = {}
+    mark = started
+
+    def lap(phase: str) -> None:
+        nonlocal mark
+        now = time.perf_counter()
+        timings[phase] = round((now - mark) * 1000, 1)
+        mark = now
+
+    memo_root = options.memo_root or memo_dir()
+    commands = _Commands.start(env, str(options.cwd), memo_root, options.git)
+    target = probe_python(options.python) if options.python else probe_self()
+    deep_task = Task(lambda: deep.collect(target.executable)) if options.deep else None
+    lap("interpreter")
+
+    installed = _scan(target, options, memo_root, issues)
+    torch, torch_issues = torch_identity.probe(installed, target.sys_path)
+    issues.extend(torch_issues)
+    lap("packages")
+    checked = _verify(installed, target, options, memo_root, progress, issues)
+    lap("integrity")
+
+    project_files, extra_env = _project_config(options, issues)
+    user_patterns = [str(options.cwd / p) for p in options.file_patterns]
+    git_root = commands.git_root.result() if commands.git_root else None
+    git_status = commands.git_status.result() if commands.git_status else None
+    tracked = files.collect([*user_patterns, *project_files],
+                            git_root if git_root is not None and git_root.ok else None,
+                            git_status, issues)
+    environment = envvars.collect(env, extra_env, issues)
+    lap("files")
+    smi_result, cuda_driver = commands.gpus.result()
+    lap("gpu_wait")
+    sysinfo = system.collect(env, target.facts.get("glibc"), smi_result,
+                             commands.nvcc.result() if commands.nvcc else None, issues,
+                             cuda_driver)
+    torch_item = next((i for i in installed if i.dist.name == "torch"), None)
+    torch = dataclasses.replace(torch, compat_key=torch_identity.compat_key(
+        torch, torch_item, [g.name for g in sysinfo.gpus]))
+    cache_dirs, cache_issues = caches.probe(env, target.facts, torch,
+                                            write_marker=options.write_cache_marker)
+    issues.extend(cache_issues)
+    lap("caches")
+    deep_section = deep_task.result() if deep_task else None
+    if deep_section is not None and not deep_section.ok:
+        issues.append(ProbeIssue(section="deep", message=deep_section.error or "failed"))
+    lap("deep_wait")
+
+    return Snapshot(
+        schema=SCHEMA,
+        envguard_version=__version__,
+        created_at=created,
+        duration_s=round(time.perf_counter() - started, 3),
+        options=Options(verify=options.verify, deep=options.deep, python=options.python,
+                        file_patterns=list(options.file_patterns)),
+        interpreter=interpreter_section(target),
+        torch=torch,
+        packages=[i.dist for i in installed],
+        integrity=checked,
+        caches=cache_dirs,
+        files=tracked,
+        system=sysinfo,
+        environment=environment,
+        deep=deep_section,
+        errors=sorted(issues, key=_issue_key),
+        timings_ms=timings,
+    )
+
+
+def _issue_key(issue: ProbeIssue) -> tuple[str, str, str]:
+    return (issue.section, issue.path or "", issue.message)

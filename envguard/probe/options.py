@@ -1,0 +1,37 @@
+"""What a snapshot probes: :class:`SnapshotOptions`, and the option sets commands share."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True, kw_only=True)
+class SnapshotOptions:
+    python: str | None = None
+    """Another interpreter (or venv folder) to snapshot; None for envguard's own."""
+    verify: str = "size"
+    deep: bool = False
+    file_patterns: tuple[str, ...] = ()
+    cwd: Path = field(default_factory=Path.cwd)
+    use_project_config: bool = True
+    """Read ``[tool.envguard]`` from the nearest pyproject.toml."""
+    write_cache_marker: bool = True
+    env: Mapping[str, str] | None = None
+    memo_root: Path | None = None
+    """Folder of envguard's memo files (hashes, parsed RECORDs, GPU facts); None: the
+    default, :func:`envguard.paths.memo_dir`."""
+    use_memo: bool = True
+    """Reuse parsed RECORDs from earlier snapshots of the same environment."""
+    integrity_only: frozenset[str] | None = None
+    """Check only these distributions against RECORD (the gate's fast path); None: all."""
+    git: bool = True
+    """Record the git state of the working directory (the gate does not need it)."""
+
+
+def locations_only(python: str | None) -> SnapshotOptions:
+    """The build and the cache locations only: no integrity check, no git, no project
+    config, no marker written (``envguard cache`` and ``envguard restore``)."""
+    return SnapshotOptions(python=python, verify="none", use_project_config=False,
+                           write_cache_marker=False, git=False)

@@ -1,0 +1,171 @@
+"""The shape of the code: no import cycles, no module over 400 lines, no ``utils``, layers.
+
+Imports are read with ``ast`` from every module of ``envguard`` and ``dflash``, also
+those inside functions and under ``TYPE_CHECKING`` (a dependency either way), with
+relative imports resolved. ``from pkg import name`` counts as an import of
+``pkg.name`` when that is a module of the project, else of ``pkg``. Importing
+``pkg.sub`` is not counted as importing ``pkg`` itself (Python runs ``pkg/__init__.py``
+first, but that is the package's face, not a dependency of the importer).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+MAX_LINES = 400
+
+Graph = Mapping[str, set[str]]
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules_of(root: Path, package: str) -> dict[str, Path]:
+    """Every module of ``package`` (a folder under ``root``), by dotted name."""
+    return {module_name(p, root): p for p in sorted((root / package).rglob("*.py"))}
+
+
+def _imported(node: ast.AST, module: str, is_package: bool) -> Iterable[tuple[str, str | None]]:
+    """(module, name or None) for every import statement anywhere in ``node``."""
+    for n in ast.walk(node):
+        if isinstance(n, ast.Import):
+            for alias in n.names:
+                yield alias.name, None
+        elif isinstance(n, ast.ImportFrom):
+            if n.level:
+                base = module.split(".") if is_package else module.split(".")[:-1]
+                base = base[:len(base) - (n.level - 1)] if n.level > 1 else base
+                target = ".".join([*base, *([n.module] if n.module else [])])
+            else:
+                target = n.module or ""
+            for alias in n.names:
+                yield target, alias.name
+
+
+def import_graph(root: Path, packages: Iterable[str]) -> dict[str, set[str]]:
+    """module -> the project modules it imports."""
+    mods: dict[str, Path] = {}
+    for package in packages:
+        mods.update(modules_of(root, package))
+    graph: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        edges: set[str] = set()
+        for target, imported in _imported(tree, name, path.name == "__init__.py"):
+            if imported is not None and f"{target}.{imported}" in mods:
+                edges.add(f"{target}.{imported}")
+            elif target in mods:
+                edges.add(target)
+        edges.discard(name)
+        graph[name] = edges
+    return graph
+
+
+def find_cycle(graph: Graph) -> list[str] | None:
+    """One import cycle as a path ``[a, b, ..., a]``, or None. Depth-first, iterative."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    for start in sorted(graph):
+        if state.get(start):
+            continue
+        path: list[str] = [start]
+        stack = [iter(sorted(graph.get(start, ())))]
+        state[start] = 1
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                state[path.pop()] = 2
+                stack.pop()
+            elif state.get(nxt) == 1:
+                return [*path[path.index(nxt):], nxt]
+            elif not state.get(nxt):
+                state[nxt] = 1
+                path.append(nxt)
+                stack.append(iter(sorted(graph.get(nxt, ()))))
+    return None
+
+
+def _explain(cycle: list[str] | None) -> str:
+    return "import cycle: " + " -> ".join(cycle or [])
+
+
+# ------------------------------------------------------------------------ the finder itself
+
+def test_find_cycle_on_small_graphs() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"a"}}) == ["a", "a"]
+    assert find_cycle({"x": {"y", "z"}, "y": {"z"}, "z": {"y"}}) == ["y", "z", "y"]
+
+
+def test_a_planted_cycle_through_a_function_level_relative_import(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("from pkg.sub import low\n")
+    (pkg / "top.py").write_text("from pkg.sub import low\n")
+    (pkg / "sub" / "low.py").write_text("def f():\n    from .. import top\n    return top\n")
+    graph = import_graph(tmp_path, ["pkg"])
+    assert graph["pkg.sub.low"] == {"pkg.top"}
+    assert graph["pkg.sub"] == {"pkg.sub.low"}
+    assert find_cycle(graph) == ["pkg.sub.low", "pkg.top", "pkg.sub.low"]
+    (pkg / "sub" / "low.py").write_text("def f():\n    return 1\n")
+    assert find_cycle(import_graph(tmp_path, ["pkg"])) is None
+
+
+# ------------------------------------------------------------------------ the project
+
+@pytest.mark.parametrize("package", ["envguard", "dflash"])
+def test_no_import_cycle(package: str) -> None:
+    graph = import_graph(ROOT, ["envguard", "dflash"])
+    cycle = find_cycle({m: t for m, t in graph.items() if m.split(".")[0] == package})
+    assert cycle is None, _explain(cycle)
+
+
+@pytest.mark.parametrize("package", ["envguard", "dflash"])
+def test_no_module_over_400_lines(package: str) -> None:
+    long = {name: n for name, p in modules_of(ROOT, package).items()
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+@pytest.mark.parametrize("package", ["envguard", "dflash"])
+def test_no_file_or_folder_named_utils(package: str) -> None:
+    found = [str(p.relative_to(ROOT)) for p in (ROOT / package).rglob("*")
+             if p.name.lower().startswith("utils") and "__pycache__" not in p.parts]
+    assert not found, f"name what the code does instead: {found}"
+
+
+LOWER = ("envguard.errors", "envguard.exitcodes", "envguard.paths", "envguard.atomic",
+         "envguard.validation", "envguard.model", "envguard.units", "envguard.snapshot_file",
+         "envguard.toml_write", "envguard.diff", "envguard.probe", "envguard.explain")
+UPPER = ("envguard.cli", "envguard.gate", "envguard.restore", "envguard.cache",
+         "envguard.fleet", "envguard.render")
+
+
+def _within(module: str, prefixes: Iterable[str]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def test_lower_layers_never_import_the_commands() -> None:
+    """The collectors and the diff engine know nothing of gates, stores or renderers."""
+    graph = import_graph(ROOT, ["envguard"])
+    upward = sorted(f"{m} -> {t}" for m, targets in graph.items() if _within(m, LOWER)
+                    for t in targets if _within(t, UPPER))
+    assert not upward, upward
+
+
+def test_only_the_cli_imports_the_cli() -> None:
+    graph = import_graph(ROOT, ["envguard"])
+    callers = sorted(f"{m} -> {t}" for m, targets in graph.items()
+                     if not _within(m, ("envguard.cli", "envguard.__main__"))
+                     for t in targets if _within(t, ("envguard.cli",)))
+    assert not callers, callers
