@@ -1,4 +1,4 @@
-"""The incident of shared/seeds/, as a pair of snapshots derived from a real one.
+"""The incident of docs/INCIDENT.md, as a pair of snapshots derived from a real one.
 
 ``tests/data/h200-snapshot.json`` is a real snapshot of the H200 GPU machine
 (torch 2.11.0+cu130, git 70d99e99…, the incident's build, 197 distributions).

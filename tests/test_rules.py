@@ -720,3 +720,27 @@ def test_cases_do_not_mutate_the_shared_snapshot() -> None:
                 case.build()
     assert base() == before
     assert dataclasses.asdict(base()) == dataclasses.asdict(before)
+
+
+def _remedy_of_env_change(old: Snapshot, new: Snapshot) -> tuple[str, ...]:
+    return next(f for f in explain(old, new) if f.rule == "env-var-changed").remedy
+
+
+def test_env_var_remedy_without_good_values_falls_back() -> None:
+    old = base()  # a variable only added: there is no good value to export
+    new = with_env(old, NCCL_P2P_DISABLE=EnvValue(value="1"))
+    assert _remedy_of_env_change(old, new) == ("restore the launch environment",)
+
+
+def test_env_var_remedy_never_cuts_an_export_line() -> None:
+    names = [f"TORCH_SETTING_{i}" for i in range(12)]
+    old = with_env(base(), **{n: EnvValue(value=f"{n.lower()}-" + "x" * 40) for n in names})
+    new = with_env(base(), **{n: EnvValue(value="changed") for n in names})
+    (remedy,) = _remedy_of_env_change(old, new)
+    head, _, exports = remedy.partition(": ")
+    assert head == "set them back in the launch script, or export the good values"
+    shown = exports.split("; ")
+    whole = {f"export {n}={n.lower()}-" + "x" * 40 for n in names}
+    assert shown[-1].startswith("… and ") and shown[-1].endswith(" more"), shown[-1]
+    assert set(shown[:-1]) <= whole and len(shown) > 2, shown  # every export shown is whole
+    assert len(shown) - 1 + int(shown[-1].split()[2]) == len(names)

@@ -1,6 +1,6 @@
 """Rules about torch.compile caches: cold, stale, volatile.
 
-The facts quoted come from ``shared/reference/compile-race.md``: measured on the
+The facts quoted come from docs/COMPILE-RACE.md: measured on the
 H200 machine with torch 2.11.0+cu130 (the incident's build) and on CPU with 2.13.
 """
 

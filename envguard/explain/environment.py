@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from envguard.diff import ADDED, MASKED, REMOVED
+from envguard.diff import ADDED, MASKED, REMOVED, Change
 from envguard.explain.interface import Context, Finding, Rule, Severity
 
 _BEHAVIOUR_VARS = ("CUDA", "NCCL", "TORCH", "PYTORCH", "TRITON", "NVIDIA", "CUBLAS", "CUDNN",
@@ -118,14 +118,28 @@ def env_var_changed(ctx: Context) -> Iterator[Finding]:
                "that they changed is known." if masked else "")
         ),
         evidence=tuple(lines),
-        remedy=("set them back in the launch script, or export the good values: "
-                + "; ".join(f"export {c.key}={c.old}" for c in changes
-                            if c.old not in (None, MASKED) and c.kind != ADDED)[:300]
-                or "restore the launch environment",),
+        remedy=(_env_remedy(changes),),
         changes=tuple(changes),
         weight=55,
         keywords=tuple(keywords),
     )
+
+
+def _env_remedy(changes: list[Change], limit: int = 300) -> str:
+    """Export the good values again: whole ``export`` lines only, as many as fit in
+    ``limit`` characters (at least one); without any good value, the general advice."""
+    exports = [f"export {c.key}={c.old}" for c in changes
+               if c.old not in (None, MASKED) and c.kind != ADDED]
+    if not exports:
+        return "restore the launch environment"
+    shown = exports[:1]
+    for line in exports[1:]:
+        if len("; ".join([*shown, line])) > limit:
+            break
+        shown.append(line)
+    if len(shown) < len(exports):
+        shown.append(f"… and {len(exports) - len(shown)} more")
+    return "set them back in the launch script, or export the good values: " + "; ".join(shown)
 
 
 def file_changed(ctx: Context) -> Iterator[Finding]:
