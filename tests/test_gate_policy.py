@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 from envguard.gate import check
 from envguard.gate.lockfile import Lock, build_entry
-from envguard.model import Distribution
+from envguard.model import Distribution, Snapshot
+from envguard.render import OutputFormat, PlainScreen, render
 from envguard.render.report import DiffReport
 from tests.incident import real_h200
 
@@ -110,3 +112,74 @@ def test_gate_snapshot_options_are_the_fast_gate_scope(tmp_path: Path) -> None:
     assert fast.cwd == tmp_path and fast.use_project_config is False
     full = gate_snapshot_options(lock, tmp_path, fast=False, for_lock=True)  # type: ignore[arg-type]
     assert full.git is True and full.integrity_only is None and full.write_cache_marker
+
+
+# ---------------------------------------------------------------------------- new machines
+
+def _locked_on_h200(tmp_path: Path) -> tuple[Lock, str, Snapshot]:
+    """The lock with its entry's reference snapshot beside it, as ``envguard lock`` writes."""
+    lock, snap = _lock(tmp_path, cache_policy="ignore")
+    folder = tmp_path / "lockfiles"
+    (folder / "t.snapshots").mkdir(parents=True)
+    (folder / "t.snapshots" / "h200.json").write_text(snap.to_json())  # type: ignore[attr-defined]
+    entry = dataclasses.replace(lock.entries[0], snapshot_file="t.snapshots/h200.json")
+    return dataclasses.replace(lock, entries=(entry,)), str(folder / "t.toml"), snap  # type: ignore[return-value]
+
+
+def _on(snap: Snapshot, *, host: str, torch: str = "2.15.0+cu132",
+        cuda: str | None = "13.2") -> Snapshot:
+    """The same environment on host ``host``, with another torch build."""
+    return dataclasses.replace(
+        snap, system=dataclasses.replace(snap.system, hostname=host),
+        torch=dataclasses.replace(snap.torch, version=torch, cuda=cuda))
+
+
+def test_a_new_machine_is_told_so_instead_of_shown_changes(tmp_path: Path) -> None:
+    lock, path, snap = _locked_on_h200(tmp_path)
+    result = check(_on(snap, host="laptop"), lock, path, tmp_path)
+    assert not result.passed and result.new_machine is not None
+    (finding,) = result.findings
+    assert finding.rule == "new-machine"
+    assert finding.title == ("no entry of this lock was recorded on laptop or on a machine like "
+                             "it (linux-x86_64, cpython 3.12, torch CUDA 13.2)")
+    assert "the closest entry, h200, was recorded on vm (linux-x86_64, cpython 3.12, " \
+        "torch CUDA 13.0)" in finding.explanation
+    assert finding.remedy[0] == "if this environment is known-good, bless it: envguard lock t"
+    assert finding.remedy[1].endswith("envguard restore " + str(tmp_path / "lockfiles" /
+                                                                "t.snapshots" / "h200.json"))
+
+    doc = json.loads(render(result, OutputFormat.JSON))
+    assert doc["changes"] == [] and doc["equivalent"] is False
+    assert [f["rule"] for f in doc["findings"]] == ["new-machine"]
+    assert doc["verdict"] == f"refused: {finding.title}", doc["verdict"]
+    text = render(result, OutputFormat.TEXT, screen=PlainScreen(width=200))
+    assert "[new-machine]" in text and "envguard lock t" in text
+    assert "torch-version-changed" not in text and "change(s)" not in text
+
+
+def test_the_same_host_or_the_same_kind_of_machine_has_drifted(tmp_path: Path) -> None:
+    lock, path, snap = _locked_on_h200(tmp_path)
+    same_host = check(_on(snap, host="vm"), lock, path, tmp_path)
+    same_kind = check(_on(snap, host="node-17", torch="2.11.0+cu130", cuda="13.0"), lock,
+                      path, tmp_path)
+    assert same_kind.passed  # a new host name alone changes nothing
+    polluted = _on(snap, host="node-17", torch="2.11.0+cu130", cuda="13.0")
+    extra = Distribution(name="vllm", version="0.11.0", location="/x",
+                         metadata_dir="vllm-0.11.0.dist-info")
+    drifted = check(dataclasses.replace(polluted, packages=[*polluted.packages, extra]), lock,
+                    path, tmp_path)
+    for result in (same_host, drifted):
+        assert not result.passed and result.new_machine is None
+        assert "new-machine" not in [f.rule for f in result.findings]
+    assert "torch-version-changed" in [f.rule for f in same_host.findings]
+    assert drifted.findings[0].rule == "foreign-stack-installed"
+
+
+def test_forbidden_packages_are_named_on_a_new_machine_too(tmp_path: Path) -> None:
+    lock, path, snap = _locked_on_h200(tmp_path)
+    new = _on(snap, host="laptop")
+    extra = Distribution(name="vllm", version="0.11.0", location="/x",
+                         metadata_dir="vllm-0.11.0.dist-info")
+    result = check(dataclasses.replace(new, packages=[*new.packages, extra]), lock, path,
+                   tmp_path)
+    assert [f.rule for f in result.findings] == ["new-machine", "foreign-stack-installed"]

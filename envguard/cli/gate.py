@@ -116,8 +116,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             "findings": [f.rule for f in result.findings]}
     if not result.passed and not args.force:
         sys.stderr.write(render(result, OutputFormat.TEXT, screen=StreamScreen(sys.stderr)))
-        sys.stderr.write(f"envguard: refused to run {name}: the environment does not match "
-                         f"{path} (use --force to run anyway)\n")
+        why = ("this machine is new to" if result.new_machine is not None
+               else "the environment does not match")
+        sys.stderr.write(f"envguard: refused to run {name}: {why} {path} (use --force to run "
+                         "anyway)\n")
         record_run(snapshot, {**meta, "exit_code": None}, Path.cwd(), good=False)
         return ExitCode.REFUSED
     if not result.passed:

@@ -20,6 +20,7 @@ from envguard.errors import InputError
 from envguard.explain import Finding, Severity, explain
 from envguard.explain.packages import FOREIGN_STACKS
 from envguard.gate.lockfile import Lock, LockEntry, closure, project_requires
+from envguard.gate.machine import NewMachine, new_machine, new_machine_finding
 from envguard.model import (
     Distribution,
     Files,
@@ -50,6 +51,8 @@ class GateResult:
     comparisons: tuple[EntryComparison, ...]
     cache_note: Finding | None = None
     """A cold compile cache under ``warn-if-cold`` (a warning) or ``require-warm`` (fatal)."""
+    new_machine: NewMachine | None = None
+    """Set when nothing matches and no entry was recorded on this machine or one like it."""
 
     @property
     def matched(self) -> EntryComparison | None:
@@ -69,15 +72,22 @@ class GateResult:
 
     @property
     def findings(self) -> tuple[Finding, ...]:
-        """Why the gate failed (or what it warns about): the closest entry's findings."""
+        """Why the gate failed (or what it warns about): the closest entry's findings; on a
+        new machine, that it is new (and forbidden packages, wrong on any machine)."""
         base = () if self.matched is not None else (
             self.closest.findings if self.closest else ())
+        if self.new_machine is not None:
+            base = (new_machine_finding(self.new_machine, self.lock_path),
+                    *(f for f in base if f.rule in _WRONG_ANYWHERE))
         note = self.cache_note
         if note is None:
             return base
         if note.severity is not Severity.CRITICAL:
             return (*base, note)  # a warning only: never the headline of a refusal
         return tuple(sorted((note, *base), key=lambda f: (f.severity.rank, -f.weight, f.rule)))
+
+
+_WRONG_ANYWHERE = frozenset({"forbidden-package-installed", "foreign-stack-installed"})
 
 
 def _minor(version: str) -> str:
@@ -239,5 +249,9 @@ def check(snapshot: Snapshot, lock: Lock, lock_path: str, project_root: Path, *,
         compare(e, lock, snapshot, project_root, now,
                 _accepted_issues(e, lock_dir) if touched else ())
         for e in entries)
-    return GateResult(lock=lock, lock_path=lock_path, snapshot=snapshot,
-                      comparisons=comparisons, cache_note=_cache_note(lock, snapshot))
+    result = GateResult(lock=lock, lock_path=lock_path, snapshot=snapshot,
+                        comparisons=comparisons, cache_note=_cache_note(lock, snapshot))
+    if result.matched is None and result.closest is not None:
+        new = new_machine(lock, lock_dir, snapshot, result.closest.entry)
+        result = dataclasses.replace(result, new_machine=new)
+    return result

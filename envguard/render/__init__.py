@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
     Report = DiffReport | GateResult | FleetReport | CacheStatus | RestoreReport
 
-__all__ = ["PLAIN", "OutputFormat", "Screen", "render"]
+__all__ = ["PLAIN", "OutputFormat", "PlainScreen", "Screen", "json_text", "render", "to_text"]
 
 
 class Screen(Protocol):

@@ -2,12 +2,15 @@
 
 A match is two plain lines (no rich: it would cost 40 ms of the gate's budget); a
 mismatch is the closest entry's diff report, rendered as ``envguard diff`` renders one.
+On a new machine the report lists no changes (another machine's package set is not a
+change), only the ``new-machine`` finding that says how to bless this environment.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from envguard.diff import SnapshotDiff
 from envguard.errors import InputError
 from envguard.render.report import DiffReport
 from envguard.render.sanitize import clean
@@ -25,6 +28,12 @@ def diff_report(result: GateResult) -> DiffReport:
         raise InputError(f"{result.lock_path}: the lock has no environment entries")
     blocking = result.cache_note if (result.cache_note is not None and not result.passed
                                      and result.matched is not None) else None
+    if result.new_machine is not None:
+        return DiffReport(old_name=f"{result.lock_path} [{closest.entry.id}]",
+                          new_name="this environment", diff=SnapshotDiff(changes=()),
+                          findings=result.findings,
+                          refused_by=next(f.title for f in result.findings
+                                          if f.rule == "new-machine"))
     return DiffReport(old_name=f"{result.lock_path} [{closest.entry.id}]",
                       new_name="this environment", diff=closest.diff,
                       findings=result.findings,
