@@ -1,7 +1,9 @@
-"""Reading snapshot files, with one-line errors that name the file."""
+"""Reading snapshot files (and other JSON documents), with one-line errors that name the file."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from envguard.errors import InputError, SnapshotValidationError, UnsupportedSchemaError
@@ -10,29 +12,43 @@ from envguard.model import Snapshot
 MAX_SNAPSHOT_BYTES = 256 << 20
 
 
-def read_snapshot(path: str | Path) -> Snapshot:
-    """Load and validate a snapshot; InputError (exit 2) naming the file on any problem."""
+def read_document(path: Path, *, limit: int = MAX_SNAPSHOT_BYTES) -> str:
+    """The text of a snapshot-like file; InputError (exit 2) naming it when it is a folder,
+    larger than ``limit`` bytes, missing, unreadable or not UTF-8."""
     name = str(path)
-    p = Path(path)
     try:
-        if p.is_dir():
+        if path.is_dir():
             raise InputError(f"{name}: is a folder, not a snapshot file")
-        if p.stat().st_size > MAX_SNAPSHOT_BYTES:
-            raise InputError(f"{name}: too large for a snapshot ({p.stat().st_size:,} bytes)")
-        raw = p.read_bytes()
+        size = path.stat().st_size
+        if size > limit:
+            raise InputError(f"{name}: too large for a snapshot ({size:,} bytes)")
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise InputError(f"{name}: no such file") from None
     except OSError as exc:
         raise InputError(f"{name}: cannot read: {exc.strerror or exc}") from None
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError:
         raise InputError(f"{name}: not a snapshot (not UTF-8 text)") from None
+
+
+@contextlib.contextmanager
+def naming(name: str) -> Iterator[None]:
+    """Schema and validation errors of a document read from ``name``, as one-line errors
+    that name it (a newer schema stays an UnsupportedSchemaError)."""
     try:
-        return Snapshot.from_json(text)
+        yield
     except UnsupportedSchemaError as exc:
         raise UnsupportedSchemaError(f"{name}: {exc}") from None
     except SnapshotValidationError as exc:
         raise InputError(f"{name}: {exc}") from None
     except RecursionError:
         raise InputError(f"{name}: not a snapshot (nested too deeply)") from None
+
+
+def read_snapshot(path: str | Path) -> Snapshot:
+    """Load and validate a snapshot; InputError (exit 2) naming the file on any problem."""
+    text = read_document(Path(path))
+    with naming(str(path)):
+        return Snapshot.from_json(text)

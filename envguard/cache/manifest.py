@@ -1,5 +1,5 @@
 """The archive manifest of ``envguard cache``: its frozen dataclasses, its strict parser,
-and reading a store of archives. No writing here (see :mod:`envguard.cache_store`)."""
+and reading a store of archives. No writing here (see :mod:`envguard.cache.store`)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Tar files of a cache tree: writing without following links out of the tree, checking
 every member before anything is extracted, extracting with tarfile's ``data`` filter, and
-swapping the result into place atomically. Used by :mod:`envguard.cache_store`."""
+swapping the result into place atomically. Used by :mod:`envguard.cache.store`."""
 
 from __future__ import annotations
 

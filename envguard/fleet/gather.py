@@ -28,8 +28,6 @@ from envguard.atomic import write_text_atomic
 from envguard.errors import (
     GatherError,
     InputError,
-    SnapshotValidationError,
-    UnsupportedSchemaError,
 )
 from envguard.fleet.analyse import (
     Member,
@@ -38,7 +36,7 @@ from envguard.fleet.analyse import (
     members_from_document,
 )
 from envguard.model import Snapshot
-from envguard.snapshot_file import MAX_SNAPSHOT_BYTES
+from envguard.snapshot_file import MAX_SNAPSHOT_BYTES, naming, read_document
 
 RANK_FILE = re.compile(r"rank-([0-9]{1,9})\.json")
 POLL_S = 0.2
@@ -170,39 +168,20 @@ def gather_dir(snapshot: Snapshot, launch: Launch, folder: Path, timeout_s: floa
 # -- reading fleet inputs -------------------------------------------------------------
 
 def _load_json(path: Path) -> Any:
-    name = str(path)
+    text = read_document(path, limit=MAX_SNAPSHOT_BYTES * 16)
     try:
-        if path.is_dir():
-            raise InputError(f"{name}: is a folder, not a snapshot file")
-        size = path.stat().st_size
-        if size > MAX_SNAPSHOT_BYTES * 16:
-            raise InputError(f"{name}: too large for a snapshot ({size:,} bytes)")
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"{name}: no such file") from None
-    except OSError as exc:
-        raise InputError(f"{name}: cannot read: {exc.strerror or exc}") from None
-    try:
-        return json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise InputError(f"{name}: not a snapshot (not UTF-8 text)") from None
+        return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputError(f"{name}: not valid JSON ({exc.msg} at line {exc.lineno} "
+        raise InputError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno} "
                          f"column {exc.colno})") from None
     except (ValueError, RecursionError):
-        raise InputError(f"{name}: not a snapshot (malformed JSON)") from None
+        raise InputError(f"{path}: not a snapshot (malformed JSON)") from None
 
 
 def read_snapshot_file(path: Path) -> Snapshot:
     data = _load_json(path)
-    try:
+    with naming(str(path)):
         return Snapshot.from_dict(data)
-    except UnsupportedSchemaError as exc:
-        raise UnsupportedSchemaError(f"{path}: {exc}") from None
-    except SnapshotValidationError as exc:
-        raise InputError(f"{path}: {exc}") from None
-    except RecursionError:
-        raise InputError(f"{path}: not a snapshot (nested too deeply)") from None
 
 
 def read_members(path: str) -> list[Member]:
@@ -212,16 +191,10 @@ def read_members(path: str) -> list[Member]:
     """
     p = Path(path)
     data = _load_json(p)
-    try:
+    with naming(path):
         if is_fleet_document(data):
             return members_from_document(p.name, data)
         snapshot = Snapshot.from_dict(data)
-    except UnsupportedSchemaError as exc:
-        raise UnsupportedSchemaError(f"{path}: {exc}") from None
-    except SnapshotValidationError as exc:
-        raise InputError(f"{path}: {exc}") from None
-    except RecursionError:
-        raise InputError(f"{path}: not a snapshot (nested too deeply)") from None
     match = RANK_FILE.fullmatch(p.name)
     return [member_from_snapshot(p.name, snapshot,
                                  rank=int(match.group(1)) if match else None)]

@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -140,16 +140,33 @@ def sync_requirements(plan: RestorePlan) -> str:
     return "".join(f"{line}\n" for line in plan.requirements)
 
 
+@contextlib.contextmanager
+def _requirements_file(plan: RestorePlan) -> Iterator[Path]:
+    """The plan's requirements in a temporary file, removed afterwards."""
+    workdir = Path(tempfile.mkdtemp(prefix="envguard-restore-"))
+    try:
+        reqs = workdir / "requirements.txt"
+        reqs.write_text(sync_requirements(plan), encoding="utf-8")
+        yield reqs
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
 def build_venv(plan: RestorePlan, target: Path, *, uv: str, python: str,
                echo: Echo | None = None, step: Echo | None = None) -> Path:
     """Create ``target`` holding exactly the plan's package set; returns its interpreter."""
     tmp = partial_path(target)
     if tmp.exists():
         raise RestoreError(f"{tmp} already exists (left by an interrupted run?); remove it")
-    workdir = Path(tempfile.mkdtemp(prefix="envguard-restore-"))
+    with _requirements_file(plan) as reqs:
+        _build(plan, tmp, target, reqs, uv=uv, python=python, echo=echo, step=step)
+    return target / "bin" / "python"
+
+
+def _build(plan: RestorePlan, tmp: Path, target: Path, reqs: Path, *, uv: str, python: str,
+           echo: Echo | None, step: Echo | None) -> None:
+    """Fill ``tmp`` with uv, then rename it to ``target``; on any failure ``tmp`` is removed."""
     try:
-        reqs = workdir / "requirements.txt"
-        reqs.write_text(sync_requirements(plan), encoding="utf-8")
         if step:
             step(f"creating a venv with Python {python} in {tmp}")
         _check(run_uv([uv, "venv", "--color", "never", "--relocatable", "--python", python,
@@ -169,9 +186,6 @@ def build_venv(plan: RestorePlan, target: Path, *, uv: str, python: str,
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    return target / "bin" / "python"
 
 
 def sync_in_place(plan: RestorePlan, *, uv: str, echo: Echo | None = None,
@@ -185,10 +199,7 @@ def sync_in_place(plan: RestorePlan, *, uv: str, echo: Echo | None = None,
     rebuilt = [r.name for r in plan.rows
                if r.action == CHANGE and r.good_version == r.current_version]
     seeds = [r.name for r in plan.rows if r.action == REMOVE and r.name in SEED_PACKAGES]
-    workdir = Path(tempfile.mkdtemp(prefix="envguard-restore-"))
-    try:
-        reqs = workdir / "requirements.txt"
-        reqs.write_text(sync_requirements(plan), encoding="utf-8")
+    with _requirements_file(plan) as reqs:
         if step:
             step(f"syncing {python} to {len(plan.requirements)} package(s) with uv pip sync")
         reinstall = [arg for name in rebuilt for arg in ("--reinstall-package", name)]
@@ -200,5 +211,3 @@ def sync_in_place(plan: RestorePlan, *, uv: str, echo: Echo | None = None,
             _check(run_uv([uv, "pip", "uninstall", "--color", "never", "--python", python,
                            *seeds], timeout=UV_VENV_TIMEOUT_S, echo=echo),
                    "removing " + " ".join(seeds), UV_VENV_TIMEOUT_S)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
