@@ -822,6 +822,15 @@ def load_hf_tokenizer(run: Run, folder: Path) -> Any:
     return run.memo[key]
 
 
+def _version(name: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
 def training_budget(run: Run) -> float:
     """``--minutes``, cut so that the run can still end by ``--deadline-s`` (counted from
     the start of the script) with ``--reserve-s`` left for saving and the later stages."""
@@ -861,7 +870,8 @@ def stage_pretrain(run: Run) -> dict[str, Any]:
         "shape": asdict(size), "model_vocab": vocab, "flops_per_token": fpt,
         "compile": run.args.compile, "device": str(run.device),
         "gpu": torch.cuda.get_device_name(run.device) if run.device.type == "cuda" else None,
-        "torch": torch.__version__, "budget_s": budget,
+        "torch": torch.__version__, "transformers": _version("transformers"),
+        "tokenizers": _version("tokenizers"), "budget_s": budget,
         "minutes_asked": run.args.minutes, "deadline_s": run.args.deadline_s,
         "steps": st.step, "tokens": st.tokens, "epochs": st.tokens / data.numel(),
         "batch_tokens": size.micro_batch * size.accum * size.seq_len,
