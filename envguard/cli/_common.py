@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from envguard.probe import SnapshotOptions
+    from envguard.render import Report
 
 
 class Parser(argparse.ArgumentParser):
@@ -37,6 +38,13 @@ def write_stdout(text: str) -> None:
         sys.stdout.flush()
     except BrokenPipeError:
         raise OutputError("stdout closed before the output was written") from None
+
+
+def show(report: Report, fmt: str, *, show_all: bool = False) -> None:
+    """``report`` rendered in format ``fmt`` (text fitted to stdout) on stdout."""
+    from envguard.render import render
+
+    write_stdout(render(report, fmt, show_all=show_all, screen=StreamScreen(sys.stdout)))
 
 
 def note(message: str, *, limit: int = 1000) -> None:

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import argparse
 import socket
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envguard.cli._common import StreamScreen, note, write_stdout
+from envguard.cli._common import note, show, write_stdout
 from envguard.exitcodes import ExitCode
 
 if TYPE_CHECKING:
@@ -90,10 +89,9 @@ def _note(text: str) -> None:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from envguard.cache import store as cache_store
-    from envguard.render import render
 
     st = cache_store.status(_snapshot(args.python), _store(args.store), time.time())
-    write_stdout(render(st, args.format, screen=StreamScreen(sys.stdout)))
+    show(st, args.format)
     return ExitCode.OK
 
 

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-from envguard.cli._common import StreamScreen, write_stdout
+from envguard.cli._common import show
 from envguard.exitcodes import ExitCode
 from envguard.render.formats import OutputFormat
 
@@ -31,7 +30,6 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
 def cmd_diff(args: argparse.Namespace) -> int:
     from envguard.diff import diff
     from envguard.explain import explain
-    from envguard.render import render
     from envguard.render.report import DiffReport
     from envguard.snapshot_file import read_snapshot
 
@@ -40,6 +38,5 @@ def cmd_diff(args: argparse.Namespace) -> int:
     report = DiffReport(old_name=args.old, new_name=args.new, diff=changes,
                         findings=tuple(explain(old, new, changes, args.symptom)),
                         symptom=args.symptom)
-    write_stdout(render(report, args.format, show_all=args.all,
-                        screen=StreamScreen(sys.stdout)))
+    show(report, args.format, show_all=args.all)
     return ExitCode.OK if report.equivalent else ExitCode.DRIFT

@@ -11,24 +11,18 @@ import argparse
 import dataclasses
 import json
 import os
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envguard.cli._common import (
-    StreamScreen,
-    add_probe_options,
-    probe_options,
-    write_stdout,
-)
+from envguard.cli._common import add_probe_options, note, probe_options, show
 from envguard.errors import InputError
 from envguard.exitcodes import ExitCode
 from envguard.paths import FLEET_DIR
 from envguard.render.formats import OutputFormat
 
 if TYPE_CHECKING:
-    from envguard.fleet.analyse import FleetReport, Member
+    from envguard.fleet.analyse import Member
 
 DEFAULT_DIR_TIMEOUT_S = 120.0
 DEFAULT_TORCH_TIMEOUT_S = 60.0
@@ -100,12 +94,6 @@ def _same_file(a: str, b: str) -> bool:
         return os.path.abspath(a) == os.path.abspath(b)
 
 
-def _print_report(report: FleetReport, fmt: str) -> None:
-    from envguard.render import render
-
-    write_stdout(render(report, fmt, screen=StreamScreen(sys.stdout)))
-
-
 def cmd_fleet_diff(args: argparse.Namespace) -> int:
     from envguard.fleet.analyse import analyse
     from envguard.fleet.gather import read_members
@@ -138,7 +126,7 @@ def cmd_fleet_diff(args: argparse.Namespace) -> int:
                                  "pass one snapshot file")
             baseline = found[0]
     report = analyse(members, baseline=baseline, ignored_variables=args.ignore_env)
-    _print_report(report, args.format)
+    show(report, args.format)
     return ExitCode.OK if report.equivalent else ExitCode.DRIFT
 
 
@@ -182,11 +170,11 @@ def cmd_fleet_snapshot(args: argparse.Namespace) -> int:
     write_text_atomic(destination, json.dumps(doc, sort_keys=True, indent=2,
                                               ensure_ascii=True) + "\n")
     if not args.output:
-        print(f"envguard: fleet document written to {destination}", file=sys.stderr)
+        note(f"fleet document written to {destination}")
     members = members_from_document(destination.name, doc)
     if len(members) == 1:
         notes.append("one snapshot only: nothing to compare")
     report = analyse(members, ignored_variables=args.ignore_env, notes=notes)
     if not args.quiet:
-        _print_report(report, args.format)
+        show(report, args.format)
     return ExitCode.OK if report.equivalent else ExitCode.DRIFT

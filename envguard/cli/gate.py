@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from envguard.cli._common import StreamScreen, write_stdout
+from envguard.cli._common import StreamScreen, show, write_stdout
 from envguard.errors import InputError
 from envguard.exitcodes import ExitCode
 from envguard.render.formats import OutputFormat
@@ -85,13 +85,12 @@ def cmd_lock(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from envguard.gate import check_command
-    from envguard.render import render
 
     if not args.name and not args.lock:
         raise InputError("name a lock (envguard check NAME) or pass --lock PATH")
     result = check_command(args.name or "", lock=args.lock, python=args.python,
                            strict=args.strict)
-    write_stdout(render(result, args.format, screen=StreamScreen(sys.stdout)))
+    show(result, args.format)
     return ExitCode.OK if result.passed else ExitCode.DRIFT
 
 

@@ -11,21 +11,19 @@ import contextlib
 import dataclasses
 import os
 import signal
-import sys
 import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envguard.cli._common import StreamScreen, note, write_stdout
+from envguard.cli._common import note, show
 from envguard.errors import InputError
 from envguard.exitcodes import ExitCode
 
 if TYPE_CHECKING:
     from envguard.model import Snapshot
     from envguard.restore.plan import RestorePlan
-    from envguard.restore.report import RestoreReport
 
 
 def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
@@ -114,13 +112,6 @@ def _write_outputs(args: argparse.Namespace, plan: RestorePlan, good: Snapshot) 
         note(f"wrote {args.pylock_out}")
 
 
-def _show(report: RestoreReport, args: argparse.Namespace) -> None:
-    from envguard.render import render
-
-    write_stdout(render(report, args.format, show_all=args.all,
-                        screen=StreamScreen(sys.stdout)))
-
-
 def cmd_restore(args: argparse.Namespace) -> int:
     from envguard.probe.interpreter import is_current_interpreter
     from envguard.restore.build import build_venv, find_uv, sync_in_place
@@ -139,13 +130,14 @@ def cmd_restore(args: argparse.Namespace) -> int:
                          find_links=links, no_index=args.no_index)
     plan = plan_restore(good, current, good_name=args.good, index=index)
     report = RestoreReport(plan=plan, in_place=args.in_place)
+    # Text shows the plan before uv runs, and the proof after; JSON is one document at the end.
     as_json = args.format == "json"
     if not as_json:
-        _show(report, args)
+        show(report, args.format, show_all=args.all)
     _write_outputs(args, plan, good)
     if args.dry_run:
         if as_json:
-            _show(report, args)
+            show(report, args.format, show_all=args.all)
         return ExitCode.OK
 
     uv = find_uv()
@@ -173,5 +165,6 @@ def cmd_restore(args: argparse.Namespace) -> int:
     note(f"restored into {target} in {time.perf_counter() - started:.1f} s; verifying")
     verification = verify_restore(good, _snapshot(new_python), good_name=args.good,
                                   new_name=str(target))
-    _show(dataclasses.replace(report, target=str(target), verification=verification), args)
+    show(dataclasses.replace(report, target=str(target), verification=verification),
+         args.format, show_all=args.all)
     return ExitCode.OK if verification.ok else ExitCode.DRIFT
