@@ -14,7 +14,7 @@ Three layers, the first two torch-free:
   (each n-gram's most recent end), for decode loops over long contexts;
 - :func:`speculate`: the greedy draft-verify loop against any :class:`Verifier` (the
   target's side: prefill, verify a block, crop the cache), lossless by construction;
-  :class:`TargetVerifier` adapts ``dflash.target.Target`` to it, and
+  :class:`TargetVerifier` adapts the frozen target of ``dflash.target`` to it, and
   :class:`ReplayVerifier` replays a recorded greedy decode (exact n-gram tau of recorded
   target outputs, such as ``dflash-generate`` rows, with no model at all).
 
@@ -232,8 +232,9 @@ def speculate(verifier: Verifier, prompt: Sequence[int], *, max_new_tokens: int,
 
 
 class TargetVerifier:
-    """:class:`Verifier` over a ``dflash.target.Target`` (its ``new_cache``,
-    ``forward_cached``, ``crop_cache`` and ``device``); torch is imported on first use."""
+    """:class:`Verifier` over the frozen target of ``dflash.target`` (what it uses:
+    ``new_cache``, ``forward_cached``, ``crop_cache`` and ``device``); torch is imported
+    on first use."""
 
     def __init__(self, target: Any) -> None:
         self.target = target
