@@ -39,19 +39,34 @@ class Target:
 
 
 def resolve_python(python: str) -> str:
-    """Accept an interpreter, a venv folder or a conda env folder; return the interpreter."""
-    path = Path(python).expanduser()
+    """The absolute path of the interpreter ``python`` names.
+
+    ``python`` may be an interpreter, a venv folder or a conda env folder. A value with a
+    slash (``./python``, ``~/envs/a``) is a path, relative to the working directory; a bare
+    name is a folder of the working directory if there is one (``.venv``), else a command
+    looked up on PATH, as a shell would.
+    """
+    expanded = os.path.expanduser(python)
+    if not _has_slash(expanded) and not os.path.isdir(expanded):
+        found = shutil.which(expanded)
+        if found is None:
+            hint = (f" (for the file in the current folder write ./{python})"
+                    if os.path.isfile(expanded) else "")
+            raise ProbeError(f"interpreter not found on PATH: {python}{hint}")
+        return os.path.abspath(found)
+    path = Path(os.path.abspath(expanded))
     if path.is_dir():
         for candidate in ("bin/python", "bin/python3", "Scripts/python.exe", "python.exe"):
             if (path / candidate).exists():
                 return str(path / candidate)
         raise ProbeError(f"no Python interpreter found in folder {path}")
     if not path.exists():
-        found = None if os.sep in python else shutil.which(python)
-        if found is None:
-            raise ProbeError(f"interpreter not found: {python}")
-        return found
+        raise ProbeError(f"interpreter not found: {python}")
     return str(path)
+
+
+def _has_slash(value: str) -> bool:
+    return os.sep in value or bool(os.altsep and os.altsep in value)
 
 
 def probe_self() -> Target:
@@ -101,7 +116,38 @@ def probe_python(python: str) -> Target:
         raise ProbeError(f"cannot probe {exe}: it printed no facts") from None
     if not isinstance(facts, dict) or "sys_path" not in facts:
         raise ProbeError(f"cannot probe {exe}: unexpected probe output")
+    check_ran_as(exe, facts)
     return Target(facts=facts)
+
+
+def _same_path(a: str, b: str) -> bool:
+    if os.path.abspath(a) == os.path.abspath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_ran_as(exe: str, facts: dict[str, Any]) -> None:
+    """Raise ProbeError unless the probe ran under ``exe`` itself, in ``exe``'s environment.
+
+    The interpreter reports its ``sys.executable`` and ``sys.prefix``. The executable must
+    be ``exe`` or the same file (a venv's ``python`` is a symlink to the base interpreter),
+    and the prefix ``exe``'s venv folder, or for an interpreter outside a venv its own
+    base prefix. A wrapper script that starts another interpreter fails here.
+    """
+    reported = str(facts.get("executable") or "")
+    prefix = str(facts.get("prefix") or "")
+    base = str(facts.get("base_prefix") or prefix)
+    same_binary = _same_path(reported, exe) if reported else True
+    venv = _venv_prefix(exe)
+    same_env = _same_path(prefix, venv) if venv is not None else _same_path(prefix, base)
+    if same_binary and same_env:
+        return
+    raise ProbeError(
+        f"--python {exe} ran another interpreter: {reported or 'an unnamed one'} with prefix "
+        f"{prefix or 'unknown'}; name the interpreter itself (what sys.executable prints in it)")
 
 
 # ---------------------------------------------------------------------------- the section
