@@ -242,6 +242,21 @@ def test_run_leaves_argv_alone(project: Path, envs: Envs) -> None:
     assert f"demo-train argv={json.dumps(odd)}" in proc.stdout
 
 
+@pytest.mark.parametrize(("command", "message"), [
+    ("qatool", "command not found: qatool"),
+    ("./no/such/tool", "command not found: ./no/such/tool"),
+    ("./src", "command not found: ./src"),
+    ("./src/x.py", "command not executable: ./src/x.py"),
+])
+def test_run_of_a_missing_command_is_exit_2_before_the_gate(project: Path, command: str,
+                                                           message: str) -> None:
+    """The old code checked envguard's own venv against the lock and refused (exit 3)."""
+    proc = envguard("run", "--lock", "lockfiles/demo-train.toml", "--", command, cwd=project)
+    assert proc.returncode == ExitCode.USAGE, proc.stdout + proc.stderr
+    assert proc.stderr.splitlines() == [f"envguard: error: {message}"]
+    assert runs(project) == []
+
+
 def test_run_finds_the_interpreter_behind_a_shell_trampoline(project: Path,
                                                              envs: Envs) -> None:
     assert script(envs.spaced).read_text().startswith("#!/bin/sh\n")

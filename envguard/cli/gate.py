@@ -94,6 +94,19 @@ def cmd_check(args: argparse.Namespace) -> int:
     return ExitCode.OK if result.passed else ExitCode.DRIFT
 
 
+def _check_runnable(command: str) -> None:
+    """The command exists where the child will look for it (its PATH, or the path given)."""
+    from envguard.errors import CommandNotFound
+    from envguard.gate.runner import resolve_command
+
+    found = resolve_command(command, os.environ)
+    if found is not None and not os.path.isdir(found):
+        return
+    if found is None and os.sep in command and os.path.isfile(command):
+        raise CommandNotFound(f"command not executable: {command}")
+    raise CommandNotFound(f"command not found: {command}")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from envguard.gate import VERIFIED_ENV, check_command, interpreter_of
     from envguard.gate.runner import record_run, run_child
@@ -104,6 +117,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         argv = argv[1:]
     if not argv:
         raise InputError("no command: envguard run [options] -- CMD [ARGS...]")
+    _check_runnable(argv[0])  # before the gate: a typo is not a drifted environment
     name = os.path.basename(argv[0])
     result = check_command(name, lock=args.lock, python=args.python or interpreter_of(argv[0]),
                            strict=args.strict)
