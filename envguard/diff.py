@@ -182,12 +182,15 @@ def _gpu_summary(s: Snapshot) -> list[str]:
 
 
 def _system(old: Snapshot, new: Snapshot) -> Iterator[Change]:
+    # How nvidia-smi answered (absent, unreadable, no devices) is no change of GPUs when
+    # neither side lists one.
+    no_gpus = ("gpu_probe",) if not old.system.gpus and not new.system.gpus else ()
     yield from _fields("system", old.system, new.system,
                        ("gpu_probe", "driver_version", "cuda_driver_version", "nvcc",
                         "cuda_home", "os", "kernel", "glibc", "machine", "cpu_model",
                         "cpu_logical", "memory_bytes", "hostname"),
                        immaterial=frozenset({"hostname", "memory_bytes", "cpu_logical",
-                                             "kernel", "cuda_home"}))
+                                             "kernel", "cuda_home", *no_gpus}))
     ga, gb = _gpu_summary(old), _gpu_summary(new)
     if ga != gb:
         yield Change(section="system", key="gpus", old=ga, new=gb)

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import os
 import platform
+import shutil
 import time
 from pathlib import Path
 
 import pytest
 
-from envguard.model import ProbeIssue, System
+from envguard.diff import diff
+from envguard.explain import explain
+from envguard.model import ProbeIssue, Snapshot, System
 from envguard.probe import SnapshotOptions, collect, commands, system
 
 SMI_OUTPUT = "0, NVIDIA H200, 143771, 580.159.04, 9.0\n1, NVIDIA H200, 143771, 580.159.04, 9.0\n"
@@ -206,3 +209,83 @@ def test_gpu_facts_are_cached_by_driver_state(tmp_path: Path,
     ask()
     assert calls.read_text().count("x") == 2  # a driver upgrade asks again
     assert gpu_memo.driver_state(str(tmp_path / "no-driver")) is None
+
+
+# --- nvidia-smi answers envguard cannot read (fake nvidia-smi scripts on PATH: no GPU here)
+
+GARBAGE = "Welcome to the cluster! Type 'module avail' for software.\n"
+
+
+def _snapshot_with_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str,
+                       body: str | None) -> Snapshot:
+    """A whole snapshot with ``body`` as the fake nvidia-smi (None: no nvidia-smi at all)."""
+    folder = tmp_path / name
+    folder.mkdir()
+    if body is not None:
+        _tool(folder, "nvidia-smi", body)
+    rest = [d for d in os.environ["PATH"].split(os.pathsep) if not d.startswith(str(tmp_path))]
+    monkeypatch.setenv("PATH", os.pathsep.join([str(folder), *rest]))
+    if body is None:
+        assert shutil.which("nvidia-smi") is None
+    return collect(SnapshotOptions(cwd=tmp_path, verify="none", write_cache_marker=False,
+                                   memo_root=tmp_path / f"memo-{name}"))
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    (f"printf \"{GARBAGE}\"\n", "nvidia-smi printed no GPU list envguard can read: Welcome to"),
+    ("exit 0\n", "nvidia-smi printed nothing"),
+    ("echo 'usage: nvidia-smi [OPTION]'\n", "can read: usage: nvidia-smi [OPTION]"),
+])
+def test_an_unreadable_answer_is_an_error_not_zero_gpus(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str, message: str) -> None:
+    """The old code called any exit-0 answer gpu_probe 'ok' with no GPUs and no error."""
+    snapshot = _snapshot_with_smi(tmp_path, monkeypatch, "garbage", body)
+    assert snapshot.system.gpu_probe == "error"
+    assert snapshot.system.gpus == [] and snapshot.system.driver_version is None
+    found = [e.message for e in snapshot.errors if e.section == "system"]
+    assert len(found) == 1 and message in found[0], found
+
+
+def test_no_devices_is_zero_gpus_and_a_broken_gpu_line_is_recorded(tmp_path: Path) -> None:
+    sysinfo, issues = _system(commands.CommandResult((), 0, "No devices were found\n", "", None))
+    assert (sysinfo.gpu_probe, sysinfo.gpus, issues) == ("ok", [], [])
+    text = ("Unable to determine the device handle for GPU0000:3B:00.0: Unknown Error\n"
+            "1, NVIDIA L4, 23034, 550.54.15, 8.9\n")
+    sysinfo, issues = _system(commands.CommandResult((), 0, text, "", None))
+    assert sysinfo.gpu_probe == "ok" and [g.name for g in sysinfo.gpus] == ["NVIDIA L4"]
+    assert [i.message for i in issues] == [
+        "nvidia-smi: Unable to determine the device handle for GPU0000:3B:00.0: Unknown Error"]
+
+
+def _gpu_findings(old: Snapshot, new: Snapshot) -> list[tuple[str, str]]:
+    return [(f.severity.value, f.title) for f in explain(old, new)
+            if f.rule == "gpu-driver-changed"]
+
+
+def test_absent_unreadable_and_no_devices_are_not_a_change_of_gpus(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the old code a host whose nvidia-smi printed garbage, diffed against a host without
+    one, was a CRITICAL 'the GPUs changed'."""
+    garbage = _snapshot_with_smi(tmp_path, monkeypatch, "garbage", f"printf \"{GARBAGE}\"\n")
+    absent = _snapshot_with_smi(tmp_path, monkeypatch, "absent", None)
+    none = _snapshot_with_smi(tmp_path, monkeypatch, "none", "echo 'No devices were found'\n")
+    assert (garbage.system.gpu_probe, absent.system.gpu_probe, none.system.gpu_probe) == (
+        "error", "absent", "ok")
+    for old, new in ((garbage, absent), (absent, garbage), (none, absent), (garbage, none)):
+        changes = diff(old, new).find("system")
+        assert [c.key for c in changes if c.material and c.key in ("gpus", "gpu_probe")] == []
+        assert _gpu_findings(old, new) == []
+
+
+def test_gpus_against_absent_or_unreadable(tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    two = _snapshot_with_smi(tmp_path, monkeypatch, "two", f"printf '{SMI_OUTPUT}'\n")
+    absent = _snapshot_with_smi(tmp_path, monkeypatch, "absent", None)
+    garbage = _snapshot_with_smi(tmp_path, monkeypatch, "garbage", f"printf \"{GARBAGE}\"\n")
+    # Two H200s, then a host without nvidia-smi: the GPUs did change.
+    assert _gpu_findings(two, absent) == [("critical", "the GPUs changed")]
+    # Two H200s, then an answer that cannot be read: unknown, a warning naming the error.
+    (finding,) = [f for f in explain(two, garbage) if f.rule == "gpu-driver-changed"]
+    assert finding.severity.value == "warning"
+    assert finding.title == "nvidia-smi failed in one snapshot: its GPUs are unknown"
+    assert any("Welcome to the cluster" in e for e in finding.evidence), finding.evidence

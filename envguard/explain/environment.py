@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 from envguard.diff import ADDED, MASKED, REMOVED, Change
 from envguard.explain.interface import Context, Finding, Rule, Severity
+from envguard.model import Snapshot
 
 _BEHAVIOUR_VARS = ("CUDA", "NCCL", "TORCH", "PYTORCH", "TRITON", "NVIDIA", "CUBLAS", "CUDNN",
                    "NVSHMEM", "LD_", "OMP_", "MKL_", "PYTHONPATH", "HF_", "TRANSFORMERS_")
@@ -44,7 +45,17 @@ def gpu_driver_changed(ctx: Context) -> Iterator[Finding]:
     changes = [c for c in ctx.diff.find("system") if c.key in keys]
     if not changes:
         return
-    hardware = any(c.key in ("gpus", "gpu_probe") for c in changes)
+    old, new = ctx.old.system, ctx.new.system
+    failed = [s for s in (ctx.old, ctx.new) if s.system.gpu_probe == "error"]
+    if failed and (old.gpus or new.gpus):
+        yield _gpus_unreadable(changes, failed)
+        return
+    # The GPU lists of two readable answers differ; absent, 'no devices' and unreadable
+    # are all "no GPU listed", not a change of GPUs.
+    hardware = not failed and any(c.key == "gpus" for c in changes)
+    shown = [c for c in changes if hardware or c.key not in ("gpus", "gpu_probe")]
+    if not shown:
+        return
     yield Finding(
         rule="gpu-driver-changed",
         severity=Severity.CRITICAL if hardware else Severity.WARNING,
@@ -54,11 +65,32 @@ def gpu_driver_changed(ctx: Context) -> Iterator[Finding]:
             "GPU model changes kernels (compute capability), memory and compile-cache keys, "
             "which include the GPU name."
         ),
-        evidence=tuple(f"{c.key}: {c.old} → {c.new}" for c in changes),
+        evidence=tuple(f"{c.key}: {c.old} → {c.new}" for c in shown),
         remedy=("check nvidia-smi; torch's CUDA build needs a driver whose CUDA version is at "
                 "least torch.version.cuda",),
-        changes=tuple(changes),
+        changes=tuple(shown),
         weight=75,
+    )
+
+
+def _gpus_unreadable(changes: list[Change], failed: list[Snapshot]) -> Finding:
+    """One side lists GPUs, the other's nvidia-smi failed: unknown, not a known change."""
+    errors = [e.message for s in failed for e in s.errors
+              if e.section == "system" and "nvidia-smi" in e.message]
+    return Finding(
+        rule="gpu-driver-changed",
+        severity=Severity.WARNING,
+        title="nvidia-smi failed in one snapshot: its GPUs are unknown",
+        explanation=(
+            "The GPUs cannot be compared. A driver that stopped answering is itself a common "
+            "cause of CUDA errors (a driver/kernel-module mismatch after an upgrade, a GPU "
+            "that fell off the bus)."
+        ),
+        evidence=tuple(f"{c.key}: {c.old} → {c.new}" for c in changes) + tuple(errors[:3]),
+        remedy=("run nvidia-smi on that machine; if it fails too, reload or reinstall the "
+                "driver (a reboot after a driver upgrade)",),
+        changes=tuple(changes),
+        weight=70,
     )
 
 

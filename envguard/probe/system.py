@@ -1,7 +1,9 @@
 """OS, CPU, memory, GPUs and the CUDA driver; ``nvcc`` and CUDA_HOME when present.
 
-GPU facts come from ``nvidia-smi`` (a missing tool records ``gpu_probe='absent'``),
-the CUDA driver API version from ``libcuda`` through ctypes (no context is created).
+GPU facts come from ``nvidia-smi`` (a missing tool records ``gpu_probe='absent'``; one
+that fails, hangs or prints nothing this module can read, ``'error'`` and an entry in
+``errors``), the CUDA driver API version from ``libcuda`` through ctypes (no context is
+created).
 """
 
 from __future__ import annotations
@@ -85,21 +87,47 @@ def cuda_driver_version() -> str | None:
     return f"{value.value // 1000}.{(value.value % 1000) // 10}"
 
 
+NO_DEVICES = "No devices were found"
+"""What nvidia-smi prints on a host with a driver and no GPU."""
+
+
 def parse_nvidia_smi(stdout: str) -> tuple[list[Gpu], str | None]:
     gpus: list[Gpu] = []
     driver = None
     for line in stdout.strip().splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) < 5 or not parts[0].isdigit():
-            continue
-        # index, name, memory.total, driver_version, compute_cap; a name may hold commas.
-        name = ", ".join(parts[1:-3])
-        mem, drv, cap = parts[-3:]
-        gpus.append(Gpu(index=int(parts[0]), name=name,
-                        memory_mib=int(mem) if mem.isdigit() else None,
-                        compute_capability=None if _not_available(cap) else cap))
-        driver = driver or (None if _not_available(drv) else drv)
+        row = _gpu_row(line)
+        if row is not None:
+            gpus.append(row[0])
+            driver = driver or row[1]
     return gpus, driver
+
+
+def unreadable_lines(stdout: str) -> list[str]:
+    """The lines of nvidia-smi's answer that are neither a GPU row nor 'No devices were
+    found' (an error message, or output of something else called nvidia-smi)."""
+    return [ln.strip() for ln in stdout.splitlines()
+            if ln.strip() and ln.strip() != NO_DEVICES and _gpu_row(ln) is None]
+
+
+def readable(stdout: str) -> bool:
+    """Whether the answer says which GPUs there are: at least one GPU row, or only
+    'No devices were found'. Empty output says nothing."""
+    lines = [ln.strip() for ln in stdout.splitlines() if ln.strip()]
+    return bool(parse_nvidia_smi(stdout)[0]) or (bool(lines) and set(lines) == {NO_DEVICES})
+
+
+def _gpu_row(line: str) -> tuple[Gpu, str | None] | None:
+    parts = [p.strip() for p in line.split(",")]
+    if len(parts) < 5 or not parts[0].isdigit():
+        return None
+    # index, name, memory.total, driver_version, compute_cap; a name may hold commas.
+    name = ", ".join(parts[1:-3])
+    mem, drv, cap = parts[-3:]
+    if not name or not (mem.isdigit() or _not_available(mem)):
+        return None
+    gpu = Gpu(index=int(parts[0]), name=name, memory_mib=int(mem) if mem.isdigit() else None,
+              compute_capability=None if _not_available(cap) else cap)
+    return gpu, None if _not_available(drv) else drv
 
 
 def _not_available(value: str) -> bool:
@@ -137,9 +165,17 @@ def collect(
     driver = None
     if smi is None or (not smi.ok and smi.returncode is None and "not found" in (smi.error or "")):
         gpu_probe = "absent"
-    elif smi.ok:
+    elif smi.ok and readable(smi.stdout):
         gpus, driver = parse_nvidia_smi(smi.stdout)
         gpu_probe = "ok"
+        issues.extend(ProbeIssue(section="system", message=f"nvidia-smi: {line[:300]}")
+                      for line in unreadable_lines(smi.stdout)[:3])  # a GPU it cannot reach
+    elif smi.ok:
+        gpu_probe = "error"
+        lines = unreadable_lines(smi.stdout)
+        issues.append(ProbeIssue(section="system", message=(
+            f"nvidia-smi printed no GPU list envguard can read: {lines[0][:300]}" if lines
+            else "nvidia-smi printed nothing")))
     else:
         gpu_probe = "error"
         issues.append(ProbeIssue(section="system", message=smi.error or "nvidia-smi failed"))

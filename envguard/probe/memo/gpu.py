@@ -62,7 +62,7 @@ def query(
             pass
     result = system.query_gpus(env, timeout)
     cuda = system.cuda_driver_version() if result.ok else None
-    if result.ok and path is not None:
+    if result.ok and path is not None and system.readable(result.stdout):
         with contextlib.suppress(OutputError):  # unwritable: only a slower next snapshot
             write_text_atomic(path, json.dumps({"stdout": result.stdout, "cuda_driver": cuda}))
     return result, cuda
