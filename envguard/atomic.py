@@ -1,47 +1,224 @@
-"""Atomic file writes: a temporary file in the same folder, fsync, then rename.
+"""Writing a result to a path: atomically where the path is a file, through where it is not.
 
-A reader sees either the old file or the complete new one, never a half-written
-one; an interrupted write leaves the old file intact and no temporary behind.
+What the path is decides how it is written (every writer of envguard comes here):
+
+- a regular file, or nothing yet: a temporary file in the same folder, fsync, then rename.
+  A reader sees either the old file or the complete new one, never a half-written one; an
+  interrupted write leaves the old file intact and no temporary behind. An existing file
+  keeps its permission bits (a 0600 snapshot stays 0600; as root, its owner too); a new
+  file gets 0666 less the umask, as ``open()`` would give it.
+- a symlink (or a chain of them) to a regular file or to nothing: the file it points to is
+  replaced, atomically as above; the link stays a link.
+- a character device (``/dev/null``, a terminal) or a FIFO: written through (opened and
+  written, no temporary, no rename), so ``-o /dev/null`` never replaces the device. So is
+  a descriptor link: ``/dev/stdout``, ``/dev/fd/N``, ``/proc/self/fd/N`` write to that
+  descriptor (appending, when it is a file).
+- a folder, a block device or a socket: :class:`OutputError` (exit 5), nothing written.
+
+SIGINT, SIGTERM and SIGHUP during the write remove the temporary file. SIGTERM and SIGHUP
+are caught only while the temporary exists, only in the main thread, and only when their
+handler is the default one (a caller's own handler, or SIG_IGN, is left alone and runs as
+usual); after the clean-up the process dies of the signal, as it would have without it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+import re
+import secrets
+import signal
+import stat
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 
 from envguard.errors import OutputError
 
+__all__ = ["write_bytes_atomic", "write_text_atomic"]
 
-def write_text_atomic(path: str | os.PathLike[str], text: str, *, mode: int = 0o644) -> Path:
-    """Write ``text`` to ``path`` atomically and return the path.
+_FD_DIR = re.compile(r"/proc/(?P<pid>[^/]+)/(?:task/[^/]+/)?fd")
+"""The folder of a descriptor link, once resolved (``/dev/fd`` is ``/proc/self/fd``)."""
+_MAX_LINKS = 40
+_CHUNK = 1 << 30
+_OPEN_TMP = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) \
+    | getattr(os, "O_NOFOLLOW", 0)
+_CLEANED_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
 
-    Raises :class:`OutputError` (one line, no traceback material) when the folder
-    cannot be created or written.
+
+def write_text_atomic(path: str | os.PathLike[str], text: str, *,
+                      mode: int | None = None) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` and return the path (see the module docstring).
+
+    ``mode``: the permission bits of the result; None keeps an existing file's, or gives a
+    new one 0666 less the umask. Raises :class:`OutputError` (one line) when the path cannot
+    be written; any previous file is then left untouched.
     """
     return write_bytes_atomic(path, text.encode("utf-8"), mode=mode)
 
 
-def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o644) -> Path:
-    """Write ``data`` to ``path`` atomically and return the path (see write_text_atomic)."""
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, *,
+                       mode: int | None = None) -> Path:
+    """Write ``data`` to ``path`` and return the path (see write_text_atomic)."""
     target = Path(path)
+    kind, where = _destination(target)
+    if kind == "descriptor":
+        _write_through(target, _open_descriptor(target, where), data)
+        return target
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        st: os.stat_result | None = os.lstat(where)
+    except FileNotFoundError:
+        st = None
     except OSError as exc:
         raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp_name, mode)
-        os.replace(tmp_name, target)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp_name)
-        if isinstance(exc, OSError):
-            raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from None
-        raise
+    if st is None or stat.S_ISREG(st.st_mode):
+        _replace(target, Path(where), data, mode, st)
+    elif stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode):
+        _write_through(target, _open(target, where, os.O_WRONLY), data)
+    elif stat.S_ISDIR(st.st_mode):
+        raise OutputError(f"cannot write {target}: is a folder")
+    else:
+        raise OutputError(f"cannot write {target}: it is a {_kind(st.st_mode)}, not a regular "
+                          "file, FIFO or character device; refusing to replace it")
     return target
+
+
+def _kind(st_mode: int) -> str:
+    if stat.S_ISBLK(st_mode):
+        return "block device"
+    if stat.S_ISSOCK(st_mode):
+        return "socket"
+    return "special file"
+
+
+def _destination(target: Path) -> tuple[str, str]:
+    """("descriptor", link) for a descriptor link, else ("path", the path with every symlink
+    of the chain followed: what to replace, or to create)."""
+    current = os.path.abspath(target)
+    for _ in range(_MAX_LINKS):
+        folder = os.path.realpath(os.path.dirname(current))
+        current = os.path.join(folder, os.path.basename(current))
+        if _FD_DIR.fullmatch(folder):
+            return "descriptor", current
+        try:
+            link = os.readlink(current)
+        except OSError:  # not a symlink, or nothing there yet
+            return "path", current
+        current = os.path.normpath(os.path.join(folder, link))
+    raise OutputError(f"cannot write {target}: too many levels of symbolic links")
+
+
+def _open(target: Path, path: str, flags: int) -> int:
+    try:
+        return os.open(path, flags | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from None
+
+
+def _open_descriptor(target: Path, link: str) -> int:
+    """A descriptor of our own is duplicated (it may be a socket or a pipe that cannot be
+    opened again); another process's is opened through its link, appending."""
+    match = _FD_DIR.fullmatch(os.path.dirname(link))
+    number = os.path.basename(link)
+    if match and match.group("pid") in ("self", "thread-self", str(os.getpid())) \
+            and number.isdigit():
+        try:
+            return os.dup(int(number))
+        except OSError as exc:
+            raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from None
+    return _open(target, link, os.O_WRONLY | os.O_APPEND)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view[:_CHUNK])
+        view = view[n:]
+
+
+def _write_through(target: Path, fd: int, data: bytes) -> None:
+    """Write into what ``fd`` is (a device, a FIFO, a descriptor): no temporary, no rename."""
+    try:
+        _write_all(fd, data)
+    except OSError as exc:
+        raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
+def _replace(target: Path, where: Path, data: bytes, mode: int | None,
+             old: os.stat_result | None) -> None:
+    """Temporary beside ``where``, fsync, rename over it; no temporary left on any error."""
+    try:
+        where.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from None
+    keep = mode if mode is not None else (old.st_mode & 0o777 if old is not None else None)
+    tmp: Path | None = None
+    with _signals_clean_up():
+        try:
+            while True:
+                tmp = where.parent / f".{where.name}.{secrets.token_hex(4)}.tmp"
+                try:
+                    fd = os.open(tmp, _OPEN_TMP, 0o666 if keep is None else 0o600)
+                    break
+                except FileExistsError:
+                    continue
+            try:
+                if keep is not None:
+                    os.fchmod(fd, keep)
+                if old is not None and os.geteuid() == 0 and \
+                        (old.st_uid, old.st_gid) != (0, os.getegid()):
+                    with contextlib.suppress(OSError):
+                        os.fchown(fd, old.st_uid, old.st_gid)
+                _write_all(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, where)
+            tmp = None
+        except BaseException as exc:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+            if isinstance(exc, OSError):
+                raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from None
+            raise
+
+
+class _Terminated(BaseException):
+    """SIGTERM or SIGHUP arrived while a temporary file existed (never escapes this module:
+    the process dies of the signal once the temporary is gone)."""
+
+
+@contextlib.contextmanager
+def _signals_clean_up() -> Iterator[None]:
+    """While inside: SIGTERM/SIGHUP with their default action raise _Terminated (so that the
+    ``except`` above removes the temporary), then the process dies of the first of them."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set, and only run, in the main thread
+        return
+    received: list[int] = []
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+        if len(received) == 1:
+            raise _Terminated(signum)
+
+    installed = []
+    for sig in _CLEANED_SIGNALS:
+        with contextlib.suppress(ValueError, OSError):
+            if signal.getsignal(sig) is signal.SIG_DFL:
+                signal.signal(sig, on_signal)
+                installed.append(sig)
+    try:
+        yield
+    finally:
+        for sig in installed:
+            with contextlib.suppress(ValueError, OSError):
+                if signal.getsignal(sig) is on_signal:
+                    signal.signal(sig, signal.SIG_DFL)
+        if received:
+            signal.raise_signal(received[0])  # now with its default action: the process ends
+            raise OutputError(f"interrupted by signal {received[0]}")  # if it was blocked

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -67,4 +71,211 @@ def test_new_file_is_complete_and_replaces_old(tmp_path: Path) -> None:
     write_text_atomic(target, "one")
     write_text_atomic(target, "two")
     assert target.read_text() == "two"
-    assert oct(target.stat().st_mode & 0o777) == "0o644"
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert oct(target.stat().st_mode & 0o777) == oct(0o666 & ~umask)
+
+
+# ------------------------------------------------------------------ what the path is (issue 22)
+
+def _child(code: str, *args: str, umask: int | None = None,
+           stdout: int | IO[str] = subprocess.PIPE) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter (optionally under ``umask``)."""
+    prefix = f"import os; os.umask({umask:#o})\n" if umask is not None else ""
+    return subprocess.run([sys.executable, "-c", prefix + code, *args], stdout=stdout,
+                          stderr=subprocess.PIPE, text=True, timeout=60, check=False)
+
+
+_WRITE = "import sys; from envguard.atomic import write_text_atomic\n" \
+         "write_text_atomic(sys.argv[1], sys.argv[2])\n"
+
+
+def test_a_character_device_is_written_through_not_replaced(tmp_path: Path) -> None:
+    """A device node of its own (the null device, major 1 minor 3): never the real /dev/null,
+    which the old code would have replaced with a regular file for everyone on this machine."""
+    node = tmp_path / "null"
+    try:
+        os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    except (PermissionError, AttributeError):
+        pytest.skip("cannot make a device node here (not root, or no CAP_MKNOD)")
+    write_text_atomic(node, "into the void\n")
+    assert stat.S_ISCHR(os.lstat(node).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["null"]
+
+
+def test_a_fifo_is_written_through_to_its_reader(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE)
+    try:
+        write_text_atomic(fifo, "through the pipe\n")
+        assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+        out, _ = reader.communicate(timeout=30)
+    finally:
+        reader.kill()
+        reader.communicate()
+    assert out == b"through the pipe\n"
+
+
+@pytest.mark.parametrize("link_to", ["/proc/self/fd/1", "/dev/stdout"])
+def test_output_through_a_descriptor_link_reaches_stdout(tmp_path: Path, clean_cwd: Path,
+                                                          link_to: str) -> None:
+    """``envguard snapshot -o LINK`` where LINK points at the process's own stdout: the
+    snapshot arrives on stdout and LINK is still a symlink (the old code replaced it)."""
+    link = tmp_path / "out.json"
+    link.symlink_to(link_to)
+    proc = subprocess.run([sys.executable, "-m", "envguard", "snapshot", "-q", "--verify",
+                           "none", "-o", str(link)], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["schema"] == "envguard.snapshot/1"
+    assert link.is_symlink() and os.readlink(link) == link_to
+
+
+def test_dev_stdout_appends_to_a_redirected_file(tmp_path: Path) -> None:
+    log = tmp_path / "log.txt"
+    log.write_text("earlier line\n")
+    with log.open("a") as fh:
+        proc = _child(_WRITE, "/dev/stdout", "new line\n", stdout=fh)
+    assert proc.returncode == 0, proc.stderr
+    assert log.read_text() == "earlier line\nnew line\n"
+
+
+def test_a_symlink_to_a_file_stays_a_link_and_its_target_is_replaced(tmp_path: Path) -> None:
+    real = tmp_path / "store" / "snap.json"
+    real.parent.mkdir()
+    real.write_text("old")
+    link = tmp_path / "current.json"
+    link.symlink_to(Path("store") / "snap.json")
+    chain = tmp_path / "latest.json"
+    chain.symlink_to(link)
+    write_text_atomic(chain, "new")
+    assert chain.is_symlink() and link.is_symlink()
+    assert real.read_text() == "new" and not real.is_symlink()
+    assert sorted(p.name for p in real.parent.iterdir()) == ["snap.json"]
+    dangling = tmp_path / "next.json"
+    dangling.symlink_to("made-through-the-link.json")
+    write_text_atomic(dangling, "made")
+    assert dangling.is_symlink()
+    assert (tmp_path / "made-through-the-link.json").read_text() == "made"
+
+
+def test_an_existing_file_keeps_its_mode(tmp_path: Path) -> None:
+    secret = tmp_path / "private.json"
+    secret.write_text("old")
+    secret.chmod(0o600)
+    write_text_atomic(secret, "new")
+    assert secret.read_text() == "new"
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize("umask", [0o077, 0o002])
+def test_a_new_file_respects_the_umask(tmp_path: Path, umask: int) -> None:
+    target = tmp_path / "new.json"
+    proc = _child(_WRITE, str(target), "{}", umask=umask)
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~umask
+
+
+def test_a_block_device_or_socket_is_refused(tmp_path: Path) -> None:
+    import socket
+
+    sock_path = tmp_path / "sock"
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(sock_path))
+        with pytest.raises(OutputError, match=r"socket.*refusing"):
+            write_text_atomic(sock_path, "x")
+        assert stat.S_ISSOCK(os.lstat(sock_path).st_mode)
+    block = tmp_path / "disk"
+    try:
+        os.mknod(block, stat.S_IFBLK | 0o600, os.makedev(7, 250))  # a loop device number
+    except (PermissionError, AttributeError):
+        return
+    with pytest.raises(OutputError, match=r"block device.*refusing"):
+        write_text_atomic(block, "x")
+    assert stat.S_ISBLK(os.lstat(block).st_mode)
+
+
+def test_a_folder_or_a_symlink_loop_is_an_output_error(tmp_path: Path) -> None:
+    with pytest.raises(OutputError, match="is a folder"):
+        write_text_atomic(tmp_path, "x")
+    (tmp_path / "a").symlink_to("b")
+    (tmp_path / "b").symlink_to("a")
+    with pytest.raises(OutputError, match="symbolic links"):
+        write_text_atomic(tmp_path / "a", "x")
+
+
+# ------------------------------------------------------------------ signals mid-write (issue 22)
+
+_BIG_WRITE = (
+    "import sys; from envguard.atomic import write_text_atomic\n"
+    "print('go', flush=True)\n"
+    "write_text_atomic(sys.argv[1], 'y' * (300 << 20))\n"
+    "print('done', flush=True)\n"
+)
+
+
+def _signal_mid_write(tmp_path: Path, signum: int, code: str = _BIG_WRITE) -> tuple[int, str]:
+    """Start a real child writing 300 MB over ``good.json``; send ``signum`` once its
+    temporary file has data; return (exit status, stdout)."""
+    target = tmp_path / "good.json"
+    target.write_text("the good state\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(target)], stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "go"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        temps = [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+        with contextlib.suppress(FileNotFoundError):
+            if temps and temps[0].stat().st_size > 0:
+                break
+        time.sleep(0.002)
+    else:
+        proc.kill()
+        pytest.fail("the child never started writing")
+    proc.send_signal(signum)
+    out, _ = proc.communicate(timeout=60)
+    return proc.returncode, out
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_signal_mid_write_leaves_no_temporary(tmp_path: Path, signum: int) -> None:
+    for _trial in range(3):
+        code, _ = _signal_mid_write(tmp_path, signum)
+        # The process still dies of the signal (Python re-raises an uncaught SIGINT too).
+        assert code == -signum
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["good.json"]
+        assert (tmp_path / "good.json").read_text() in ("the good state\n", "y" * (300 << 20))
+
+
+def test_a_callers_own_sigterm_handler_is_kept(tmp_path: Path) -> None:
+    """A program with its own SIGTERM handler (one that does not exit) sees it called, and
+    the write completes: envguard replaces only the default action."""
+    code = ("import signal, sys\n"
+            "seen = []\n"
+            "signal.signal(signal.SIGTERM, lambda s, f: seen.append(s))\n"
+            + _BIG_WRITE +
+            "assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL\n"
+            "print('handled', seen, flush=True)\n")
+    status, out = _signal_mid_write(tmp_path, signal.SIGTERM, code)
+    assert status == 0
+    assert "done" in out and f"handled [{int(signal.SIGTERM)}]" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["good.json"]
+    assert (tmp_path / "good.json").stat().st_size == 300 << 20
+
+
+def test_writing_from_another_thread_installs_no_handler(tmp_path: Path) -> None:
+    code = ("import signal, sys, threading\n"
+            "from envguard.atomic import write_text_atomic\n"
+            "seen = []\n"
+            "def write():\n"
+            "    seen.append(signal.getsignal(signal.SIGTERM))\n"
+            "    write_text_atomic(sys.argv[1], 'from a thread')\n"
+            "t = threading.Thread(target=write); t.start(); t.join()\n"
+            "assert seen == [signal.SIG_DFL], seen\n"
+            "assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL\n")
+    proc = _child(code, str(tmp_path / "out.json"))
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "out.json").read_text() == "from a thread"
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # nor in this process
