@@ -265,6 +265,57 @@ def test_index_hints_come_from_local_labels_unless_indexes_are_given(world: Worl
     assert plan["uv_index_args"] == ["--index-url", "https://mirror.example/simple"]
 
 
+def test_find_links_alone_adds_no_index_of_ours(world: World) -> None:
+    """The old code added the PyTorch index for torch's +cu128 even with --find-links, and
+    an offline restore then failed reaching it."""
+    w = world
+    proc = envguard(w, "restore", w.good_json, "--python", w.polluted, "--dry-run",
+                    "--format", "json", "--find-links", w.good_wheels)
+    assert proc.returncode == ExitCode.OK, proc.stderr
+    plan = json.loads(proc.stdout)["plan"]
+    assert plan["hints_applied"] is False
+    assert plan["uv_index_args"] == ["--find-links", str(w.good_wheels)]
+    assert "not used" in envguard(w, "restore", w.good_json, "--python", w.polluted,
+                                  "--dry-run", "--find-links", w.good_wheels).stdout
+    requirements = w.root / "fl-requirements.txt"
+    proc = envguard(w, "restore", w.good_json, "--python", w.polluted, "--dry-run",
+                    "--find-links", w.good_wheels, "--requirements-out", requirements)
+    assert proc.returncode == ExitCode.OK, proc.stderr
+    assert "download.pytorch.org" not in requirements.read_text()
+
+
+def test_offline_restore_from_find_links_needs_no_network(world: World) -> None:
+    """--offline is uv's offline mode. The network is made unusable here (uv's own offline
+    variable unset, every proxy a closed port), so anything that reaches out fails."""
+    w = world
+    env = {k: v for k, v in w.env.items() if k not in ("UV_OFFLINE", "NO_PROXY", "no_proxy")}
+    dead = "http://127.0.0.1:9"
+    env.update({"HTTPS_PROXY": dead, "HTTP_PROXY": dead, "ALL_PROXY": dead,
+                "https_proxy": dead, "http_proxy": dead, "all_proxy": dead})
+    new = w.root / "restored-offline"
+    proc = _run([sys.executable, "-m", "envguard", "restore", str(w.good_json), "--python",
+                 str(w.polluted), "--into", str(new), "--find-links", str(w.good_wheels),
+                 "--offline"], env, cwd=w.root)
+    assert proc.returncode == ExitCode.OK, proc.stderr
+    assert freeze(w, new) == freeze(w, w.good)
+    assert "download.pytorch.org" not in proc.stderr
+
+
+def test_uv_activate_line_names_the_final_venv(world: World) -> None:
+    """uv built in NEW.partial-<pid>, which is renamed a moment later: the old code showed
+    'Activate with: source NEW.partial-<pid>/bin/activate', a folder that no longer exists."""
+    w = world
+    new = w.root / "restored-activate"
+    proc = restore(w, "--into", new)
+    assert proc.returncode == ExitCode.OK, proc.stderr
+    assert ".partial-" not in proc.stderr
+    (line,) = [ln for ln in proc.stderr.splitlines() if "Activate with" in ln]
+    assert line.startswith("envguard: uv: Activate with: source "), line
+    shown = Path(line.rsplit(" ", 1)[1])  # uv names it relative to the working directory
+    assert (w.root / shown).resolve() == (new / "bin" / "activate").resolve()
+    assert (new / "bin" / "activate").is_file()
+
+
 def test_requirements_and_pylock_files(world: World) -> None:
     w = world
     out = w.root / "out"

@@ -54,6 +54,8 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--find-links", action="append", default=[], metavar="PATH",
                    help="a folder or page of wheels, passed to uv (repeatable)")
     p.add_argument("--no-index", action="store_true", help="passed to uv: only --find-links")
+    p.add_argument("--offline", action="store_true",
+                   help="uv's offline mode: no network, only uv's cache and --find-links")
     p.add_argument("--format", choices=("text", "json"), default="text",
                    help="text (default) or json (the envguard.restore/1 document)")
     p.add_argument("--all", action="store_true", help="also list packages that stay as they are")
@@ -127,7 +129,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
     current = _snapshot(args.python)
     links = tuple(x if "://" in x else os.path.abspath(x) for x in args.find_links)
     index = IndexOptions(index_url=args.index_url, extra_index_urls=tuple(args.extra_index_url),
-                         find_links=links, no_index=args.no_index)
+                         find_links=links, no_index=args.no_index, offline=args.offline)
     plan = plan_restore(good, current, good_name=args.good, index=index)
     report = RestoreReport(plan=plan, in_place=args.in_place)
     # Text shows the plan before uv runs, and the proof after; JSON is one document at the end.

@@ -166,18 +166,23 @@ def build_venv(plan: RestorePlan, target: Path, *, uv: str, python: str,
 def _build(plan: RestorePlan, tmp: Path, target: Path, reqs: Path, *, uv: str, python: str,
            echo: Echo | None, step: Echo | None) -> None:
     """Fill ``tmp`` with uv, then rename it to ``target``; on any failure ``tmp`` is removed."""
+    # uv names the folder it works in ("Activate with: source TMP/bin/activate", absolute or
+    # relative to the working directory); the user gets TARGET, its sibling, where the venv
+    # will be once it is complete.
+    shown = None if echo is None else _renaming(echo, tmp.name, target.name)
     try:
         if step:
-            step(f"creating a venv with Python {python} in {tmp}")
+            step(f"creating a venv with Python {python} for {target}")
         _check(run_uv([uv, "venv", "--color", "never", "--relocatable", "--python", python,
-                       str(tmp)], timeout=UV_VENV_TIMEOUT_S, echo=echo),
+                       *plan.uv_network_args(), str(tmp)], timeout=UV_VENV_TIMEOUT_S,
+                      echo=shown),
                "creating the venv", UV_VENV_TIMEOUT_S)
         if step:
             step(f"installing {len(plan.requirements)} package(s) with uv pip sync")
         _check(run_uv([uv, "pip", "sync", "--color", "never", "--python",
                        str(tmp / "bin" / "python"), "--allow-empty-requirements",
                        *plan.uv_index_args(), str(reqs)],
-                      timeout=UV_SYNC_TIMEOUT_S, echo=echo),
+                      timeout=UV_SYNC_TIMEOUT_S, echo=shown),
                "installing the packages", UV_SYNC_TIMEOUT_S)
         try:
             os.rename(tmp, target)
@@ -186,6 +191,13 @@ def _build(plan: RestorePlan, tmp: Path, target: Path, reqs: Path, *, uv: str, p
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _renaming(echo: Echo, old: str, new: str) -> Echo:
+    def shown(line: str) -> None:
+        echo(line.replace(old, new))
+
+    return shown
 
 
 def sync_in_place(plan: RestorePlan, *, uv: str, echo: Echo | None = None,
@@ -209,5 +221,6 @@ def sync_in_place(plan: RestorePlan, *, uv: str, echo: Echo | None = None,
                "syncing the environment", UV_SYNC_TIMEOUT_S)
         if seeds:
             _check(run_uv([uv, "pip", "uninstall", "--color", "never", "--python", python,
-                           *seeds], timeout=UV_VENV_TIMEOUT_S, echo=echo),
+                           *plan.uv_network_args(), *seeds], timeout=UV_VENV_TIMEOUT_S,
+                          echo=echo),
                    "removing " + " ".join(seeds), UV_VENV_TIMEOUT_S)

@@ -47,10 +47,14 @@ class IndexOptions:
     extra_index_urls: tuple[str, ...] = ()
     find_links: tuple[str, ...] = ()
     no_index: bool = False
+    offline: bool = False
+    """uv's offline mode: no network at all, only its cache and local files."""
 
     @property
     def user_chose_index(self) -> bool:
-        return self.no_index or self.index_url is not None or bool(self.extra_index_urls)
+        """The user said where the wheels are: envguard adds no index of its own."""
+        return (self.no_index or self.index_url is not None or bool(self.extra_index_urls)
+                or bool(self.find_links))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -89,7 +93,7 @@ class RestorePlan:
 
     @property
     def hints_applied(self) -> bool:
-        """The hints are used unless the user named indexes (or --no-index) themself."""
+        """The hints are used unless the user named indexes, --find-links or --no-index."""
         return bool(self.index_hints) and not self.index.user_chose_index
 
     @property
@@ -116,7 +120,11 @@ class RestorePlan:
             args += ["--index-strategy", "unsafe-best-match"]
         for folder in self.index.find_links:
             args += ["--find-links", folder]
-        return args
+        return args + self.uv_network_args()
+
+    def uv_network_args(self) -> list[str]:
+        """``--offline`` when asked for: every uv command of the restore gets it."""
+        return ["--offline"] if self.index.offline else []
 
 
 def minor(version: str) -> str:
