@@ -25,7 +25,7 @@ from pathlib import Path
 def once(root: Path, cache: str, store: Path | None) -> dict[str, float]:
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(root / cache / "inductor"),
            "TRITON_CACHE_DIR": str(root / cache / "triton")}
-    cmd = [sys.executable, "-m", "dflash.race", "--mode", "guarded", "--threads", "1",
+    cmd = [sys.executable, "-m", "dflash.compilation.race", "--mode", "guarded", "--threads", "1",
            "--iters", "1", "--seq", "256", "--device", "cpu",
            "--mega-cache", str(store) if store else "off"]
     t0 = time.perf_counter()

@@ -30,7 +30,7 @@ def run_layout(world: int, target_ranks: int, steps: int, skip: int, preset: str
                extra: list[str]) -> dict[str, float]:
     out = Path(tempfile.mkdtemp(prefix="dflash-split-")) / "run"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-           str(world), "-m", "dflash.train", "--preset", preset, "--unguarded", "--quiet",
+           str(world), "-m", "dflash.cli.train", "--preset", preset, "--unguarded", "--quiet",
            "--out", str(out), f"--steps={steps}", "--set=log_every=1", "--set=save_every=0",
            "--set=eval_every=0", *extra]
     if target_ranks:
@@ -56,9 +56,9 @@ def flop_split(preset: str) -> dict[str, float]:
 
     import torch
 
-    from dflash.metrics import count_params, flop_model
+    from dflash.flops import count_params, flop_model
     from dflash.model import DFlashDrafter
-    from dflash.recipe import PRESETS
+    from dflash.presets import PRESETS
     from dflash.target import drafter_config_for, load_target
 
     cfg = PRESETS[preset]()

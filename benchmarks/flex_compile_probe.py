@@ -34,7 +34,7 @@ VARIANTS = {  # name: (heads, head_dim, seq, anchors)
 def child(heads: int, head_dim: int, seq: int, anchors: int) -> dict[str, float]:
     import torch
 
-    from dflash.compilation import kernels
+    from dflash.compilation.kernels import kernels
     from dflash.masks import dflash_block_mask
 
     dev = torch.device("cuda")

@@ -30,10 +30,10 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from bench_results import NVLS_OFF, write  # noqa: E402
 
-from dflash.compilation import unseal  # noqa: E402
+from dflash.compilation.kernels import unseal  # noqa: E402
 from dflash.data import Example  # noqa: E402
-from dflash.metrics import measure_matmul_tflops  # noqa: E402
-from dflash.recipe import PRESETS  # noqa: E402
+from dflash.meter import measure_matmul_tflops  # noqa: E402
+from dflash.presets import PRESETS  # noqa: E402
 from dflash.target import load_target  # noqa: E402
 from dflash.train import Trainer  # noqa: E402
 
@@ -277,8 +277,8 @@ def stage_race(out: Path, runs: int, timeout: float, seq: int, modes: list[str])
         outcomes = []
         for i in range(runs):
             root = Path(tempfile.mkdtemp(prefix=f"dflash-race-{mode}-{i}-"))
-            cmd = [sys.executable, "-m", "dflash.race", "--mode", mode, "--threads", "3",
-                   "--seq", str(seq), "--timeout", str(timeout)]
+            cmd = [sys.executable, "-m", "dflash.compilation.race", "--mode", mode,
+                   "--threads", "3", "--seq", str(seq), "--timeout", str(timeout)]
             t0 = time.perf_counter()
             try:
                 proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,

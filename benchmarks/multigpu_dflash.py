@@ -2,7 +2,7 @@
 
     python benchmarks/multigpu_dflash.py --out $OUT --gpus 8 --stages train,split,fleet,race
 
-* ``train``: ``torchrun --nproc-per-node g -m dflash.train`` (colocated, FSDP2) at 1 and
+* ``train``: ``torchrun --nproc-per-node g -m dflash.cli.train`` (colocated, FSDP2) at 1 and
   at G GPUs: context tokens/s, MFU, scaling efficiency = tok/s(G) / (G * tok/s(1)).
 * ``split``: the same at G GPUs with ``--target-ranks K``.
 * ``fleet``: ``envguard fleet snapshot`` over G ranks; then again with one rank's
@@ -73,7 +73,7 @@ def train_run(n: int, args: argparse.Namespace, data: Path, extra: list[str],
     sets = [f"--set={kv}" for kv in ("log_every=1", "save_every=0", "eval_every=0",
                                      "held_out=1", f"mega_cache={args.mega}")]
     t0 = time.perf_counter()
-    proc = torchrun(n, ["-m", "dflash.train", "--preset", args.preset, "--unguarded", "--quiet",
+    proc = torchrun(n, ["-m", "dflash.cli.train", "--preset", args.preset, "--unguarded", "--quiet",
                         "--data", str(data), "--out", str(out), f"--steps={args.steps}",
                         *sets, *extra], env, args.timeout)
     wall = time.perf_counter() - t0
@@ -157,8 +157,8 @@ def stage_race(out: Path, args: argparse.Namespace, env: dict[str, str]) -> None
         run_env = child_env(TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
                             TRITON_CACHE_DIR=str(cache / "triton"))
         t0 = time.perf_counter()
-        proc = torchrun(args.gpus, ["-m", "dflash.race", "--mode", "guarded", "--threads", "3",
-                                    "--seq", "2048", "--timeout", "120"],
+        proc = torchrun(args.gpus, ["-m", "dflash.compilation.race", "--mode", "guarded",
+                                    "--threads", "3", "--seq", "2048", "--timeout", "120"],
                         run_env, 300)
         lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
         ok = sum(1 for r in lines if r.get("ok") == 3 and not r.get("hang"))
@@ -192,8 +192,7 @@ def main() -> int:
     env = child_env()
     data = Path(tempfile.mkdtemp(prefix="data-")) / "train.jsonl"
     if "train" in stages or "split" in stages:
-        from dflash.recipe import PRESETS
-        from dflash.target import TARGET_SHAPES
+        from dflash.presets import PRESETS, TARGET_SHAPES
 
         cfg = PRESETS[args.preset]()
         random_data(data, TARGET_SHAPES[cfg.target].vocab_size, max(cfg.buckets), rows=64)

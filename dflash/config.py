@@ -1,14 +1,19 @@
-"""The drafter's architecture config, its validation, and named presets.
+"""The configs, as typed dataclasses: the drafter's architecture, a random target's shape,
+and the training recipe. Plain Python (no torch), so every command checks them before
+it imports torch; the named instances are in :mod:`dflash.presets`.
 
-Training/data configs land with the training loop; this file only describes the model.
+The recipe's defaults are the paper's (AdamW lr 6e-4, clip 1.0, cosine with 4 % warm-up,
+512 anchors, B=16, gamma=7, 5 draft layers, S=3072).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import re
 from dataclasses import dataclass
 from typing import Any
+
+from dflash.errors import ConfigError
 
 
 def target_layer_ids_for(num_target_layers: int, k: int) -> list[int]:
@@ -19,14 +24,14 @@ def target_layer_ids_for(num_target_layers: int, k: int) -> list[int]:
     ``hidden_states[i + 1]``. Small L gives duplicates (L=6, k=5), which we refuse.
     """
     if num_target_layers < 1:
-        raise ValueError(f"num_target_layers must be >= 1, got {num_target_layers}")
+        raise ConfigError(f"num_target_layers must be >= 1, got {num_target_layers}")
     if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
+        raise ConfigError(f"k must be >= 1, got {k}")
     if k == 1:
         return [num_target_layers // 2]
     ids = [round(1 + i * (num_target_layers - 4) / (k - 1)) for i in range(k)]
     if len(set(ids)) != k or min(ids) < 0 or max(ids) >= num_target_layers:
-        raise ValueError(
+        raise ConfigError(
             f"target_layer_ids formula gives {ids} for num_target_layers={num_target_layers}, "
             f"k={k}; pass target_layer_ids explicitly")
     return ids
@@ -69,28 +74,28 @@ class DrafterConfig:
                      "num_kv_heads", "head_dim", "num_target_layers", "vocab_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+                raise ConfigError(f"{name} must be a positive int, got {value!r}")
         for name in ("rope_theta", "rms_eps", "gamma"):
             if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")
         if self.num_heads % self.num_kv_heads:
-            raise ValueError(f"num_kv_heads ({self.num_kv_heads}) must divide "
+            raise ConfigError(f"num_kv_heads ({self.num_kv_heads}) must divide "
                              f"num_heads ({self.num_heads})")
         if self.head_dim % 2:
-            raise ValueError(f"head_dim must be even for RoPE, got {self.head_dim}")
+            raise ConfigError(f"head_dim must be even for RoPE, got {self.head_dim}")
         if self.block_size < 2:
             # Slot 0 is never trained, so B=1 has nothing to learn.
-            raise ValueError(f"block_size must be >= 2, got {self.block_size}")
+            raise ConfigError(f"block_size must be >= 2, got {self.block_size}")
         if not 0 <= self.mask_token_id < self.vocab_size:
-            raise ValueError(f"mask_token_id must be in [0, vocab_size={self.vocab_size}), "
+            raise ConfigError(f"mask_token_id must be in [0, vocab_size={self.vocab_size}), "
                              f"got {self.mask_token_id}")
         ids = self.target_layer_ids
         if not ids:
-            raise ValueError("target_layer_ids must not be empty")
+            raise ConfigError("target_layer_ids must not be empty")
         if list(ids) != sorted(set(ids)):
-            raise ValueError(f"target_layer_ids must be strictly increasing, got {list(ids)}")
+            raise ConfigError(f"target_layer_ids must be strictly increasing, got {list(ids)}")
         if ids[0] < 0 or ids[-1] >= self.num_target_layers:
-            raise ValueError(f"target_layer_ids must lie in [0, num_target_layers="
+            raise ConfigError(f"target_layer_ids must lie in [0, num_target_layers="
                              f"{self.num_target_layers}), got {list(ids)}")
 
     @property
@@ -108,25 +113,142 @@ class DrafterConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
-            raise ValueError(f"unknown DrafterConfig fields: {unknown}")
+            raise ConfigError(f"unknown DrafterConfig fields: {unknown}")
         return cls(**d)
 
 
-def tiny() -> DrafterConfig:
-    """CPU-sized: for an 8-layer, H=64, vocab-512 test target."""
-    return DrafterConfig(
-        hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2,
-        head_dim=16, rope_theta=10_000.0, rms_eps=1e-6, block_size=4, mask_token_id=511,
-        target_layer_ids=(1, 3, 5), num_target_layers=8, vocab_size=512, gamma=4.0)
+@dataclass(frozen=True, slots=True)
+class TargetShape:
+    """A Qwen3 architecture with random weights, for tests and benchmarks."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rope_theta: float
+    tie_embeddings: bool
+    mask_token_id: int
+    layer_ids: tuple[int, ...] | None = None
+    """None: the DFlash formula for k evenly spaced taps."""
 
 
-def qwen3_8b() -> DrafterConfig:
-    """The paper's Qwen3-8B drafter (SpecForge configs/qwen3-8b-dflash.json)."""
-    return DrafterConfig(
-        hidden_size=4096, intermediate_size=12288, num_layers=5, num_heads=32, num_kv_heads=8,
-        head_dim=128, rope_theta=1_000_000.0, rms_eps=1e-6, block_size=16,
-        mask_token_id=151669, target_layer_ids=tuple(target_layer_ids_for(36, 5)),
-        num_target_layers=36, vocab_size=151936, gamma=7.0)
+@dataclass(kw_only=True, slots=True)
+class TrainConfig:
+    """The whole training recipe; ``--set key=value`` changes any field."""
+
+    # What to train on.
+    target: str = "qwen3-8b-shape"
+    """A local HF model folder or config, or a named shape (dflash.presets.TARGET_SHAPES)."""
+    data: str | None = None
+    """Training JSONL; None generates data with the target itself (synthetic prompts)."""
+    layer_ids: tuple[int, ...] | None = None
+    """Tapped target layers; None uses the formula (or the tiny shape's own ids)."""
+    mask_token_id: int | None = None
+    """None: the target's (tokenizer mask token, else a spare embedding row)."""
+    # The drafter.
+    draft_layers: int = 5
+    block_size: int = 16
+    gamma: float = 7.0
+    # Batches: every batch is [batch_size, one of buckets], so compile sees fixed shapes.
+    batch_size: int = 1
+    buckets: tuple[int, ...] = (3072,)
+    anchors: int = 512
+    # Optimisation.
+    steps: int = 1000
+    stop_after: int = 0
+    """Stop (checkpoint, no export) once this many steps are done, as SIGTERM does; the
+    schedule still runs to ``steps``. For time-sliced jobs; 0 = never."""
+    lr: float = 6e-4
+    warmup_ratio: float = 0.04
+    min_lr_ratio: float = 0.0
+    weight_decay: float = 0.0
+    beta1: float = 0.9
+    beta2: float = 0.999
+    grad_clip: float = 1.0
+    loss_chunk: int = 4096
+    # Where and how.
+    device: str = "auto"
+    """auto: cuda when available, else cpu."""
+    dtype: str = "auto"
+    """Compute dtype; auto: bfloat16 on GPU (fp32 master weights), float32 on CPU."""
+    attention: str = "auto"
+    """flex | sdpa | auto (flex on GPU; sdpa on CPU, where flex has no backward)."""
+    compile: str = "auto"
+    """on | off | auto (on for GPU). Compiles the one flex_attention handle and the
+    block-mask builder, on the main thread, in a warm-up step per shape."""
+    seed: int = 0
+    mega_cache: str = "auto"
+    """torch Mega-Cache of the compiled kernels: auto (envguard's cache dir, keyed by the
+    compile-compat key), off, or a folder. Loaded before the warm-up when one matches."""
+    # Synthetic data (when data is None).
+    synthetic_prompts: int = 512
+    synthetic_prompt_length: int = 16
+    synthetic_response_tokens: int = 96
+    held_out: int = 16
+    """Examples kept aside for the held-out tau estimate."""
+    # Bookkeeping.
+    out: str = "runs/dflash"
+    log_every: int = 10
+    eval_every: int = 100
+    save_every: int = 200
+    keep_checkpoints: int = 2
+    peak_tflops: float | None = None
+    """MFU denominator; None measures the dense matmul rate at start."""
+
+    def __post_init__(self) -> None:
+        checks: list[tuple[bool, str]] = [
+            (self.block_size >= 2, "block_size must be >= 2"),
+            (self.batch_size >= 1, "batch_size must be >= 1"),
+            (self.anchors >= 1, "anchors must be >= 1"),
+            (self.steps >= 0, "steps must be >= 0"),
+            (self.draft_layers >= 1, "draft_layers must be >= 1"),
+            (bool(self.buckets) and all(b > self.block_size for b in self.buckets),
+             "buckets must be non-empty and longer than block_size"),
+            (list(self.buckets) == sorted(set(self.buckets)), "buckets must be increasing"),
+            (self.lr > 0 and self.gamma > 0, "lr and gamma must be > 0"),
+            (0 <= self.warmup_ratio < 1, "warmup_ratio must be in [0, 1)"),
+            (self.attention in ("auto", "flex", "sdpa"), "attention must be auto|flex|sdpa"),
+            (self.compile in ("auto", "on", "off"), "compile must be auto|on|off"),
+            (self.dtype in ("auto", "bfloat16", "float32"), "dtype must be auto|bfloat16|float32"),
+            (self.log_every >= 1 and self.save_every >= 0 and self.eval_every >= 0,
+             "log_every must be >= 1, save_every and eval_every >= 0"),
+            (min(self.stop_after, self.held_out, self.keep_checkpoints) >= 0
+             and self.loss_chunk >= 1,
+             "stop_after, held_out and keep_checkpoints must be >= 0, loss_chunk >= 1"),
+            (self.data is not None or min(self.synthetic_prompts, self.synthetic_prompt_length,
+                                          self.synthetic_response_tokens) >= 1,
+             "synthetic_prompts, synthetic_prompt_length and synthetic_response_tokens "
+             "must be >= 1"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ConfigError(message)
+        check_device(self.device)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 
 
-PRESETS: dict[str, Callable[[], DrafterConfig]] = {f.__name__: f for f in (tiny, qwen3_8b)}
+DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu")
+
+
+def check_device(name: str, what: str = "device") -> None:
+    """``auto``, or a device type torch knows with an optional index (cpu, cuda, cuda:N)."""
+    match = re.fullmatch(r"([a-z]+)(:\d+)?", name)
+    if name != "auto" and (match is None or match.group(1) not in DEVICE_TYPES):
+        raise ConfigError(f"{what} must be auto, cpu, cuda or cuda:N, got {name!r}")
+
+
+def kernels_for(cfg: TrainConfig, *, gpu: bool) -> tuple[str, bool]:
+    """(attention, compile on) for ``cfg`` on a machine with or without a GPU."""
+    attention = cfg.attention if cfg.attention != "auto" else ("flex" if gpu else "sdpa")
+    compile_on = cfg.compile == "on" or (cfg.compile == "auto" and gpu)
+    if attention == "flex" and not gpu:
+        raise ConfigError("flex_attention has no backward on CPU: use attention=sdpa there")
+    if compile_on and attention != "flex":
+        raise ConfigError("compile=on compiles the flex_attention path: use attention=flex")
+    return attention, compile_on

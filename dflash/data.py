@@ -1,4 +1,4 @@
-"""Training data: JSONL rows to token examples, and fixed-shape batches with resumable order.
+"""Training data: JSONL rows to token examples (batching them: :mod:`dflash.batching`).
 
 Each non-blank line of a JSONL file is one JSON object in one of these formats (the
 first key found, in this order, decides; other keys are ignored):
@@ -16,19 +16,13 @@ Formats 3-5 need a tokenizer. Errors are :class:`DataError` with ``FILE:LINE: re
 
 from __future__ import annotations
 
-import bisect
 import json
-import random
-import threading
-import zlib
-from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
+from dflash.errors import DataError
 from envguard.atomic import write_text_atomic
 
 MAX_TOKEN_ID = 2**31 - 1
@@ -37,11 +31,8 @@ _FORMAT_HELP = ("input_ids+loss_mask, prompt_ids+response_ids, messages, prompt+
                 "text")
 
 
-class DataError(Exception):
-    """A data file that cannot be used; the message is one line, ``FILE:LINE: reason``."""
-
-
-def _short(value: Any, limit: int = 40) -> str:
+def short_repr(value: Any, limit: int = 40) -> str:
+    """``repr(value)``, cut to ``limit`` characters for an error message."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -58,11 +49,11 @@ def _check_ids(name: str, values: Sequence[Any], *, mask: bool = False) -> None:
         return  # the fast path, in C; the loop below finds the offender
     for i, x in enumerate(values):
         if type(x) is not int:
-            raise ValueError(f"{name}[{i}] is {_short(x)}, not an int")
+            raise ValueError(f"{name}[{i}] is {short_repr(x)}, not an int")
         if mask and x not in (0, 1):
             raise ValueError(f"{name}[{i}] is {x}; a loss mask holds 0 or 1")
         if not 0 <= x <= MAX_TOKEN_ID:
-            raise ValueError(f"{name}[{i}] is {_short(x)}; token ids are in [0, 2**31)")
+            raise ValueError(f"{name}[{i}] is {short_repr(x)}; token ids are in [0, 2**31)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +112,7 @@ def _kind(row: dict[str, Any]) -> str:
     for key in FORMATS:
         if key in row:
             return key
-    keys = ", ".join(_short(k, 24) for k in list(row)[:6]) or "none"
+    keys = ", ".join(short_repr(k, 24) for k in list(row)[:6]) or "none"
     raise ValueError(f"unknown row format (keys: {keys}); expected one of: {_FORMAT_HELP}")
 
 
@@ -159,7 +150,7 @@ def _call(tokenizer: Any | None, kind: str, method: str, *args: Any, **kwargs: A
         out = getattr(tokenizer, method)(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001 - a template's own error becomes one DataError line
         first = (str(exc).splitlines() or [type(exc).__name__])[0]
-        raise ValueError(f"tokenizer {method} failed: {_short(first, 120)}") from None
+        raise ValueError(f"tokenizer {method} failed: {short_repr(first, 120)}") from None
     if isinstance(out, Mapping):  # a BatchEncoding (transformers >= 5 returns a dict)
         out = out["input_ids"]
     if hasattr(out, "tolist"):
@@ -285,111 +276,3 @@ def write_jsonl_atomic(path: str | Path, records: Iterable[dict[str, Any]]) -> N
     """Write one JSON object per line, atomically (raises envguard's OutputError)."""
     text = "".join(json.dumps(r, allow_nan=False) + "\n" for r in records)
     write_text_atomic(path, text)
-
-
-# -- batching -----------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Batch:
-    """Padded int64 tensors [batch_size, bucket]; ``loss_mask_BS`` is 0 on padding."""
-
-    input_ids_BS: torch.Tensor
-    loss_mask_BS: torch.Tensor
-    bucket: int
-
-
-class BatchLoader:
-    """Endless epochs of fixed-shape batches; the order depends only on (seed, epoch).
-
-    An epoch shuffles the examples with ``random.Random(seed + epoch)``, puts each in the
-    smallest bucket that holds it (cutting longer ones to the largest), cuts each bucket into
-    batches (the last one filled with all-pad rows) and shuffles the batches. Thread-safe.
-    """
-
-    def __init__(self, examples: list[Example], *, batch_size: int, buckets: tuple[int, ...],
-                 seed: int, pad_id: int) -> None:
-        for bad, reason in ((not examples, "no examples to batch"),
-                            (batch_size < 1, f"batch_size must be >= 1, got {batch_size}"),
-                            (not buckets or min(buckets) < 1, f"bad buckets {buckets}"),
-                            (pad_id < 0, f"pad_id must be >= 0, got {pad_id}")):
-            if bad:
-                raise ValueError(reason)
-        self._batch_size, self._seed, self._pad_id = batch_size, seed, pad_id
-        self._buckets = tuple(sorted(set(buckets)))
-        top = self._buckets[-1]
-        self._rows = [(ex.input_ids[:top], ex.loss_mask[:top]) for ex in examples]
-        self._bucket_of = [bisect.bisect_left(self._buckets, len(ids)) for ids, _ in self._rows]
-        self._counts = [self._bucket_of.count(b) for b in range(len(self._buckets))]
-        self._epoch_len = sum(-(-c // batch_size) for c in self._counts)
-        summary = array("q", [v for ids, mask in self._rows for v in (len(ids), sum(mask))])
-        self._fingerprint = f"{zlib.crc32(summary.tobytes()):08x}"
-        self._epoch, self._position = 0, 0
-        self._plan: list[tuple[int, tuple[int, ...]]] = []
-        self._plan_epoch = -1
-        self._lock = threading.Lock()
-
-    @property
-    def batches_per_epoch(self) -> int:
-        return self._epoch_len
-
-    def shapes(self) -> list[tuple[int, int]]:
-        """Every (batch_size, bucket) that :meth:`next_batch` can return, increasing."""
-        return [(self._batch_size, b) for b, c in zip(self._buckets, self._counts, strict=True)
-                if c]
-
-    def _epoch_plan(self, epoch: int) -> list[tuple[int, tuple[int, ...]]]:
-        rng = random.Random(self._seed + epoch)  # noqa: S311 - a data order, not a secret
-        order = list(range(len(self._rows)))
-        rng.shuffle(order)
-        groups: list[list[int]] = [[] for _ in self._buckets]
-        for i in order:
-            groups[self._bucket_of[i]].append(i)
-        bs = self._batch_size
-        plan = [(b, tuple(g[k: k + bs])) for b, g in enumerate(groups)
-                for k in range(0, len(g), bs)]
-        rng.shuffle(plan)
-        return plan
-
-    def next_batch(self) -> Batch:
-        with self._lock:
-            if self._plan_epoch != self._epoch:
-                self._plan, self._plan_epoch = self._epoch_plan(self._epoch), self._epoch
-            b, members = self._plan[self._position]
-            self._position += 1
-            if self._position == self._epoch_len:
-                self._epoch, self._position = self._epoch + 1, 0
-        bucket = self._buckets[b]
-        ids_BS = torch.full((self._batch_size, bucket), self._pad_id, dtype=torch.long)
-        mask_BS = torch.zeros((self._batch_size, bucket), dtype=torch.long)
-        for r, i in enumerate(members):
-            ids, mask = self._rows[i]
-            ids_BS[r, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-            mask_BS[r, : len(mask)] = torch.tensor(mask, dtype=torch.long)
-        return Batch(ids_BS, mask_BS, bucket)
-
-    def _identity(self) -> dict[str, Any]:
-        return {"num_examples": len(self._rows), "fingerprint": self._fingerprint,
-                "batch_size": self._batch_size, "buckets": list(self._buckets),
-                "seed": self._seed}
-
-    def state_dict(self) -> dict[str, Any]:
-        """A fresh dict of plain ints, strings and lists: the position after the last batch."""
-        with self._lock:
-            return {"epoch": self._epoch, "position": self._position, **self._identity()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from ``state``; ValueError if it belongs to other data or settings."""
-        if not isinstance(state, dict):
-            raise ValueError(f"loader state must be a dict, got {type(state).__name__}")
-        for key, want in self._identity().items():
-            got = state.get(key)
-            if type(got) is not type(want) or got != want:
-                raise ValueError(f"loader state is for other data or settings: {key} is "
-                                 f"{_short(got)}, this loader has {_short(want)}")
-        epoch, position = state.get("epoch"), state.get("position")
-        if type(epoch) is not int or epoch < 0:
-            raise ValueError(f"loader state has a bad epoch: {_short(epoch)}")
-        if type(position) is not int or not 0 <= position < self._epoch_len:
-            raise ValueError(f"loader state has a bad position: {_short(position)} "
-                             f"(an epoch has {self._epoch_len} batches)")
-        with self._lock:
-            self._epoch, self._position = epoch, position

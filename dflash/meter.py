@@ -1,18 +1,48 @@
-"""Step metrics summed on the device between two log points, and turned into one
-metrics.jsonl record (reduced over ranks under torchrun) at each log point."""
+"""Measuring a run: the device clock, the matmul ceiling that MFU divides by, step metrics
+summed on the device between two log points and turned into one metrics.jsonl record
+(reduced over ranks under torchrun) at each log point, and the metrics.jsonl writer.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from dflash.distributed import World, all_reduce_sum
+from dflash.distributed.world import World, all_reduce_sum
+from dflash.flops import FlopModel
 from dflash.loss import LossOutput
-from dflash.metrics import finite_or_none
-from dflash.optim import lr_at
+
+
+def sync_device(device: torch.device) -> None:
+    """Wait for the device (CUDA) before reading a clock; a no-op on CPU."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure_matmul_tflops(device: torch.device, dtype: torch.dtype, size: int | None = None,
+                          seconds: float = 0.5) -> float:
+    """The achieved dense matmul rate on this device, the MFU denominator."""
+    n = size or (8192 if device.type == "cuda" else 512)
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    for _ in range(3):
+        a @ b
+    sync_device(device)
+    iters, start = 0, time.perf_counter()
+    while True:
+        for _ in range(10):
+            a @ b
+        iters += 10
+        sync_device(device)
+        elapsed = time.perf_counter() - start
+        if elapsed >= seconds:
+            return 2.0 * n**3 * iters / elapsed / 1e12
 
 
 def _process_start() -> float:
@@ -26,7 +56,7 @@ def _process_start() -> float:
 class Meter:
     """Sums of step metrics on the device between two log points."""
 
-    def __init__(self, block_size: int) -> None:
+    def __init__(self) -> None:
         self.steps = 0
         self.loss: Tensor | float = 0.0
         self.tau: Tensor | float = 0.0
@@ -36,10 +66,13 @@ class Meter:
         self.pairs: Tensor | float = 0.0
         self.ctx_tokens = 0
         self.draft_tokens = 0
+        self.lr = 0.0
+        """The learning rate of the last step added."""
 
-    def add(self, out: LossOutput, pairs: Tensor, grad_norm: Tensor, ctx_tokens: int,
-            draft_tokens: int) -> None:
+    def add(self, out: LossOutput, pairs: Tensor, grad_norm: Tensor, lr: float,
+            ctx_tokens: int, draft_tokens: int) -> None:
         self.steps += 1
+        self.lr = lr
         self.loss = self.loss + out.loss.detach()
         self.tau = self.tau + out.tau_sim
         self.grad_norm = self.grad_norm + grad_norm
@@ -65,30 +98,58 @@ class Meter:
         self.ctx_tokens *= world.size
         self.draft_tokens *= world.size
 
-    def record(self, trainer: Any, seconds: float, peak_tflops: float) -> dict[str, Any]:
-        self.reduce(trainer.world, trainer.rt.device)
+    def record(self, *, step: int, seconds: float, flops: FlopModel, peak_tflops: float,
+               world: World, device: torch.device) -> dict[str, Any]:
+        """One metrics.jsonl record at ``step``, ``seconds`` after the previous one; a
+        collective under torchrun (every rank calls it)."""
+        self.reduce(world, device)
         n = max(1, self.steps)
         acc = (torch.as_tensor(self.hits_K) / torch.as_tensor(self.count_K).clamp_min(1)).tolist()
-        flops = trainer.flops.step_flops(self.ctx_tokens, self.draft_tokens,
-                                         float(torch.as_tensor(self.pairs).item()))
+        step_flops = flops.step_flops(self.ctx_tokens, self.draft_tokens,
+                                      float(torch.as_tensor(self.pairs).item()))
         record: dict[str, Any] = {
-            "step": trainer.step,
+            "step": step,
             "loss": finite_or_none(float(torch.as_tensor(self.loss).item()) / n),
             "tau_sim": float(torch.as_tensor(self.tau).item()) / n,
             "acc": [round(a, 4) for a in acc[1:]],
             "grad_norm": finite_or_none(float(torch.as_tensor(self.grad_norm).item()) / n),
-            "lr": lr_at(trainer.step - 1, base_lr=trainer.cfg.lr, total_steps=trainer.cfg.steps,
-                        warmup_ratio=trainer.cfg.warmup_ratio,
-                        min_lr_ratio=trainer.cfg.min_lr_ratio),
+            "lr": self.lr,
             "step_s": seconds / n,
             "ctx_tok_s": self.ctx_tokens / seconds,
             "draft_tok_s": self.draft_tokens / seconds,
-            "tflops": flops / seconds / 1e12,
-            "mfu": flops / seconds / 1e12 / (peak_tflops * trainer.world.device_count),
+            "tflops": step_flops / seconds / 1e12,
+            "mfu": step_flops / seconds / 1e12 / (peak_tflops * world.device_count),
             "peak_tflops": peak_tflops,
             "since_start_s": time.time() - _process_start(),
         }
-        if trainer.rt.device.type == "cuda":
-            record["peak_mem_gb"] = torch.cuda.max_memory_allocated(trainer.rt.device) / 2**30
+        if device.type == "cuda":
+            record["peak_mem_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
         return record
 
+
+class MetricsLog:
+    """Appends one JSON object per line to OUT/metrics.jsonl, flushed per record so a
+    killed run keeps every line it logged (a resumed run appends)."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._fh.write(json.dumps(record, allow_nan=False, default=_jsonable) + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def _jsonable(value: object) -> object:
+    if isinstance(value, float):
+        return None
+    raise TypeError(f"not JSON: {type(value).__name__}")
+
+
+def finite_or_none(x: float) -> float | None:
+    return x if x == x and abs(x) != float("inf") else None

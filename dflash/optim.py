@@ -36,8 +36,9 @@ class MasterAdamW:
         else:
             self.master = self.params
         fused = all(p.is_cuda for p in self.params)
-        self.opt = torch.optim.AdamW(self.master, lr=lr, betas=betas,
-                                     weight_decay=weight_decay, fused=fused or None)
+        self.adamw = torch.optim.AdamW(self.master, lr=lr, betas=betas,
+                                       weight_decay=weight_decay, fused=fused or None)
+        """torch's AdamW over the master weights (what DCP saves under torchrun)."""
 
     @torch.no_grad()
     def step(self, lr: float, clip: float) -> Tensor:
@@ -48,9 +49,9 @@ class MasterAdamW:
                 m.grad = p.grad.float() if p.grad is not None else torch.zeros_like(m)
         grads = [m for m in self.master if m.grad is not None]
         norm = torch.nn.utils.clip_grad_norm_(grads, clip, foreach=True)
-        for group in self.opt.param_groups:
+        for group in self.adamw.param_groups:
             group["lr"] = lr
-        self.opt.step()
+        self.adamw.step()
         if self.mixed:
             torch._foreach_copy_(self.params, self.master)
         for p in self.params:
@@ -71,7 +72,7 @@ class MasterAdamW:
                 p.copy_(m)
 
     def state_dict(self) -> dict[str, Any]:
-        return self.opt.state_dict()
+        return self.adamw.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.opt.load_state_dict(state)
+        self.adamw.load_state_dict(state)

@@ -1,7 +1,7 @@
 """The frozen target model: any Hugging Face causal LM, and the features DFlash taps from it.
 
 A target comes from one of three sources:
-- a named shape (``TARGET_SHAPES``): a Qwen3 config with random weights, built on the
+- a named shape (``dflash.presets.TARGET_SHAPES``): a Qwen3 config with random weights, built on the
   meta device and initialised directly on the target device (an 8B-shaped model never
   exists in fp32 on the host);
 - a local folder with a ``config.json`` but no weights, or a ``config.json`` file:
@@ -20,60 +20,22 @@ import inspect
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from dflash.config import DrafterConfig, target_layer_ids_for
-
-
-class TargetError(Exception):
-    """A target that cannot be built or loaded; the message is one line."""
-
-
-@dataclass(frozen=True, slots=True)
-class TargetShape:
-    """A Qwen3 architecture with random weights, for tests and benchmarks."""
-
-    vocab_size: int
-    hidden_size: int
-    intermediate_size: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    rope_theta: float
-    tie_embeddings: bool
-    mask_token_id: int
-    layer_ids: tuple[int, ...] | None = None
-    """None: the DFlash formula for k evenly spaced taps."""
-
-
-QWEN3_MASK_ID = 151669  # first row past the Qwen3 tokenizer; the published drafters use it
-
-TARGET_SHAPES: dict[str, TargetShape] = {
-    "tiny": TargetShape(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=8,
-                        num_heads=4, num_kv_heads=2, head_dim=16, rope_theta=10_000.0,
-                        tie_embeddings=False, mask_token_id=511, layer_ids=(1, 3, 5)),
-    "qwen3-1.7b-shape": TargetShape(
-        vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_layers=28,
-        num_heads=16, num_kv_heads=8, head_dim=128, rope_theta=1_000_000.0,
-        tie_embeddings=True, mask_token_id=QWEN3_MASK_ID),
-    "qwen3-8b-shape": TargetShape(
-        vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_layers=36,
-        num_heads=32, num_kv_heads=8, head_dim=128, rope_theta=1_000_000.0,
-        tie_embeddings=False, mask_token_id=QWEN3_MASK_ID),
-}
+from dflash.config import DrafterConfig, TargetShape, target_layer_ids_for
+from dflash.errors import TargetError
+from dflash.presets import TARGET_SHAPES, target_path
 
 
 class _StopForward(Exception):
     """Raised by the hook on the highest tapped layer to end the forward early."""
 
 
-class Target:
+class TargetModel:
     """A frozen causal LM plus the tapped layers. Every method is no-grad."""
 
     def __init__(self, model: Any, layer_ids: tuple[int, ...], mask_token_id: int,
@@ -273,20 +235,17 @@ def default_mask_token_id(vocab_size: int, tokenizer: Any | None) -> int:
 def load_target(source: str, *, device: str | torch.device = "cpu",
                 dtype: torch.dtype = torch.float32, layer_ids: tuple[int, ...] | None = None,
                 num_features: int = 5, mask_token_id: int | None = None, seed: int = 0
-                ) -> Target:
+                ) -> TargetModel:
     """A frozen target from a named shape, a config (random weights) or a weights folder."""
     device = torch.device(device)
     tokenizer = None
-    if source in TARGET_SHAPES:
+    path = target_path(source)
+    if path is None:
         shape = TARGET_SHAPES[source]
         model = _random_model(_qwen3_config(shape), device, dtype, seed)
         ids = layer_ids or shape.layer_ids
         mask = shape.mask_token_id
     else:
-        path = Path(source).expanduser()
-        if not path.exists():
-            raise TargetError(f"target {source!r} is neither a named shape "
-                              f"({', '.join(TARGET_SHAPES)}) nor an existing path")
         folder = path if path.is_dir() else path.parent
         if path.is_dir() and _has_weights(path):
             from transformers import AutoModelForCausalLM
@@ -306,8 +265,8 @@ def load_target(source: str, *, device: str | torch.device = "cpu",
             ids = tuple(target_layer_ids_for(len(model.get_decoder().layers), num_features))
         except ValueError as exc:
             raise TargetError(str(exc)) from None
-    return Target(model, tuple(ids), mask if mask_token_id is None else mask_token_id,
-                  tokenizer)
+    return TargetModel(model, tuple(ids), mask if mask_token_id is None else mask_token_id,
+                       tokenizer)
 
 
 def rope_theta_of(config: Any) -> float:
@@ -318,7 +277,7 @@ def rope_theta_of(config: Any) -> float:
     return float(theta)
 
 
-def drafter_config_for(target: Target, *, num_layers: int, block_size: int, gamma: float,
+def drafter_config_for(target: TargetModel, *, num_layers: int, block_size: int, gamma: float,
                        mask_token_id: int | None = None) -> DrafterConfig:
     """A drafter whose attention/MLP shapes, RoPE and vocabulary match the target's."""
     c = target.config

@@ -1,15 +1,17 @@
 """The DFlash training loop: one process, one device (torchrun runs one per GPU).
 
 Order of events, which is what makes torch.compile race-free here:
-1. build target, drafter, optimizer and data on the main thread;
+1. build target, drafter, optimizer and data on the main thread; :func:`parallelize`
+   places the drafter (FSDP2 under torchrun) and makes the attention kernels;
 2. warm-up: one full step (forward + backward) and one no-grad forward per batch shape,
    still on the main thread, with their own RNG so training is unaffected;
 3. seal compilation (``fail_on_recompile``; the global FX flag must be clear);
 4. only then start the prefetch thread, and train.
 
 A step has fixed shapes and no host sync; metrics stay on the device and are read
-every ``log_every`` steps. Checkpoints are atomic and hold everything a resumed run
-needs to continue exactly (master weights, optimizer, step, RNG, data position).
+every ``log_every`` steps. What a checkpoint must hold to continue exactly (step,
+optimizer with the master weights, RNG, data position) is :class:`TrainState`;
+:mod:`dflash.checkpoint.resume` writes and reads it in either mode.
 """
 
 from __future__ import annotations
@@ -24,13 +26,17 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from dflash import checkpoint as ckpt
-from dflash import run_state
-from dflash.compilation import Kernels, kernels, require_main_thread, seal
-from dflash.config import DrafterConfig
-from dflash.data import BatchLoader, Example, drop_short, read_examples
-from dflash.distributed import RankSlice, World, shard
-from dflash.generate import generate_responses, synthetic_prompts
+from dflash.batching import BatchLoader, Prefetcher, RankSlice
+from dflash.checkpoint import resume as checkpoint
+from dflash.compilation.kernels import require_main_thread, seal
+from dflash.compilation.megacache import for_setting
+from dflash.config import DrafterConfig, TrainConfig
+from dflash.data import Example, drop_short, read_examples
+from dflash.decoding.generate import synthetic_examples
+from dflash.distributed.roles import FeatureClient
+from dflash.distributed.world import World
+from dflash.errors import ConfigError, MegaCacheError
+from dflash.flops import count_params, flop_model, visible_pairs
 from dflash.loss import LossOutput, block_inputs, block_targets, dflash_loss, sample_anchors
 from dflash.masks import (
     TILE,
@@ -41,51 +47,60 @@ from dflash.masks import (
     flex_attend,
     sdpa_attend,
 )
-from dflash.megacache import MegaCacheError, for_setting
-from dflash.meter import Meter
-from dflash.metrics import (
-    MetricsLog,
-    count_params,
-    flop_model,
-    measure_matmul_tflops,
-    sync_device,
-    visible_pairs,
-)
+from dflash.meter import Meter, MetricsLog, measure_matmul_tflops, sync_device
 from dflash.model import DFlashDrafter
 from dflash.optim import MasterAdamW, lr_at
-from dflash.prefetch import Prefetcher
-from dflash.recipe import TrainConfig
-from dflash.roles import FeatureClient
-from dflash.target import Target, drafter_config_for, load_target
+from dflash.parallelize import parallelize, resolve
+from dflash.target import TargetModel, drafter_config_for, load_target
 
 LogFn = Callable[[dict[str, Any]], None]
 
 
+@dataclass(slots=True)
+class TrainState:
+    """A run's progress: everything a checkpoint saves besides the model's shape, and
+    what a resume restores, so the run continues exactly."""
+
+    step: int
+    """Optimizer steps done."""
+    optimizer: MasterAdamW
+    """AdamW with the fp32 master weights."""
+    loader: BatchLoader | RankSlice
+    """This rank's batch stream."""
+    loader_state: dict[str, Any]
+    """The stream's position after the last batch the optimizer consumed (the prefetch
+    thread is ahead of it)."""
+    anchor_gen: torch.Generator
+    """This rank's anchor stream (fresh anchors every step)."""
+
+    def state_dict(self, cfg: TrainConfig, device: torch.device) -> dict[str, Any]:
+        """trainer.pt's content: step, optimizer, RNG states, data position, config."""
+        rng: dict[str, Any] = {"torch": torch.get_rng_state(),
+                               "anchor": self.anchor_gen.get_state()}
+        if device.type == "cuda":
+            rng["cuda"] = torch.cuda.get_rng_state(device)
+        return {"step": self.step, "optimizer": self.optimizer.state_dict(), "rng": rng,
+                "loader": self.loader_state, "config": cfg.to_dict()}
+
+    def continue_at(self, resumed: checkpoint.Resumed, fresh_seed: int) -> None:
+        """The step, this rank's anchor stream (``fresh_seed`` for a rank the checkpoint
+        did not have) and the data position of a resumed run."""
+        self.step = resumed.step
+        if resumed.anchor_rng is not None:
+            self.anchor_gen.set_state(resumed.anchor_rng)
+        else:
+            self.anchor_gen.manual_seed(fresh_seed)
+        self.loader.load_state_dict(resumed.loader)
+        self.loader_state = self.loader.state_dict()
+
+
 @dataclass(frozen=True, slots=True)
-class Runtime:
-    """The auto settings of a TrainConfig, resolved for this machine."""
-
-    device: torch.device
-    dtype: torch.dtype
-    attention: str
-    compile: bool
-
-
-def resolve(cfg: TrainConfig) -> Runtime:
-    if cfg.device == "auto":
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    else:
-        device = torch.device(cfg.device)
-    gpu = device.type == "cuda"
-    dtype = {"auto": torch.bfloat16 if gpu else torch.float32,
-             "bfloat16": torch.bfloat16, "float32": torch.float32}[cfg.dtype]
-    attention = cfg.attention if cfg.attention != "auto" else ("flex" if gpu else "sdpa")
-    compile_on = cfg.compile == "on" or (cfg.compile == "auto" and gpu)
-    if attention == "flex" and not gpu:
-        raise ValueError("flex_attention has no backward on CPU: use attention=sdpa there")
-    if compile_on and attention != "flex":
-        raise ValueError("compile=on compiles the flex_attention path: use attention=flex")
-    return Runtime(device=device, dtype=dtype, attention=attention, compile=compile_on)
+class StepResult:
+    out: LossOutput
+    pairs: Tensor
+    """Visible (query, key) pairs, for the FLOP count."""
+    grad_norm: Tensor
+    lr: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,19 +113,8 @@ class TrainResult:
     last: dict[str, Any]
 
 
-def synthetic_examples(target: Target, cfg: TrainConfig) -> list[Example]:
-    """The paper's 'responses regenerated by the target', from random prompts."""
-    prompts = synthetic_prompts(cfg.synthetic_prompts, vocab_size=target.vocab_size,
-                                length=cfg.synthetic_prompt_length, seed=cfg.seed,
-                                exclude=(target.mask_token_id,))
-    responses = generate_responses(target, prompts, max_new_tokens=cfg.synthetic_response_tokens,
-                                   temperature=0.0, seed=cfg.seed)
-    return [Example(input_ids=tuple(p + r), loss_mask=tuple([0] * len(p) + [1] * len(r)))
-            for p, r in zip(prompts, responses, strict=True)]
-
-
 class Trainer:
-    def __init__(self, cfg: TrainConfig, *, target: Target | None = None,
+    def __init__(self, cfg: TrainConfig, *, target: TargetModel | None = None,
                  examples: list[Example] | None = None, world: World | None = None,
                  feature_server: int | None = None) -> None:
         """``feature_server``: with split roles, the global rank of this rank's target
@@ -128,32 +132,28 @@ class Trainer:
         self.dcfg: DrafterConfig = drafter_config_for(
             self.target, num_layers=cfg.draft_layers, block_size=cfg.block_size,
             gamma=cfg.gamma, mask_token_id=cfg.mask_token_id)
-        if self.world.distributed:  # fp32 shards are the master weights; compute in rt.dtype
-            self.drafter = DFlashDrafter(self.dcfg).to(self.rt.device)
-            shard(self.drafter, self.rt.dtype, self.world, self.rt.device)
-        else:
-            self.drafter = DFlashDrafter(self.dcfg).to(self.rt.device, self.rt.dtype)
-        self.opt = MasterAdamW(self.drafter, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
-                               weight_decay=cfg.weight_decay)
+        self.drafter = DFlashDrafter(self.dcfg)
+        self.kernels = parallelize(self.drafter, self.rt, self.world)
+        optimizer = MasterAdamW(self.drafter, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
+                                weight_decay=cfg.weight_decay)
         if examples is None:
             examples = (read_examples(cfg.data, tokenizer=self.target.tokenizer,
                                       max_length=max(cfg.buckets))
                         if cfg.data else synthetic_examples(self.target, cfg))
         examples = drop_short(examples, 2 * cfg.block_size)
         if len(examples) <= cfg.held_out:
-            raise ValueError(f"only {len(examples)} usable examples (need more than "
-                             f"held_out={cfg.held_out}); each needs >= {2 * cfg.block_size} "
-                             "loss tokens")
+            raise ConfigError(f"only {len(examples)} usable examples (need more than "
+                              f"held_out={cfg.held_out}); each needs >= "
+                              f"{2 * cfg.block_size} loss tokens")
         split = len(examples) - cfg.held_out
         self.held_out = examples[split:]
-        loader = BatchLoader(examples[:split], batch_size=cfg.batch_size,
-                             buckets=cfg.buckets, seed=cfg.seed, pad_id=0)
-        self.loader = RankSlice(loader, self.world) if self.world.distributed else loader
-        self.kernels: Kernels = kernels(self.rt.compile)
-        self.anchor_gen = torch.Generator(device=self.rt.device).manual_seed(
+        batches = BatchLoader(examples[:split], batch_size=cfg.batch_size,
+                              buckets=cfg.buckets, seed=cfg.seed, pad_id=0)
+        loader = RankSlice(batches, self.world) if self.world.distributed else batches
+        anchor_gen = torch.Generator(device=self.rt.device).manual_seed(
             cfg.seed + self.world.rank)
-        self.step = 0
-        self.loader_state = self.loader.state_dict()
+        self.state = TrainState(step=0, optimizer=optimizer, loader=loader,
+                                loader_state=loader.state_dict(), anchor_gen=anchor_gen)
         layers = self.target.layers[: max(self.dcfg.target_layer_ids) + 1]
         self.flops = flop_model(self.dcfg, count_params(layers),
                                 count_params(self.drafter.layers[0]))
@@ -164,7 +164,8 @@ class Trainer:
         self.mega_cache_saved = 0
         self.warnings: list[str] = []
         self.remote: FeatureClient | None = None
-        self._ahead: tuple[Any, Callable[[], Tensor]] | None = None
+        self._ahead: tuple[tuple[Tensor, Tensor, dict[str, Any]], Callable[[], Tensor]
+                           ] | None = None
         if feature_server is not None:
             self.remote = FeatureClient(feature_server, self.target.feature_dim,
                                         self.target.dtype, self.rt.device)
@@ -203,16 +204,17 @@ class Trainer:
         return out, visible_pairs(anchors_BN, keep_BN, bs)
 
     def train_step(self, input_ids_BS: Tensor, loss_mask_BS: Tensor,
-                   feats_BSF: Tensor | None = None) -> tuple[LossOutput, Tensor, Tensor]:
-        out, pairs = self.forward_loss(input_ids_BS, loss_mask_BS, self.anchor_gen, feats_BSF)
+                   feats_BSF: Tensor | None = None) -> StepResult:
+        state = self.state
+        out, pairs = self.forward_loss(input_ids_BS, loss_mask_BS, state.anchor_gen, feats_BSF)
         out.loss.backward()  # type: ignore[no-untyped-call]
-        lr = lr_at(self.step, base_lr=self.cfg.lr, total_steps=self.cfg.steps,
+        lr = lr_at(state.step, base_lr=self.cfg.lr, total_steps=self.cfg.steps,
                    warmup_ratio=self.cfg.warmup_ratio, min_lr_ratio=self.cfg.min_lr_ratio)
-        grad_norm = self.opt.step(lr, self.cfg.grad_clip)
+        grad_norm = state.optimizer.step(lr, self.cfg.grad_clip)
         if hasattr(grad_norm, "full_tensor"):  # FSDP2: a replicated DTensor
             grad_norm = grad_norm.full_tensor()
-        self.step += 1
-        return out, pairs, grad_norm
+        state.step += 1
+        return StepResult(out, pairs, grad_norm, lr)
 
     # -- warm-up ----------------------------------------------------------------------------
     def warmup(self) -> float:
@@ -240,7 +242,7 @@ class Trainer:
             phases[phase] += now - t0
             return now
 
-        for bsz, seq in self.loader.shapes():
+        for bsz, seq in self.state.loader.shapes():
             ids_BS = torch.randint(0, self.dcfg.vocab_size, (bsz, seq), device=self.rt.device,
                                    generator=gen)
             mask_BS = torch.ones_like(ids_BS)
@@ -278,15 +280,29 @@ class Trainer:
             taus.append(out.tau_sim)
         return float(torch.stack(taus).mean().item())
 
-    # -- checkpoints (dflash.run_state does the work, in either mode) -------------------------
-    def state(self) -> dict[str, Any]:
-        return run_state.trainer_state(self)
-
+    # -- checkpoints (dflash.checkpoint.resume does the work, in either mode) ---------------
     def save(self) -> Path:
-        return run_state.save(self)
+        return checkpoint.save(self.out, self.state.state_dict(self.cfg, self.rt.device),
+                               self.drafter, self.state.optimizer, self.world,
+                               self.cfg.keep_checkpoints)
 
     def resume(self, folder: Path) -> None:
-        run_state.resume(self, folder)
+        resumed = checkpoint.resume(folder, self.drafter, self.state.optimizer, self.world,
+                                    self.rt.device)
+        # A rank the checkpoint did not have (a larger world): a fresh, distinct stream.
+        self.state.continue_at(resumed, self.cfg.seed + self.world.rank + 7919 * resumed.step)
+
+    def close(self) -> str | None:
+        """Close the feature stream of split roles (a message if the target rank is gone:
+        torchrun reports that rank's failure itself)."""
+        if self.remote is None:
+            return None
+        try:
+            self.remote.close()
+        except RuntimeError as exc:
+            return (f"rank {self.world.rank}: could not close the feature stream: "
+                    f"{str(exc).splitlines()[0]}")
+        return None
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self, on_log: LogFn | None = None, stop: threading.Event | None = None,
@@ -300,36 +316,39 @@ class Trainer:
         peak = cfg.peak_tflops or measure_matmul_tflops(self.rt.device, self.rt.dtype)
         main = self.world.is_main
         log = MetricsLog(self.out / "metrics.jsonl") if main else None
-        prefetch = Prefetcher(self.loader, self.rt.device).start()
-        meter = Meter(self.cfg.block_size)
+        state = self.state
+        prefetch = Prefetcher(state.loader, self.rt.device).start()
+        meter = Meter()
         last: dict[str, Any] = {}
         saved: Path | None = None
         stopped = False
         try:
             t0 = time.perf_counter()
-            while self.step < cfg.steps:
+            while state.step < cfg.steps:
                 if (stop is not None and stop.is_set()) or (
-                        cfg.stop_after and self.step >= cfg.stop_after):
+                        cfg.stop_after and state.step >= cfg.stop_after):
                     stopped = True
                     break
                 ids_BS, mask_BS, loader_state, feats_BSF = self._next(prefetch)
-                out, pairs, grad_norm = self.train_step(ids_BS, mask_BS, feats_BSF)
-                self.loader_state = loader_state
-                meter.add(out, pairs, grad_norm, ids_BS.numel(),
+                step = self.train_step(ids_BS, mask_BS, feats_BSF)
+                state.loader_state = loader_state
+                meter.add(step.out, step.pairs, step.grad_norm, step.lr, ids_BS.numel(),
                           mask_BS.shape[0] * cfg.anchors * cfg.block_size)
-                if self.step % cfg.log_every == 0 or self.step == cfg.steps:
+                if state.step % cfg.log_every == 0 or state.step == cfg.steps:
                     sync_device(self.rt.device)
                     now = time.perf_counter()
-                    last = meter.record(self, now - t0, peak)
-                    if cfg.eval_every and self.step % cfg.eval_every == 0:
+                    last = meter.record(step=state.step, seconds=now - t0, flops=self.flops,
+                                        peak_tflops=peak, world=self.world,
+                                        device=self.rt.device)
+                    if cfg.eval_every and state.step % cfg.eval_every == 0:
                         last["held_out_tau"] = self.held_out_tau()
                     if log is not None:
                         log.write(last)
                     if on_log is not None and main:
                         on_log(last)
-                    meter = Meter(self.cfg.block_size)
+                    meter = Meter()
                     t0 = time.perf_counter()
-                if cfg.save_every and self.step % cfg.save_every == 0:
+                if cfg.save_every and state.step % cfg.save_every == 0:
                     saved = self.save()
         finally:
             if self._ahead is not None:  # an answer asked for ahead must still be taken
@@ -338,18 +357,17 @@ class Trainer:
             prefetch.close()
             if log is not None:
                 log.close()
-        if final_save and (saved is None or not saved.name.endswith(f"{self.step:08d}")):
+        if final_save and (saved is None or not saved.name.endswith(f"{state.step:08d}")):
             saved = self.save()
         export = None
         if final_save and not stopped:
-            export = (run_state.export_sharded(self) if self.world.distributed else
-                      ckpt.export_drafter(self.drafter, self.out / "drafter",
-                                          dtype=self.rt.dtype))
-        return TrainResult(step=self.step, stopped_early=stopped,
+            export = checkpoint.export(self.out, self.drafter, self.world, self.rt.dtype)
+        return TrainResult(step=state.step, stopped_early=stopped,
                            warmup_seconds=self.warmup_seconds, checkpoint=saved, export=export,
                            last=last)
 
-    def _next(self, prefetch: Prefetcher) -> tuple[Tensor, Tensor, Any, Tensor | None]:
+    def _next(self, prefetch: Prefetcher
+              ) -> tuple[Tensor, Tensor, dict[str, Any], Tensor | None]:
         """The next batch. With remote features, also ask for the batch after it now, so
         the target ranks compute it while this rank trains."""
         if self.remote is None:
@@ -360,15 +378,11 @@ class Trainer:
         batch, current = self._ahead
         self._ahead = None
         last = min(self.cfg.steps, self.cfg.stop_after or self.cfg.steps)
-        if self.step + 1 < last:
+        if self.state.step + 1 < last:
             upcoming = prefetch.get()
             self._ahead = (upcoming, self.remote.request(upcoming[0]))
         return (*batch, current())
 
 
-if __name__ == "__main__":  # torchrun --nproc-per-node N -m dflash.train ...
-    import sys
-
-    from dflash.cli import main
-
-    sys.exit(main())
+if __name__ == "__main__":  # the torchrun entry moved; the loop is not a command
+    raise SystemExit("dflash.train is the training loop: run `torchrun ... -m dflash.cli.train`")

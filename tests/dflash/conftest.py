@@ -9,10 +9,11 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from dflash.config import DrafterConfig, tiny
+from dflash.config import DrafterConfig
 from dflash.loss import block_inputs
 from dflash.masks import AttendFn, dense_mask, dflash_block_mask, flex_attend, sdpa_attend
 from dflash.model import DFlashDrafter
+from dflash.presets import tiny_drafter
 
 # Eager flex_attention on CPU warns that it is unfused; that is expected in tests.
 FLEX_EAGER = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
@@ -29,7 +30,7 @@ class Tiny:
 @pytest.fixture
 def tiny_setup() -> Tiny:
     torch.manual_seed(0)
-    cfg = tiny()
+    cfg = tiny_drafter()
     drafter = DFlashDrafter(cfg).float()
     embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size).requires_grad_(False)
     head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False).requires_grad_(False)
@@ -90,7 +91,7 @@ def trained_tiny(tiny_target, tmp_path_factory) -> TrainedTiny:
     import dataclasses
     import json
 
-    from dflash.recipe import tiny as tiny_recipe
+    from dflash.presets import tiny as tiny_recipe
     from dflash.train import Trainer
 
     out = tmp_path_factory.mktemp("tiny-run")

@@ -10,19 +10,22 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from dflash import checkpoint as ckpt
-from dflash.config import qwen3_8b, tiny
+from dflash.checkpoint.export import export_drafter, load_drafter
+from dflash.checkpoint.layout import config_from_published, latest_checkpoint, published_config
+from dflash.checkpoint.local import load_training_checkpoint, save_training_checkpoint
+from dflash.errors import CheckpointError
 from dflash.model import DFlashDrafter
+from dflash.presets import qwen3_8b_drafter, tiny_drafter
 
 
 def _drafter(seed: int = 0) -> DFlashDrafter:
     torch.manual_seed(seed)
-    return DFlashDrafter(tiny())
+    return DFlashDrafter(tiny_drafter())
 
 
 def test_export_is_the_published_layout_and_round_trips(tmp_path: Path) -> None:
     drafter = _drafter()
-    folder = ckpt.export_drafter(drafter, tmp_path / "drafter", dtype=torch.float32)
+    folder = export_drafter(drafter, tmp_path / "drafter", dtype=torch.float32)
     config = json.loads((folder / "config.json").read_text())
     assert config["architectures"] == ["DFlashDraftModel"]
     assert config["block_size"] == 4
@@ -34,7 +37,7 @@ def test_export_is_the_published_layout_and_round_trips(tmp_path: Path) -> None:
             "layers.0.self_attn.q_proj.weight", "layers.1.mlp.down_proj.weight",
             "layers.0.self_attn.k_norm.weight"} <= names
     assert not any("embed" in n or "lm_head" in n for n in names)
-    loaded = ckpt.load_drafter(folder)
+    loaded = load_drafter(folder)
     assert loaded.cfg == drafter.cfg
     for (n, a), (_, b) in zip(drafter.state_dict().items(), loaded.state_dict().items(),
                               strict=True):
@@ -42,23 +45,23 @@ def test_export_is_the_published_layout_and_round_trips(tmp_path: Path) -> None:
 
 
 def test_published_config_reads_back_the_paper_drafter() -> None:
-    cfg = qwen3_8b()
-    assert ckpt.config_from_published(ckpt.published_config(cfg, torch.bfloat16)) == cfg
+    cfg = qwen3_8b_drafter()
+    assert config_from_published(published_config(cfg, "bfloat16")) == cfg
 
 
 def test_bf16_export_halves_the_file(tmp_path: Path) -> None:
     drafter = _drafter()
-    f32 = ckpt.export_drafter(drafter, tmp_path / "a", dtype=torch.float32)
-    bf16 = ckpt.export_drafter(drafter, tmp_path / "b")
+    f32 = export_drafter(drafter, tmp_path / "a", dtype=torch.float32)
+    bf16 = export_drafter(drafter, tmp_path / "b")
     ratio = (bf16 / "model.safetensors").stat().st_size / (f32 / "model.safetensors").stat().st_size
     assert 0.45 < ratio < 0.55
     assert json.loads((bf16 / "config.json").read_text())["torch_dtype"] == "bfloat16"
 
 
 def test_export_replaces_an_existing_folder_whole(tmp_path: Path) -> None:
-    first = ckpt.export_drafter(_drafter(0), tmp_path / "d", dtype=torch.float32)
+    first = export_drafter(_drafter(0), tmp_path / "d", dtype=torch.float32)
     (first / "stale.txt").write_text("from the old export")
-    ckpt.export_drafter(_drafter(1), tmp_path / "d", dtype=torch.float32)
+    export_drafter(_drafter(1), tmp_path / "d", dtype=torch.float32)
     assert not (tmp_path / "d" / "stale.txt").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]  # no temp or .old left
 
@@ -67,24 +70,24 @@ def test_training_checkpoints_rotate_and_latest_points_at_the_newest(tmp_path: P
     drafter = _drafter()
     weights = dict(drafter.state_dict())
     for step in (10, 20, 30):
-        ckpt.save_training_checkpoint(tmp_path, step, drafter.cfg, weights,
+        save_training_checkpoint(tmp_path, step, drafter.cfg, weights,
                                       {"step": step, "rng": torch.get_rng_state()}, keep=2)
     names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert names == ["latest", "step-00000020", "step-00000030"]
-    latest = ckpt.latest_checkpoint(tmp_path)
+    latest = latest_checkpoint(tmp_path)
     assert latest is not None and latest.name == "step-00000030"
-    loaded, state = ckpt.load_training_checkpoint(latest, "cpu")
+    loaded, state = load_training_checkpoint(latest, "cpu")
     assert state["step"] == 30 and loaded.cfg == drafter.cfg
 
 
 def test_no_checkpoint_yet_is_none(tmp_path: Path) -> None:
-    assert ckpt.latest_checkpoint(tmp_path) is None
+    assert latest_checkpoint(tmp_path) is None
 
 
 @pytest.mark.parametrize("damage", ["no-config", "bad-json", "not-dflash", "truncated",
                                     "wrong-shape"])
 def test_broken_exports_give_one_line_errors(tmp_path: Path, damage: str) -> None:
-    folder = ckpt.export_drafter(_drafter(), tmp_path / "d", dtype=torch.float32)
+    folder = export_drafter(_drafter(), tmp_path / "d", dtype=torch.float32)
     config = folder / "config.json"
     weights = folder / "model.safetensors"
     if damage == "no-config":
@@ -99,13 +102,13 @@ def test_broken_exports_give_one_line_errors(tmp_path: Path, damage: str) -> Non
         d = json.loads(config.read_text())
         d["intermediate_size"] = 96
         config.write_text(json.dumps(d))
-    with pytest.raises(ckpt.CheckpointError) as err:
-        ckpt.load_drafter(folder)
+    with pytest.raises(CheckpointError) as err:
+        load_drafter(folder)
     assert "\n" not in str(err.value)
 
 
 def test_latest_naming_a_missing_folder_is_refused(tmp_path: Path) -> None:
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "latest").write_text("step-00000099\n")
-    with pytest.raises(ckpt.CheckpointError, match="not a checkpoint"):
-        ckpt.latest_checkpoint(tmp_path)
+    with pytest.raises(CheckpointError, match="not a checkpoint"):
+        latest_checkpoint(tmp_path)

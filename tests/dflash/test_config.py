@@ -5,8 +5,9 @@ import dataclasses
 import pytest
 import torch
 
-from dflash.config import PRESETS, DrafterConfig, qwen3_8b, target_layer_ids_for, tiny
+from dflash.config import DrafterConfig, target_layer_ids_for
 from dflash.model import DFlashDrafter
+from dflash.presets import DRAFTER_PRESETS, qwen3_8b_drafter, tiny_drafter
 
 
 @pytest.mark.parametrize(("num_layers", "k", "expected"), [
@@ -43,24 +44,24 @@ def test_target_layer_ids_refuses_duplicates() -> None:
     ("vocab_size", 1.5, "vocab_size"),
 ])
 def test_validation_names_the_field(field: str, value: object, match: str) -> None:
-    d = tiny().to_dict()
+    d = tiny_drafter().to_dict()
     d[field] = value
     with pytest.raises(ValueError, match=match):
         DrafterConfig.from_dict(d)
 
 
 def test_dict_round_trip_and_unknown_field() -> None:
-    for make in PRESETS.values():
+    for make in DRAFTER_PRESETS.values():
         cfg = make()
         assert DrafterConfig.from_dict(cfg.to_dict()) == cfg
     with pytest.raises(ValueError, match="bogus"):
-        DrafterConfig.from_dict({**tiny().to_dict(), "bogus": 1})
+        DrafterConfig.from_dict({**tiny_drafter().to_dict(), "bogus": 1})
     with pytest.raises(TypeError):
         DrafterConfig(hidden_size=64)  # type: ignore[call-arg]
 
 
 def test_qwen3_8b_preset_matches_doc() -> None:
-    cfg = qwen3_8b()
+    cfg = qwen3_8b_drafter()
     assert cfg.target_layer_ids == (1, 9, 17, 25, 33)
     assert (cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim) == (4096, 32, 8, 128)
     assert (cfg.block_size, cfg.mask_token_id, cfg.vocab_size) == (16, 151669, 151936)

@@ -1,4 +1,5 @@
-"""dflash.data: JSONL formats, error locations, truncation, and the resumable BatchLoader."""
+"""dflash.data and dflash.batching: JSONL formats, error locations, truncation, and the
+resumable BatchLoader."""
 
 from __future__ import annotations
 
@@ -10,15 +11,15 @@ from typing import Any
 import pytest
 import torch
 
+from dflash.batching import BatchLoader
 from dflash.data import (
-    BatchLoader,
-    DataError,
     Example,
     drop_short,
     read_examples,
     read_prompts,
     write_jsonl_atomic,
 )
+from dflash.errors import DataError
 
 BOS, EOS = 1, 2
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from dflash.checkpoint import load_drafter
+from dflash.checkpoint.export import load_drafter
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = ["--set=log_every=1", "--set=save_every=0", "--set=eval_every=0",
@@ -39,11 +39,11 @@ def _losses(out: Path) -> list[float]:
 
 def test_two_ranks_train_like_one_process_with_the_same_global_batch(tmp_path: Path):
     steps = "--steps=12"
-    two = _torchrun(2, "-m", "dflash.train", "--preset", "tiny", "--unguarded", "--quiet",
+    two = _torchrun(2, "-m", "dflash.cli.train", "--preset", "tiny", "--unguarded", "--quiet",
                     "--out", str(tmp_path / "two"), steps, "--set=batch_size=2", *SMALL)
     assert two.returncode == 0, two.stderr[-3000:]
-    one = subprocess.run([sys.executable, "-m", "dflash.cli", "--preset", "tiny", "--unguarded",
-                          "--quiet", "--out", str(tmp_path / "one"), steps,
+    one = subprocess.run([sys.executable, "-m", "dflash.cli.train", "--preset", "tiny",
+                          "--unguarded", "--quiet", "--out", str(tmp_path / "one"), steps,
                           "--set=batch_size=4", *SMALL], cwd=REPO, env=_env(),
                          capture_output=True, text=True, timeout=240)
     assert one.returncode == 0, one.stderr[-3000:]
@@ -68,7 +68,7 @@ def _project_copy(dest: Path, *, drift: bool) -> Path:
     shutil.copy(REPO / "pyproject.toml", dest / "pyproject.toml")
     (dest / "lockfiles").mkdir()
     lock = subprocess.run([sys.executable, "-m", "envguard", "lock", "dflash-train", "--entry",
-                           "test", "--file", "dflash/*.py"], cwd=dest, env=_env(),
+                           "test", "--file", "dflash/**/*.py"], cwd=dest, env=_env(),
                           capture_output=True, text=True, timeout=120)
     assert lock.returncode == 0, lock.stderr
     if drift:
@@ -84,7 +84,7 @@ def test_a_drifted_rank_stops_the_whole_job(tmp_path: Path):
     wrapper.write_text(
         "import os, sys\n"
         f"os.chdir({str(bad)!r} if os.environ['RANK'] == '1' else {str(good)!r})\n"
-        "from dflash.cli import main\n"
+        "from dflash.cli.train import main\n"
         f"sys.exit(main(['--preset', 'tiny', '--quiet', '--out', {str(tmp_path / 'run')!r}]))\n")
     proc = _torchrun(2, str(wrapper), cwd=tmp_path, timeout=180)
     assert proc.returncode != 0
@@ -95,7 +95,7 @@ def test_a_drifted_rank_stops_the_whole_job(tmp_path: Path):
 
 
 def _run(out: Path, n: int, steps: int, *extra: str) -> subprocess.CompletedProcess[str]:
-    return _torchrun(n, "-m", "dflash.train", "--preset", "tiny", "--unguarded", "--quiet",
+    return _torchrun(n, "-m", "dflash.cli.train", "--preset", "tiny", "--unguarded", "--quiet",
                      "--out", str(out), f"--steps={steps}", "--set=batch_size=2",
                      "--set=save_every=2", *[a for a in SMALL if "save_every" not in a], *extra)
 
@@ -129,8 +129,8 @@ def test_sharded_checkpoints_resume_exactly_and_at_another_world_size(tmp_path: 
 
 def _single(out: Path, steps: int, *extra: str) -> subprocess.CompletedProcess[str]:
     """The same run as :func:`_run`, in one process without torchrun."""
-    return subprocess.run([sys.executable, "-m", "dflash.cli", "--preset", "tiny", "--unguarded",
-                           "--quiet", "--out", str(out), f"--steps={steps}",
+    return subprocess.run([sys.executable, "-m", "dflash.cli.train", "--preset", "tiny",
+                           "--unguarded", "--quiet", "--out", str(out), f"--steps={steps}",
                            "--set=batch_size=2", "--set=save_every=2",
                            *[a for a in SMALL if "save_every" not in a], *extra],
                           cwd=REPO, env=_env(), capture_output=True, text=True, timeout=240)

@@ -6,7 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
-from dflash.evaluate import main
+from dflash.cli.evaluate import main
 
 
 def test_eval_reports_tau_and_losslessness(trained_tiny, capsys):

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from dflash.cli.generate import main
 from dflash.data import read_examples
-from dflash.generate import generate_responses, main, synthetic_prompts
-from dflash.speculative import target_greedy
+from dflash.decoding.generate import generate_responses, synthetic_prompts
+from dflash.decoding.speculative import target_greedy
 
 
 def test_synthetic_prompts_are_deterministic_and_avoid_mask():
@@ -70,7 +71,7 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path: Path):
                  ["--target", "nope", "--synthetic", "2", "--out", str(out)],
                  ["--target", "tiny", "--prompts", str(tmp_path / "missing"), "--out",
                   str(out)]):
-        proc = subprocess.run([sys.executable, "-m", "dflash.generate", *argv],
+        proc = subprocess.run([sys.executable, "-m", "dflash.cli.generate", *argv],
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

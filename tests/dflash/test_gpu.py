@@ -17,11 +17,11 @@ except ImportError:  # the benchmark machine may lack pytest; the runner calls t
     def gpu(f):  # type: ignore[no-untyped-def]
         return f
 
-from dflash.compilation import kernels, unseal
-from dflash.config import tiny
+from dflash.compilation.kernels import kernels, unseal
 from dflash.loss import block_inputs, sample_anchors
 from dflash.masks import dense_mask, dflash_block_mask, flex_attend, sdpa_attend
 from dflash.model import DFlashDrafter
+from dflash.presets import tiny_drafter
 
 
 def _grads(drafter: DFlashDrafter) -> dict[str, torch.Tensor]:
@@ -34,7 +34,7 @@ def test_flex_equals_sdpa_forward_and_backward_on_gpu() -> None:
     unseal()
     dev = torch.device("cuda")
     torch.manual_seed(0)
-    cfg = dataclasses.replace(tiny(), block_size=8)
+    cfg = dataclasses.replace(tiny_drafter(), block_size=8)
     drafter = DFlashDrafter(cfg).to(dev)
     bsz, seq = 2, 200  # N*B = 17*8 = 136: not a multiple of 128
     ids = torch.randint(0, cfg.vocab_size - 1, (bsz, seq), device=dev)
@@ -72,7 +72,7 @@ def test_flex_equals_sdpa_forward_and_backward_on_gpu() -> None:
 def test_compiled_trainer_matches_the_eager_sdpa_trainer_on_gpu() -> None:
     import tempfile
 
-    from dflash.recipe import tiny as tiny_recipe
+    from dflash.presets import tiny as tiny_recipe
     from dflash.target import load_target
     from dflash.train import Trainer
 

@@ -12,14 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from dflash.megacache import MegaCache, MegaCacheError, current_compat_key
+from dflash.compilation.megacache import MegaCache, current_compat_key
+from dflash.errors import MegaCacheError
 
 
 def _guarded(tmp: Path, cache: str, store: Path) -> dict:
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp / cache / "inductor"),
            "TRITON_CACHE_DIR": str(tmp / cache / "triton")}
     proc = subprocess.run(
-        [sys.executable, "-m", "dflash.race", "--mode", "guarded", "--threads", "1",
+        [sys.executable, "-m", "dflash.compilation.race", "--mode", "guarded", "--threads", "1",
          "--iters", "1", "--seq", "256", "--device", "cpu", "--timeout", "240",
          "--mega-cache", str(store)], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]

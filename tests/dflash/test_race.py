@@ -26,7 +26,7 @@ def test_guarded_threads_after_warmup_never_race(tmp_path: Path) -> None:
     env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "inductor")
     env["TRITON_CACHE_DIR"] = str(tmp_path / "triton")
     proc = subprocess.run(
-        [sys.executable, "-m", "dflash.race", "--mode", "guarded", "--threads", "3",
+        [sys.executable, "-m", "dflash.compilation.race", "--mode", "guarded", "--threads", "3",
          "--iters", "3", "--seq", "256", "--late-seq", "384", "--timeout", "240",
          "--device", "cpu"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=400, check=False)

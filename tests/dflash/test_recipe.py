@@ -7,8 +7,9 @@ import math
 
 import pytest
 
+from dflash.config import TrainConfig
 from dflash.optim import lr_at
-from dflash.recipe import PRESETS, TrainConfig, apply_overrides
+from dflash.presets import PRESETS, apply_overrides
 
 
 def test_defaults_are_the_paper_recipe() -> None:

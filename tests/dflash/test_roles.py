@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash.roles import Roles
+from dflash.distributed.world import Roles
 from tests.dflash.test_distributed import REPO, SMALL, _env, _losses, _run
 
 
@@ -78,7 +78,7 @@ def test_target_ranks_outside_the_world_is_one_line_and_no_hang(tmp_path: Path):
 
 
 def test_target_ranks_without_torchrun_is_refused(tmp_path: Path):
-    from dflash.cli import main
+    from dflash.cli.train import main
 
     assert main(["--target-ranks", "1", "--out", str(tmp_path / "x"), "--unguarded"]) == 2
 
@@ -91,7 +91,7 @@ def test_sigterm_with_split_roles_checkpoints_and_resumes(tmp_path: Path):
     args = ["--preset", "tiny", "--unguarded", "--quiet", "--out", str(out), "--set=batch_size=2",
             "--target-ranks", "1", *SMALL]
     proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                             "--nproc-per-node", "3", "-m", "dflash.train", "--steps=100000",
+                             "--nproc-per-node", "3", "-m", "dflash.cli.train", "--steps=100000",
                              *args], cwd=REPO, env=_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     metrics = out / "metrics.jsonl"

@@ -8,11 +8,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dflash.generate import synthetic_prompts
+from dflash.decoding.generate import synthetic_prompts
+from dflash.decoding.speculative import (
+    DraftStream,
+    evaluate,
+    speculative_greedy,
+    target_greedy,
+)
 from dflash.loss import block_inputs
 from dflash.masks import dense_mask, sdpa_attend
 from dflash.model import DFlashDrafter
-from dflash.speculative import DraftStream, evaluate, speculative_greedy, target_greedy
 from dflash.target import drafter_config_for
 
 
@@ -94,7 +99,7 @@ def test_stop_ids_cut_both_paths_identically(tiny_target, untrained):
 
 def test_a_broken_verifier_is_caught(tiny_target, trained_tiny, monkeypatch):
     """The lossless check can fail: accept one draft too many and it must notice."""
-    import dflash.speculative as spec
+    import dflash.decoding.speculative as spec
 
     real = spec.target_greedy
     prompts = _prompts(3)

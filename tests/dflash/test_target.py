@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from dflash.config import target_layer_ids_for
+from dflash.errors import TargetError
+from dflash.presets import TARGET_SHAPES
 from dflash.target import (
-    TARGET_SHAPES,
-    TargetError,
     default_mask_token_id,
     drafter_config_for,
     load_target,

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from dflash.checkpoint import latest_checkpoint, load_drafter
-from dflash.recipe import tiny
+from dflash.checkpoint.export import load_drafter
+from dflash.checkpoint.layout import latest_checkpoint
+from dflash.presets import tiny
 from dflash.train import Trainer
 
 SMALL = {"steps": 10, "log_every": 1, "save_every": 0, "eval_every": 0,
@@ -51,8 +52,9 @@ def test_export_loads_where_drafters_load(trained_tiny):
 def test_frozen_parts_get_no_gradient(tiny_target, tmp_path: Path):
     cfg = dataclasses.replace(tiny(), out=str(tmp_path), **SMALL)
     trainer = Trainer(cfg, target=tiny_target)
-    batch = trainer.loader.next_batch()
-    out, _ = trainer.forward_loss(batch.input_ids_BS, batch.loss_mask_BS, trainer.anchor_gen)
+    batch = trainer.state.loader.next_batch()
+    out, _ = trainer.forward_loss(batch.input_ids_BS, batch.loss_mask_BS,
+                                  trainer.state.anchor_gen)
     out.loss.backward()
     assert all(p.grad is None for p in tiny_target.model.parameters())
     grads = [p.grad for p in trainer.drafter.parameters()]
@@ -98,8 +100,8 @@ def test_resume_matches_an_uninterrupted_run(tiny_target, tmp_path: Path):
 
 def _cli(out: Path, *extra: str) -> list[str]:
     sets = [f"--set={k}={v}" for k, v in SMALL.items() if k not in ("steps", "buckets")]
-    return [sys.executable, "-m", "dflash.cli", "--preset", "tiny", "--unguarded", "--quiet",
-            "--out", str(out), "--set=buckets=64", *sets, *extra]
+    return [sys.executable, "-m", "dflash.cli.train", "--preset", "tiny", "--unguarded",
+            "--quiet", "--out", str(out), "--set=buckets=64", *sets, *extra]
 
 
 def test_sigterm_saves_a_checkpoint_and_resume_finishes(tmp_path: Path):
@@ -144,7 +146,7 @@ def test_warmup_only_compiles_nothing_it_does_not_need(tmp_path: Path):
 @pytest.mark.parametrize("extra", [["--set", "steps=many"], ["--set", "no_such_key=1"],
                                    ["--set", "buckets=2"], ["--data", "missing.jsonl"]])
 def test_bad_input_is_one_line_exit_2(tmp_path: Path, capsys, extra: list[str], tiny_target):
-    from dflash.cli import main
+    from dflash.cli.train import main
 
     assert main(_cli(tmp_path / "b", *extra)[3:]) == 2
     err = capsys.readouterr().err

@@ -3,7 +3,7 @@
 Concurrent first-time compilation is not thread-safe in any torch release up to 2.13:
 the FX-tracing flag is a process global, and a thread calling compiled code while
 another traces either raises, hangs (torch 2.11 on an H200), or silently falls back to
-dense attention for good (../shared/reference/compile-race.md). The rules here:
+dense attention for good (docs/COMPILE-RACE.md). The rules here:
 
 * **One compiled flex_attention handle per process** (:func:`compiled_flex`), and one
   compiled ``create_block_mask``; nothing else in dflash calls ``torch.compile`` on them.
@@ -27,12 +27,10 @@ from typing import Any
 import torch
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+from dflash.errors import CompileStateError
+
 _lock = threading.Lock()
 _handles: dict[str, Callable[..., Any]] = {}
-
-
-class CompileStateError(RuntimeError):
-    """torch.compile used in a way that can race, or a process already poisoned."""
 
 
 def require_main_thread(what: str) -> None:

@@ -1,25 +1,22 @@
-"""``dflash-generate``: regenerate responses with the target (the paper's training data).
+"""The target's own responses to prompts: the paper's training data.
 
 DFlash drafters are trained on the target's *own* outputs, so a drafter learns what the
-target will say, not what some dataset said. This reads prompts (any format of
-``dflash.data``) or makes random ones, decodes with the target (greedy by default,
-batched, with a KV cache) and writes JSONL rows ``{"prompt_ids", "response_ids"}`` (plus
-the decoded ``response`` text when the target has a tokenizer), atomically.
-
-Exit codes (dflash.exitcodes): 0 written, 2 bad input, 4 runtime failure, 130 interrupted.
+target will say, not what some dataset said. Prompts come from a JSONL file (any format
+of :mod:`dflash.data`) or are random; the target decodes them (greedy by default,
+batched, with a KV cache). ``dflash-generate`` writes them to a file
+(:mod:`dflash.cli.generate`); the trainer makes them itself when it has no data.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 
-from dflash.exitcodes import ExitCode
+from dflash.config import TrainConfig
+from dflash.data import Example, read_prompts
+from dflash.target import TargetModel
 
 
 def synthetic_prompts(n: int, *, vocab_size: int, length: int, seed: int,
@@ -45,7 +42,7 @@ def _next_tokens(logits_BV: torch.Tensor, temperature: float, gen: torch.Generat
 
 
 @torch.no_grad()
-def _generate_group(target: Any, prompts_BP: torch.Tensor, max_new_tokens: int,
+def _generate_group(target: TargetModel, prompts_BP: torch.Tensor, max_new_tokens: int,
                     temperature: float, gen: torch.Generator | None,
                     stop_ids: torch.Tensor) -> list[list[int]]:
     """Decode one batch of equal-length prompts; a row stops after a stop id."""
@@ -70,9 +67,9 @@ def _generate_group(target: Any, prompts_BP: torch.Tensor, max_new_tokens: int,
     return result
 
 
-def generate_responses(target: Any, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
-                       temperature: float = 0.0, seed: int = 0, stop_ids: Sequence[int] = (),
-                       batch_size: int = 64) -> list[list[int]]:
+def generate_responses(target: TargetModel, prompts: Sequence[Sequence[int]], *,
+                       max_new_tokens: int, temperature: float = 0.0, seed: int = 0,
+                       stop_ids: Sequence[int] = (), batch_size: int = 64) -> list[list[int]]:
     """The target's continuation of every prompt, in input order.
 
     Prompts of equal length are batched together (no padding, so batching cannot change
@@ -108,75 +105,26 @@ def device_and_dtype(name: str) -> tuple[str, torch.dtype]:
     return device, torch.bfloat16 if device.startswith("cuda") else torch.float32
 
 
-def prompts_for(target: Any, *, prompts_file: str | None, synthetic: int | None,
+def prompts_for(target: TargetModel, *, prompts_file: str | None, synthetic: int | None,
                 length: int, seed: int) -> list[list[int]]:
     """Prompts from a JSONL file (any dflash.data format) or ``synthetic`` random ones."""
-    from dflash.data import read_prompts
-
     if prompts_file:
         return read_prompts(prompts_file, tokenizer=target.tokenizer)
     return synthetic_prompts(synthetic or 0, vocab_size=target.vocab_size, length=length,
                              seed=seed, exclude=(target.mask_token_id,))
 
 
-def stop_ids_of(target: Any) -> tuple[int, ...]:
+def stop_ids_of(target: TargetModel) -> tuple[int, ...]:
     eos = getattr(target.tokenizer, "eos_token_id", None) if target.tokenizer else None
     return () if eos is None else (int(eos),)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="dflash-generate",
-        description="Write DFlash training data: the target's own responses to prompts.")
-    p.add_argument("--target", required=True,
-                   help="local HF model folder/config, or a named shape (tiny, ...)")
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--prompts", metavar="FILE", help="JSONL prompts (any dflash.data format)")
-    src.add_argument("--synthetic", type=int, metavar="N", help="N random-token prompts")
-    p.add_argument("--prompt-length", type=int, default=16, help="for --synthetic")
-    p.add_argument("--out", required=True, metavar="FILE", help="JSONL to write (atomically)")
-    p.add_argument("--max-new-tokens", type=int, default=512)
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    from dflash.data import DataError, write_jsonl_atomic
-    from dflash.target import TargetError, load_target
-    from envguard.errors import OutputError
-
-    device, dtype = device_and_dtype(args.device)
-    try:
-        target = load_target(args.target, device=device, dtype=dtype, seed=args.seed)
-        prompts = prompts_for(target, prompts_file=args.prompts, synthetic=args.synthetic,
-                              length=args.prompt_length, seed=args.seed)
-        tok = target.tokenizer
-        responses = generate_responses(
-            target, prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-            seed=args.seed, stop_ids=stop_ids_of(target), batch_size=args.batch_size)
-        rows: list[dict[str, Any]] = []
-        for prompt, response in zip(prompts, responses, strict=True):
-            row: dict[str, Any] = {"prompt_ids": list(prompt), "response_ids": response}
-            if tok is not None:
-                row["response"] = tok.decode(response)
-            rows.append(row)
-        write_jsonl_atomic(args.out, rows)
-    except (DataError, TargetError, OutputError, ValueError, OSError) as exc:
-        print(f"dflash-generate: {exc}", file=sys.stderr)
-        return ExitCode.BAD_INPUT
-    except RuntimeError as exc:
-        print(f"dflash-generate: failed: {str(exc).splitlines()[0]}", file=sys.stderr)
-        return ExitCode.FAILED
-    except KeyboardInterrupt:
-        print("dflash-generate: interrupted", file=sys.stderr)
-        return ExitCode.INTERRUPTED
-    print(f"dflash-generate: wrote {len(rows)} rows to {args.out}")
-    return ExitCode.OK
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def synthetic_examples(target: TargetModel, cfg: TrainConfig) -> list[Example]:
+    """The paper's 'responses regenerated by the target', from random prompts."""
+    prompts = synthetic_prompts(cfg.synthetic_prompts, vocab_size=target.vocab_size,
+                                length=cfg.synthetic_prompt_length, seed=cfg.seed,
+                                exclude=(target.mask_token_id,))
+    responses = generate_responses(target, prompts, max_new_tokens=cfg.synthetic_response_tokens,
+                                   temperature=0.0, seed=cfg.seed)
+    return [Example(input_ids=tuple(p + r), loss_mask=tuple([0] * len(p) + [1] * len(r)))
+            for p, r in zip(prompts, responses, strict=True)]

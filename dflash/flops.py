@@ -1,7 +1,6 @@
-"""What a training step costs and achieves: FLOP counts, the measured matmul ceiling
-for MFU, and the metrics.jsonl writer.
+"""What a training step costs: the FLOP count behind MFU (measured in :mod:`dflash.meter`).
 
-FLOPs follow ../shared/reference/dflash.md section 5 (model FLOPs: activation
+FLOPs follow docs/DFLASH.md, "FLOP counting and MFU" (model FLOPs: activation
 recomputation is not counted, the frozen target's forward is):
 
 * target forward, only the layers that run: 2 * P_used per context token;
@@ -14,12 +13,7 @@ recomputation is not counted, the frozen target's forward is):
 
 from __future__ import annotations
 
-import json
-import os
-import time
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
@@ -64,57 +58,3 @@ def visible_pairs(anchors_BN: torch.Tensor, keep_BN: torch.Tensor,
     """(query, key) pairs the DFlash mask lets through: block_size * (anchor + block_size)
     per kept block. Stays on the device (no sync)."""
     return (keep_BN * (anchors_BN + block_size)).sum() * block_size
-
-
-def sync_device(device: torch.device) -> None:
-    """Wait for the device (CUDA) before reading a clock; a no-op on CPU."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def measure_matmul_tflops(device: torch.device, dtype: torch.dtype, size: int | None = None,
-                          seconds: float = 0.5) -> float:
-    """The achieved dense matmul rate on this device, the MFU denominator."""
-    n = size or (8192 if device.type == "cuda" else 512)
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
-    for _ in range(3):
-        a @ b
-    sync_device(device)
-    iters, start = 0, time.perf_counter()
-    while True:
-        for _ in range(10):
-            a @ b
-        iters += 10
-        sync_device(device)
-        elapsed = time.perf_counter() - start
-        if elapsed >= seconds:
-            return 2.0 * n**3 * iters / elapsed / 1e12
-
-
-class MetricsLog:
-    """Appends one JSON object per line to OUT/metrics.jsonl, flushed per record so a
-    killed run keeps every line it logged (a resumed run appends)."""
-
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
-        self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
-
-    def write(self, record: dict[str, Any]) -> None:
-        self._fh.write(json.dumps(record, allow_nan=False, default=_jsonable) + "\n")
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
-
-    def close(self) -> None:
-        self._fh.close()
-
-
-def _jsonable(value: object) -> object:
-    if isinstance(value, float):
-        return None
-    raise TypeError(f"not JSON: {type(value).__name__}")
-
-
-def finite_or_none(x: float) -> float | None:
-    return x if x == x and abs(x) != float("inf") else None

@@ -29,8 +29,9 @@ import torch
 from torch import Tensor
 
 from dflash.masks import sdpa_attend
-from dflash.metrics import sync_device
+from dflash.meter import sync_device
 from dflash.model import DFlashDrafter
+from dflash.target import TargetModel
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +48,7 @@ class DecodeResult:
 class DraftStream:
     """The drafter's side of decoding: its KV cache and one block per call."""
 
-    def __init__(self, drafter: DFlashDrafter, target: Any) -> None:
+    def __init__(self, drafter: DFlashDrafter, target: TargetModel) -> None:
         self.drafter = drafter
         self.target = target
         self.cache = drafter.new_cache()
@@ -89,7 +90,7 @@ def _hit_stop(tokens: Sequence[int], stop_ids: Sequence[int]) -> bool:
     return any(t in stop_ids for t in tokens)
 
 
-def _prefill(target: Any, prompt: Sequence[int]) -> tuple[Any, int, Tensor]:
+def _prefill(target: TargetModel, prompt: Sequence[int]) -> tuple[Any, int, Tensor]:
     """Run the prompt into a fresh cache: (cache, first greedy token, prompt features)."""
     cache = target.new_cache()
     logits, feats = target.forward_cached(torch.tensor([list(prompt)], device=target.device),
@@ -98,7 +99,7 @@ def _prefill(target: Any, prompt: Sequence[int]) -> tuple[Any, int, Tensor]:
 
 
 @torch.no_grad()
-def target_greedy(target: Any, prompt: Sequence[int], *, max_new_tokens: int,
+def target_greedy(target: TargetModel, prompt: Sequence[int], *, max_new_tokens: int,
                   stop_ids: Sequence[int] = ()) -> DecodeResult:
     """The reference: one target forward per token, with a KV cache."""
     device = target.device
@@ -118,7 +119,7 @@ def target_greedy(target: Any, prompt: Sequence[int], *, max_new_tokens: int,
 
 
 @torch.no_grad()
-def speculative_greedy(target: Any, drafter: DFlashDrafter, prompt: Sequence[int], *,
+def speculative_greedy(target: TargetModel, drafter: DFlashDrafter, prompt: Sequence[int], *,
                        max_new_tokens: int, stop_ids: Sequence[int] = ()) -> DecodeResult:
     device = target.device
     sync_device(device)
@@ -191,7 +192,7 @@ def _first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
     return None
 
 
-def evaluate(target: Any, drafter: DFlashDrafter, prompts: Sequence[Sequence[int]], *,
+def evaluate(target: TargetModel, drafter: DFlashDrafter, prompts: Sequence[Sequence[int]], *,
              max_new_tokens: int, stop_ids: Sequence[int] = (), warmup: bool = True
              ) -> EvalReport:
     """Decode every prompt both ways: tau, wall-clock speedup, and token-level equality."""

@@ -1,4 +1,4 @@
-"""The compile race, reproduced and guarded: ``python -m dflash.race``.
+"""The compile race, reproduced and guarded: ``python -m dflash.compilation.race``.
 
 Several threads run flex_attention with the DFlash mask, as the incident's trainer ran
 one drafter per thread. Two ways to start them:
@@ -27,9 +27,9 @@ from typing import Any
 
 import torch
 
-from dflash.compilation import fx_tracing_flag, kernels, seal, unseal
+from dflash.compilation.kernels import fx_tracing_flag, kernels, seal, unseal
+from dflash.compilation.megacache import for_setting
 from dflash.masks import dflash_block_mask
-from dflash.megacache import for_setting
 
 
 def _inputs(seq: int, heads: int, head_dim: int, block_size: int, device: torch.device,
@@ -138,7 +138,7 @@ def run(mode: str, threads: int, iters: int, seqs: list[int], device: torch.devi
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dflash.race", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m dflash.compilation.race", description=__doc__)
     parser.add_argument("--mode", choices=["naive", "guarded"], required=True)
     parser.add_argument("--threads", type=int, default=3)
     parser.add_argument("--iters", type=int, default=3)

@@ -23,42 +23,14 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from dflash.distributed import World
+from dflash.distributed.world import Roles, World
 
 OP_DONE, OP_FEATURES = 0, 1
-
-
-@dataclass(frozen=True, slots=True)
-class Roles:
-    """Which global rank does what. Drafter ranks come first, so rank 0 (which logs and
-    writes checkpoints) always trains."""
-
-    world_size: int
-    target_ranks: int
-
-    def __post_init__(self) -> None:
-        if not 0 < self.target_ranks < self.world_size:
-            raise ValueError(f"--target-ranks must be between 1 and WORLD_SIZE - 1 = "
-                             f"{self.world_size - 1}, got {self.target_ranks}")
-
-    @property
-    def drafter_ranks(self) -> int:
-        return self.world_size - self.target_ranks
-
-    def is_target(self, rank: int) -> bool:
-        return rank >= self.drafter_ranks
-
-    def server_of(self, drafter_rank: int) -> int:
-        return self.drafter_ranks + drafter_rank % self.target_ranks
-
-    def clients_of(self, target_rank: int) -> list[int]:
-        return [d for d in range(self.drafter_ranks) if self.server_of(d) == target_rank]
 
 
 def split(world: World, target_ranks: int) -> tuple[Roles, World]:

@@ -17,11 +17,8 @@ from pathlib import Path
 
 import torch
 
+from dflash.errors import MegaCacheError
 from envguard.atomic import write_bytes_atomic, write_text_atomic
-
-
-class MegaCacheError(Exception):
-    """An artifact that cannot be read or loaded; one line."""
 
 
 def default_store() -> Path:

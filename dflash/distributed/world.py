@@ -1,13 +1,14 @@
-"""Several processes, one device each, under torchrun: data parallel with the drafter
-sharded by FSDP2 and the frozen target replicated.
+"""The ranks of a launch: several processes, one device each, under torchrun.
 
 torchrun sets RANK / WORLD_SIZE / LOCAL_RANK; without them this is a world of one and
-nothing here touches torch.distributed. Each process compiles on its own main thread
-(its own warm-up), so no thread ever compiles concurrently with another.
+nothing here touches torch.distributed. Colocated, every rank trains the drafter (FSDP2,
+:mod:`dflash.parallelize`) with the frozen target replicated; with split roles
+(:class:`Roles`, :mod:`dflash.distributed.roles`) the last K ranks run the target.
+Each process compiles on its own main thread (its own warm-up), so no thread ever
+compiles concurrently with another.
 
-Data: every rank walks the same batch stream and takes every WORLD_SIZE-th batch, offset
-by its rank (:class:`RankSlice`), so the stream position is one number whatever the world
-size, and a checkpoint resumes at another world size.
+Importing this module imports no torch: the commands read the world and check the
+roles before they load anything; torch.distributed is imported by the calls that need it.
 """
 
 from __future__ import annotations
@@ -15,21 +16,24 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import nn
+from dflash.errors import ConfigError, RunError
+
+if TYPE_CHECKING:
+    import torch
+    from torch.distributed import ProcessGroup
 
 
 @dataclass(frozen=True, slots=True)
 class World:
     """The ranks that train the drafter together. Colocated, that is the whole launch;
-    with split roles (:mod:`dflash.roles`) it is the drafter ranks' own process group."""
+    with split roles it is the drafter ranks' own process group."""
 
     rank: int = 0
     size: int = 1
     local_rank: int = 0
-    group: Any = None
+    group: ProcessGroup | None = None
     """The process group of these ranks (None: the default group, the whole launch)."""
     devices: int = 0
     """Devices in the whole launch, target ranks included (0: ``size``); MFU's denominator."""
@@ -47,6 +51,33 @@ class World:
         return self.size > 1
 
 
+@dataclass(frozen=True, slots=True)
+class Roles:
+    """Which global rank does what with ``--target-ranks K``. Drafter ranks come first, so
+    rank 0 (which logs and writes checkpoints) always trains."""
+
+    world_size: int
+    target_ranks: int
+
+    def __post_init__(self) -> None:
+        if not 0 < self.target_ranks < self.world_size:
+            raise ConfigError(f"--target-ranks must be between 1 and WORLD_SIZE - 1 = "
+                              f"{self.world_size - 1}, got {self.target_ranks}")
+
+    @property
+    def drafter_ranks(self) -> int:
+        return self.world_size - self.target_ranks
+
+    def is_target(self, rank: int) -> bool:
+        return rank >= self.drafter_ranks
+
+    def server_of(self, drafter_rank: int) -> int:
+        return self.drafter_ranks + drafter_rank % self.target_ranks
+
+    def clients_of(self, target_rank: int) -> list[int]:
+        return [d for d in range(self.drafter_ranks) if self.server_of(d) == target_rank]
+
+
 def detect(env: dict[str, str] | None = None) -> World:
     """The launcher's world, from RANK / WORLD_SIZE / LOCAL_RANK (torchrun's variables)."""
     env = dict(os.environ) if env is None else env
@@ -55,9 +86,9 @@ def detect(env: dict[str, str] | None = None) -> World:
         rank = int(env.get("RANK", "0"))
         local = int(env.get("LOCAL_RANK", str(rank)))
     except ValueError as exc:
-        raise ValueError(f"bad torchrun environment: {exc}") from None
+        raise ConfigError(f"bad torchrun environment: {exc}") from None
     if size < 1 or not 0 <= rank < size:
-        raise ValueError(f"bad torchrun environment: RANK={rank}, WORLD_SIZE={size}")
+        raise ConfigError(f"bad torchrun environment: RANK={rank}, WORLD_SIZE={size}")
     return World(rank=rank, size=size, local_rank=local)
 
 
@@ -65,14 +96,27 @@ def init(world: World, device: torch.device, timeout_s: float = 300.0) -> None:
     """Join the process group: NCCL on GPUs (one per local rank), gloo on CPU."""
     if not world.distributed:
         return
+    import torch
     import torch.distributed as dist
 
     if dist.is_initialized():
         return
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
-                            timeout=timedelta(seconds=timeout_s))
+    try:
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                                timeout=timedelta(seconds=timeout_s))
+    except (RuntimeError, ValueError) as exc:
+        raise RunError(f"rank {world.rank}: cannot join the process group: "
+                       f"{str(exc).splitlines()[0]}") from None
+
+
+def barrier(world: World) -> None:
+    """Wait until every rank of the launch gets here."""
+    if world.distributed:
+        import torch.distributed as dist
+
+        dist.barrier()
 
 
 def shutdown(world: World) -> None:
@@ -95,24 +139,6 @@ def gather_gate(world: World, passed: bool, findings: list[str]) -> list[tuple[i
     return [(rank, f) for rank, ok, f in results if not ok]
 
 
-def shard(drafter: nn.Module, compute_dtype: torch.dtype, world: World,
-          device: torch.device) -> None:
-    """FSDP2 over the world's ranks: each decoder layer and the root sharded; fp32
-    parameters (the master weights), computed in ``compute_dtype``, gradients reduced in
-    fp32."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-    mesh = None
-    if world.group is not None:
-        from torch.distributed.device_mesh import DeviceMesh
-
-        mesh = DeviceMesh.from_group(world.group, device.type)
-    policy = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
-    for layer in drafter.layers:  # type: ignore[union-attr]
-        fully_shard(layer, mesh=mesh, mp_policy=policy)
-    fully_shard(drafter, mesh=mesh, mp_policy=policy)
-
-
 def all_reduce_sum(world: World, values: torch.Tensor) -> torch.Tensor:
     """Sum a metrics vector over ranks (at log points only, never in the step)."""
     if world.distributed:
@@ -121,30 +147,3 @@ def all_reduce_sum(world: World, values: torch.Tensor) -> torch.Tensor:
         values = values.clone()
         dist.all_reduce(values, group=world.group)
     return values
-
-
-class RankSlice:
-    """Rank r of W takes batches r, r+W, r+2W, ... of the shared stream."""
-
-    def __init__(self, loader: Any, world: World) -> None:
-        self.loader = loader
-        self.world = world
-
-    def next_batch(self) -> Any:
-        mine = None
-        for i in range(self.world.size):
-            batch = self.loader.next_batch()
-            if i == self.world.rank:
-                mine = batch
-        return mine
-
-    def state_dict(self) -> dict[str, Any]:
-        state: dict[str, Any] = self.loader.state_dict()
-        return state
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.loader.load_state_dict(state)
-
-    def shapes(self) -> list[tuple[int, int]]:
-        shapes: list[tuple[int, int]] = self.loader.shapes()
-        return shapes

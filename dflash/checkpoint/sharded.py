@@ -24,13 +24,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from dflash.checkpoint import (
-    LATEST_NAME,
-    TRAINER_STATE_NAME,
-    CheckpointError,
-    read_trainer_state,
-)
-from dflash.distributed import World
+from dflash.checkpoint.export import load_drafter
+from dflash.checkpoint.layout import LATEST_NAME, TRAINER_STATE_NAME, prune, step_folder
+from dflash.checkpoint.local import read_trainer_state
+from dflash.distributed.world import World
+from dflash.errors import CheckpointError
 from envguard.atomic import write_text_atomic
 
 
@@ -41,8 +39,8 @@ def save_sharded(out: Path, step: int, model: nn.Module, optimizer: torch.optim.
     from torch.distributed.checkpoint.state_dict import get_state_dict
     from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
-    root = out / "checkpoints"
-    final = root / f"step-{step:08d}"
+    final = step_folder(out, step)
+    root = final.parent
     partial = root / f".{final.name}.partial"
     if world.is_main:
         shutil.rmtree(partial, ignore_errors=True)
@@ -59,10 +57,7 @@ def save_sharded(out: Path, step: int, model: nn.Module, optimizer: torch.optim.
             shutil.rmtree(final)
         partial.rename(final)
         write_text_atomic(root / LATEST_NAME, final.name + "\n")
-        steps = sorted(p for p in root.glob("step-*") if p.is_dir())
-        for old in steps[:-keep] if keep > 0 else []:
-            if old != final:
-                shutil.rmtree(old, ignore_errors=True)
+        prune(root, keep, final)
     dist.barrier(group=world.group)
     return final
 
@@ -97,8 +92,6 @@ def load_single_into_sharded(folder: Path, state: dict[str, Any], model: nn.Modu
     under torchrun. Every rank reads the full weights and optimizer state;
     ``set_state_dict`` keeps its shard."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
-
-    from dflash.checkpoint import load_drafter
 
     drafter = load_drafter(folder, device="cpu", dtype=torch.float32)
     state = dict(state)

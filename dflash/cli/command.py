@@ -1,0 +1,78 @@
+"""How a dflash console script runs: first the trainer's extra must be installed, then the
+command's body, and the one ``except`` that turns what it raised into a message and an
+exit code (:mod:`dflash.exitcodes`).
+
+Nothing heavy is imported here, nor at the top of any ``dflash.cli`` module: the
+commands check their input before they import torch.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Callable
+
+from dflash.errors import DFlashError, MissingExtraError
+from dflash.exitcodes import ExitCode
+from envguard.errors import EnvguardError
+
+EXTRA_MODULES = ("torch", "numpy", "transformers", "safetensors")
+"""What ``pip install 'envguard[dflash]'`` adds to envguard's core, by import name."""
+
+
+def require_extra() -> None:
+    """MissingExtraError naming the first module of the ``dflash`` extra that is absent."""
+    for name in EXTRA_MODULES:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise MissingExtraError(
+                f"{name} is not installed; install the trainer's extra: uv tool install "
+                "'envguard[dflash]' or pip install 'envguard[dflash]'")
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc)
+    return text.splitlines()[0] if text.strip() else type(exc).__name__
+
+
+class Command:
+    """One run of a console script: its name on every message, and its exit code."""
+
+    def __init__(self, prog: str) -> None:
+        self.prog = prog
+        self.failing: Callable[[], str] | None = None
+        """Set once the command's main work has started (``lambda: "training failed at
+        step 7"``): from then on a dflash error or a RuntimeError is a runtime failure."""
+
+    def say(self, line: str) -> None:
+        print(f"{self.prog}: {line}", file=sys.stderr)
+
+    def run(self, body: Callable[[], int]) -> int:
+        try:
+            require_extra()
+            return body()
+        except BaseException as exc:
+            ending = self._ending(exc)
+            if ending is None:
+                raise
+            code, message = ending
+            for line in message.splitlines():
+                self.say(line)
+            return code
+
+    def _ending(self, exc: BaseException) -> tuple[ExitCode, str] | None:
+        """(exit code, message) for ``exc``; None for what is a bug (a traceback)."""
+        if isinstance(exc, KeyboardInterrupt):
+            return ExitCode.INTERRUPTED, "interrupted"
+        if self.failing is not None and isinstance(exc, DFlashError | RuntimeError):
+            return ExitCode.FAILED, f"{self.failing()}: {first_line(exc)}"
+        if isinstance(exc, DFlashError):
+            return exc.exit_code, str(exc)
+        if isinstance(exc, ValueError | OSError | EnvguardError):
+            return ExitCode.BAD_INPUT, str(exc)  # torch's and envguard's checks of our input
+        if isinstance(exc, RuntimeError):
+            return ExitCode.FAILED, f"failed: {first_line(exc)}"
+        return None

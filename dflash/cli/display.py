@@ -1,0 +1,58 @@
+"""dflash-train's progress on the terminal: a rich progress bar with the latest metrics,
+or one plain line per logged step when the output is not a terminal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def format_record(r: dict[str, Any], total: int) -> str:
+    held = f" held-out τ {r['held_out_tau']:.2f}" if "held_out_tau" in r else ""
+    loss = "nan" if r["loss"] is None else f"{r['loss']:.4f}"
+    return (f"step {r['step']:>6}/{total}  loss {loss}  τ_sim {r['tau_sim']:.2f}{held}  "
+            f"ctx {r['ctx_tok_s']:,.0f} tok/s  draft {r['draft_tok_s']:,.0f} tok/s  "
+            f"MFU {100 * r['mfu']:.1f}%  {r['step_s'] * 1000:.0f} ms/step")
+
+
+class Display:
+    """A rich progress bar with the latest metrics on a terminal; plain lines otherwise."""
+
+    def __init__(self, total: int, start: int, quiet: bool) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
+
+        self.total, self.quiet = total, quiet
+        self.console = Console(highlight=False)
+        self.progress = None
+        if not quiet and self.console.is_terminal:
+            self.progress = Progress(
+                TextColumn("dflash-train"), BarColumn(), MofNCompleteColumn(),
+                TimeRemainingColumn(), TextColumn("{task.fields[stats]}", markup=False),
+                console=self.console)
+            self.task = self.progress.add_task("train", total=total, completed=start,
+                                               stats="warming up")
+
+    def __enter__(self) -> Display:
+        if self.progress is not None:
+            self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+    def __call__(self, record: dict[str, Any]) -> None:
+        line = format_record(record, self.total)
+        if self.progress is not None:
+            self.progress.update(self.task, completed=record["step"],
+                                 stats=f"loss {record['loss'] or float('nan'):.3f} "
+                                       f"τ {record['tau_sim']:.2f} MFU {100 * record['mfu']:.0f}%")
+            self.progress.console.print(line, markup=False)
+        elif not self.quiet:
+            self.console.print(line, markup=False, soft_wrap=True)

@@ -1,0 +1,76 @@
+"""dflash-train's environment gate: does this interpreter's environment match
+``lockfiles/dflash-train.toml``?
+
+Launched through ``envguard run`` the command trusts the check that already happened
+(``ENVGUARD_VERIFIED`` names this lock); launched directly it runs the same check itself
+(:func:`envguard.gate.check_command`). Under torchrun every rank checks itself and any
+drifted rank stops all of them, before any training collective, so nobody waits forever.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from dflash.distributed.world import World, gather_gate
+from dflash.errors import InputError, RefusedError
+
+LOCK_NAME = "dflash-train"
+
+
+@dataclass(frozen=True, slots=True)
+class Gate:
+    passed: bool
+    findings: list[str]
+    """``[rule] title`` of each mismatch (``rank R: ...`` under torchrun)."""
+    how: str
+    """How it was checked, for metadata.json: ``checked LOCK`` or ``verified by ...``."""
+
+
+def verify_environment() -> Gate:
+    """The gate for this interpreter's environment."""
+    from envguard.gate import VERIFIED_ENV, check_command
+
+    verified = os.environ.get(VERIFIED_ENV, "")
+    if verified.split(":", 1)[0] == LOCK_NAME:
+        return Gate(True, [], f"verified by envguard run ({verified})")
+    result = check_command(LOCK_NAME)
+    mismatch = [] if result.passed else [f"[{f.rule}] {f.title}" for f in result.findings]
+    return Gate(result.passed, mismatch, f"checked {result.lock_path}")
+
+
+def check_gate(world: World) -> Gate:
+    """:func:`verify_environment`; a gate that cannot run is bad input for one process,
+    and a failed gate under torchrun (every rank must still reach the gather)."""
+    try:
+        return verify_environment()
+    except Exception as exc:  # noqa: BLE001 - the gate's own errors are one line too
+        if not world.distributed:
+            raise InputError(f"cannot check the environment: {exc}") from None
+        return Gate(False, [f"cannot check the environment: {exc}"], "failed")
+
+
+def refuse(gate: Gate) -> RefusedError:
+    """The refusal of one process: its findings, then why it stops."""
+    return RefusedError("\n".join([
+        *gate.findings,
+        "refusing to start: the environment does not match its lock "
+        "(envguard check dflash-train explains; --unguarded starts anyway)"]))
+
+
+def gather(world: World, gate: Gate, unguarded: bool) -> Gate:
+    """Collective: every rank's gate. RefusedError on every rank when any rank failed
+    (rank 0 says which and why), unless ``unguarded``."""
+    failed = gather_gate(world, gate.passed, gate.findings)
+    if failed and not unguarded:
+        lines: list[str] = []
+        if world.is_main:
+            lines = [f"rank {rank}: {line}" for rank, found in failed
+                     for line in found or ["(no detail)"]]
+            ranks = ", ".join(str(r) for r, _ in failed)
+            lines.append(f"refusing to start: rank(s) {ranks} of {world.size} do not match "
+                         "the lock (envguard check dflash-train on that node explains; "
+                         "--unguarded starts anyway)")
+        raise RefusedError("\n".join(lines))
+    return Gate(not failed, [f"rank {r}: {x}" for r, found in failed for x in found],
+                gate.how)

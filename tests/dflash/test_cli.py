@@ -1,0 +1,169 @@
+"""The console scripts before they load anything (issue 15): bad input is one line and
+exit 2 without importing torch, and an install without the trainer's extra says so in one
+line instead of a ModuleNotFoundError traceback.
+
+Both run the commands' ``main`` in a fresh interpreter (this one imported torch long ago).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from dflash.checkpoint.layout import published_config
+from dflash.presets import tiny_drafter
+
+REPO = Path(__file__).resolve().parents[2]
+EXTRA = ("torch", "numpy", "transformers", "safetensors")
+HEAVY = (*EXTRA, "rich")
+
+# Runs each (module, argv) through that module's main(argv) in one process; reports the
+# exit code, stderr, seconds, and which heavy modules were imported by then.
+PROBE = r"""
+import contextlib, io, json, sys, time
+heavy = json.loads(sys.argv[2])
+import dflash.cli.evaluate, dflash.cli.generate, dflash.cli.train
+results = [{"imported": sorted(m for m in heavy if m in sys.modules)}]
+for module, argv in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    t0 = time.perf_counter()
+    with contextlib.redirect_stderr(err):
+        rc = sys.modules[module].main(argv)
+    results.append({"argv": argv, "rc": rc, "stderr": err.getvalue(),
+                    "seconds": time.perf_counter() - t0,
+                    "imported": sorted(m for m in heavy if m in sys.modules)})
+print(json.dumps(results))
+"""
+
+
+def _probe(cases: list[tuple[str, list[str]]], *, python: list[str] | None = None,
+           env: dict[str, str] | None = None, cwd: Path = REPO) -> list[dict]:
+    proc = subprocess.run([*(python or [sys.executable]), "-c", PROBE, json.dumps(cases),
+                           json.dumps(HEAVY)], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def _one_line_exit_2(result: dict, expected: str) -> None:
+    lines = result["stderr"].strip().splitlines()
+    assert result["rc"] == 2, result
+    assert len(lines) == 1 and expected in lines[0], result
+    assert "Traceback" not in result["stderr"]
+
+
+@pytest.fixture
+def inputs(tmp_path: Path) -> dict[str, str]:
+    """Paths for the bad-input cases: a file where a folder belongs and the other way
+    round, a drafter export whose config is fine (its weights are never read), one whose
+    config is not JSON, and a run whose ``latest`` names nothing."""
+    (tmp_path / "a-file").write_text("not a folder\n")
+    (tmp_path / "a-folder").mkdir()
+    drafter = tmp_path / "drafter"
+    drafter.mkdir()
+    (drafter / "config.json").write_text(json.dumps(published_config(tiny_drafter(), "float32")))
+    (drafter / "model.safetensors").write_bytes(b"")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{")
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "latest").write_text("step-00000099\n")
+    return {"file": str(tmp_path / "a-file"), "folder": str(tmp_path / "a-folder"),
+            "missing": str(tmp_path / "missing.jsonl"), "drafter": str(drafter),
+            "broken": str(broken), "run": str(run), "out": str(tmp_path / "out")}
+
+
+TRAIN, GENERATE, EVAL = "dflash.cli.train", "dflash.cli.generate", "dflash.cli.evaluate"
+
+
+def _bad_inputs(p: dict[str, str]) -> list[tuple[str, list[str], str]]:
+    """(command, argv, what its one line must say)."""
+    train = ["--preset", "tiny", "--quiet", "--out", p["out"]]
+    gen = ["--target", "tiny", "--out", p["out"] + ".jsonl"]
+    ev = ["--drafter", p["drafter"], "--target", "tiny"]
+    return [
+        (TRAIN, [*train, "--set", "steps=many"], "cannot read 'many'"),
+        (TRAIN, [*train, "--set", "no_such_key=1"], "unknown key 'no_such_key'"),
+        (TRAIN, [*train, "--set", "buckets=2"], "buckets must be"),
+        (TRAIN, [*train, "--set", "device=gpu"], "device must be auto, cpu, cuda or cuda:N"),
+        (TRAIN, [*train, "--set", "device=cpu", "--attention", "flex"], "no backward on CPU"),
+        (TRAIN, [*train, "--data", p["missing"]], "No such file or directory"),
+        (TRAIN, [*train, "--data", p["folder"]], "Is a directory"),
+        (TRAIN, [*train, "--target", "nope"], "neither a named shape"),
+        (TRAIN, [*train, "--out", p["file"]], "is a file, not a folder"),
+        (TRAIN, [*train, "--out", p["file"] + "/run"], "is a file, not a folder"),
+        (TRAIN, [*train, "--out", p["run"], "--resume"], "which is not a checkpoint"),
+        (TRAIN, [*train, "--target-ranks", "1"], "--target-ranks needs torchrun"),
+        (GENERATE, [*gen, "--prompts", p["missing"]], "No such file or directory"),
+        (GENERATE, [*gen, "--synthetic", "0"], "--synthetic must be >= 1"),
+        (GENERATE, [*gen, "--synthetic", "2", "--max-new-tokens", "0"], "--max-new-tokens"),
+        (GENERATE, [*gen, "--synthetic", "2", "--batch-size", "0"], "--batch-size"),
+        (GENERATE, [*gen, "--synthetic", "2", "--temperature", "-1"], "--temperature"),
+        (GENERATE, [*gen, "--synthetic", "2", "--device", "cuda0"], "--device must be"),
+        (GENERATE, [*gen, "--synthetic", "2", "--target", "nope"], "neither a named shape"),
+        (GENERATE, ["--target", "tiny", "--synthetic", "2", "--out", p["folder"]],
+         "is a folder, not a file"),
+        (EVAL, [*ev, "--prompts", p["missing"]], "No such file or directory"),
+        (EVAL, [*ev, "--synthetic", "2", "--limit", "-1"], "--limit must be >= 0"),
+        (EVAL, [*ev, "--synthetic", "2", "--max-new-tokens", "0"], "--max-new-tokens"),
+        (EVAL, ["--drafter", p["folder"], "--target", "tiny", "--synthetic", "2"],
+         "cannot read"),
+        (EVAL, ["--drafter", p["broken"], "--target", "tiny", "--synthetic", "2"],
+         "is not JSON"),
+    ]
+
+
+def test_bad_input_is_one_line_exit_2_before_torch_is_imported(inputs: dict[str, str]):
+    cases = _bad_inputs(inputs)
+    env = {k: v for k, v in os.environ.items() if k != "WORLD_SIZE"}
+    imported_first, *results = _probe([(m, argv) for m, argv, _ in cases], env=env)
+    # Importing the console-script modules imports nothing heavy.
+    assert imported_first["imported"] == [], imported_first
+    for (_, _, expected), result in zip(cases, results, strict=True):
+        _one_line_exit_2(result, expected)
+        assert result["imported"] == [], result  # answered without importing torch
+        assert result["seconds"] < 5, result
+    assert not Path(inputs["out"]).exists() and not Path(inputs["out"] + ".jsonl").exists()
+
+
+def _site_without(tmp_path: Path, hidden: tuple[str, ...]) -> Path:
+    """This environment's site-packages minus ``hidden`` (and their dist-info): what an
+    install without the ``dflash`` extra (``uv tool install .``) has."""
+    shadow = tmp_path / "site-packages"
+    shadow.mkdir()
+    sites = {Path(sysconfig.get_paths()[k]) for k in ("purelib", "platlib")}
+    for site in sites:
+        for entry in site.iterdir():
+            name = entry.name.lower()
+            if name.endswith(".pth") or name.startswith(hidden) or (shadow / entry.name).exists():
+                continue
+            (shadow / entry.name).symlink_to(entry)
+    return shadow
+
+
+@pytest.mark.parametrize("hidden", [EXTRA, ("transformers",)], ids=["no-extra", "no-transformers"])
+def test_without_the_extra_each_command_says_what_to_install(tmp_path: Path, hidden):
+    # -S: no site-packages and no .pth files; PYTHONPATH gives the checkout and a copy of
+    # site-packages without the hidden distributions, as an install without the extra has.
+    shadow = _site_without(tmp_path, hidden)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(shadow)])}
+    cases = [(TRAIN, ["--out", str(tmp_path / "run")]),
+             (GENERATE, ["--target", "tiny", "--synthetic", "2", "--out",
+                         str(tmp_path / "d.jsonl")]),
+             (EVAL, ["--drafter", str(tmp_path), "--target", "tiny", "--synthetic", "2"])]
+    _, *results = _probe(cases, python=[sys.executable, "-S"], env=env, cwd=tmp_path)
+    missing = hidden[0]
+    for (module, _), result in zip(cases, results, strict=True):
+        prog = {TRAIN: "dflash-train", GENERATE: "dflash-generate", EVAL: "dflash-eval"}[module]
+        assert result["stderr"] == (
+            f"{prog}: {missing} is not installed; install the trainer's extra: uv tool "
+            "install 'envguard[dflash]' or pip install 'envguard[dflash]'\n"), result
+        assert result["rc"] == 2
+    assert not (tmp_path / "run").exists()
