@@ -32,12 +32,74 @@ class Parser(argparse.ArgumentParser):
 
 
 def write_stdout(text: str) -> None:
-    """The one way output reaches stdout: a closed pipe is an OutputError (exit 5)."""
+    """The one way output reaches stdout. A stdout that is closed (``>&-``), full
+    (``> /dev/full``) or a pipe closed early is an OutputError (exit 5). On a stdout whose
+    encoding lacks a character (``PYTHONIOENCODING=ascii``, a latin-1 locale), the text gets
+    ASCII stand-ins (``->`` for ``→``) instead of failing."""
+    stream = sys.stdout
+    if stream is None:
+        raise OutputError("stdout is closed: nothing could be written")
     try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        stream.write(encodable(text, getattr(stream, "encoding", None)))
+        stream.flush()
     except BrokenPipeError:
+        _silence_stdout()
         raise OutputError("stdout closed before the output was written") from None
+    except OSError as exc:
+        _silence_stdout()
+        raise OutputError(f"cannot write to stdout: {exc.strerror or exc}") from None
+    except ValueError:  # the stream object was closed
+        raise OutputError("stdout is closed: nothing could be written") from None
+
+
+_STAND_INS = {"→": "->", "←": "<-", "…": "...", "–": "-", "—": "--", "·": "-", "•": "*",
+              "×": "x", "≠": "!=", "≤": "<=", "≥": ">=", "▶": ">", "✓": "ok", "✗": "x",
+              "“": '"', "”": '"', "‘": "'", "’": "'", "🔴": "[!]", "🟡": "[~]", "🔵": "[i]"}
+
+
+@functools.cache
+def _ascii_table() -> dict[int, str]:
+    """ASCII stand-ins for envguard's own symbols and rich's box drawing (U+2500-U+257F)."""
+    import unicodedata
+
+    table = {ord(k): v for k, v in _STAND_INS.items()}
+    for code in range(0x2500, 0x2580):
+        name = unicodedata.name(chr(code), "")
+        if " AND " in name or " ARC " in name:
+            table[code] = "+"  # corners and junctions
+        elif "HORIZONTAL" in name or name.endswith(("LEFT", "RIGHT")):
+            table[code] = "-"
+        else:
+            table[code] = "|" if "VERTICAL" in name or name.endswith(("UP", "DOWN")) else "+"
+    table.update({0x2571: "/", 0x2572: "\\", 0x2573: "X"})  # the diagonals
+    return table
+
+
+def encodable(text: str, encoding: str | None) -> str:
+    """``text``, or where ``encoding`` cannot hold it, with ASCII stand-ins and ``?`` for
+    anything else (a package name in another script)."""
+    try:
+        text.encode(encoding or "utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    except LookupError:  # an encoding Python does not know: leave it to the stream
+        return text
+    enc = encoding or "utf-8"
+    return text.translate(_ascii_table()).encode(enc, errors="replace").decode(enc)
+
+
+def _silence_stdout() -> None:
+    """After a failed write, point fd 1 at /dev/null so that the interpreter's own flush at
+    exit does not fail a second time (Python would then exit 120 with a traceback)."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(fd, sys.stdout.fileno())
+        finally:
+            os.close(fd)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def show(report: Report, fmt: str, *, show_all: bool = False) -> None:
@@ -58,7 +120,22 @@ def note(message: str, *, limit: int = 1000) -> None:
 def stderr_console() -> Console:
     from rich.console import Console
 
-    return Console(stderr=True, highlight=False, soft_wrap=False)
+    return Console(stderr=True, highlight=False, soft_wrap=False, _environ=console_environ())
+
+
+_MAX_COLUMNS = 10_000
+
+
+def console_environ() -> dict[str, str]:
+    """The environment rich reads its size from, less a ``COLUMNS`` or ``LINES`` that is not
+    a positive number of at most 10,000 (rich takes ``COLUMNS=0`` for a width of 0, and then
+    prints nothing): such a value counts as unset."""
+    env = dict(os.environ)
+    for name in ("COLUMNS", "LINES"):
+        value = env.get(name)
+        if value is not None and not (value.isdigit() and 0 < int(value) <= _MAX_COLUMNS):
+            del env[name]
+    return env
 
 
 class StreamScreen:
@@ -72,11 +149,11 @@ class StreamScreen:
     def _console(self) -> Console:
         from rich.console import Console
 
-        return Console(file=self._stream, highlight=False)
+        return Console(file=self._stream, highlight=False, _environ=console_environ())
 
     @property
     def width(self) -> int:
-        return self._console.width
+        return self._console.width if self._console.width > 0 else 80
 
     @property
     def color_system(self) -> str | None:
