@@ -21,7 +21,7 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -29,6 +29,14 @@ from torch import Tensor, nn
 from dflash.config import DrafterConfig, TargetShape, target_layer_ids_for
 from dflash.errors import TargetError
 from dflash.presets import TARGET_SHAPES, target_path
+
+if TYPE_CHECKING:
+    from transformers import (
+        DynamicCache,
+        PretrainedConfig,
+        PreTrainedModel,
+        PreTrainedTokenizerBase,
+    )
 
 
 class _StopForward(Exception):
@@ -38,11 +46,12 @@ class _StopForward(Exception):
 class TargetModel:
     """A frozen causal LM plus the tapped layers. Every method is no-grad."""
 
-    def __init__(self, model: Any, layer_ids: tuple[int, ...], mask_token_id: int,
-                 tokenizer: Any | None = None) -> None:
-        self.model: Any = model.eval().requires_grad_(False)
-        self.config: Any = model.config
-        self.layers: nn.ModuleList = model.get_decoder().layers
+    def __init__(self, model: PreTrainedModel, layer_ids: tuple[int, ...], mask_token_id: int,
+                 tokenizer: PreTrainedTokenizerBase | None = None) -> None:
+        hf: Any = model  # transformers' model methods (eval, get_decoder, ...) are untyped
+        self.model: Any = hf.eval().requires_grad_(False)
+        self.config: PretrainedConfig = model.config
+        self.layers: nn.ModuleList = hf.get_decoder().layers
         self.num_layers = len(self.layers)
         if not layer_ids or list(layer_ids) != sorted(set(layer_ids)):
             raise TargetError(f"layer ids must be strictly increasing, got {list(layer_ids)}")
@@ -51,17 +60,17 @@ class TargetModel:
                               f"{self.num_layers} layers")
         self.layer_ids = tuple(layer_ids)
         self.tokenizer = tokenizer
-        emb = model.get_input_embeddings()
-        self.vocab_size, self.hidden_size = emb.weight.shape
+        emb: nn.Embedding = hf.get_input_embeddings()
+        self.vocab_size, self.hidden_size = (int(n) for n in emb.weight.shape)
         if not 0 <= mask_token_id < self.vocab_size:
             raise TargetError(f"mask token id {mask_token_id} outside the embedding "
                               f"({self.vocab_size} rows)")
         self.mask_token_id = mask_token_id
-        self.device = emb.weight.device
-        self.dtype = emb.weight.dtype
+        self.device: torch.device = emb.weight.device
+        self.dtype: torch.dtype = emb.weight.dtype
         self._embed = emb
-        self.lm_head: nn.Module = model.get_output_embeddings()
-        forward_params = inspect.signature(model.forward).parameters
+        self.lm_head: nn.Module = hf.get_output_embeddings()
+        forward_params = inspect.signature(hf.forward).parameters
         self._cache_kw = "cache" if "cache" in forward_params else "past_key_values"
         self._taps: dict[int, Tensor] = {}
         self._stop_after: int | None = None
@@ -120,16 +129,16 @@ class TargetModel:
                 self.model(input_ids=input_ids_BS, use_cache=False)
             return self._concat_taps(taps)
 
-    def new_cache(self) -> Any:
+    def new_cache(self) -> DynamicCache:
         from transformers import DynamicCache
         return DynamicCache()
 
     @staticmethod
-    def cache_length(cache: Any) -> int:
+    def cache_length(cache: DynamicCache) -> int:
         return int(cache.get_seq_length())
 
     @staticmethod
-    def crop_cache(cache: Any, length: int) -> None:
+    def crop_cache(cache: DynamicCache, length: int) -> None:
         """Keep the first ``length`` positions. A negative argument to ``crop`` means
         'remove that many' in every transformers version (5.x accepts only that form)."""
         remove = int(cache.get_seq_length()) - length
@@ -139,7 +148,8 @@ class TargetModel:
             cache.crop(-remove)
 
     @torch.no_grad()
-    def forward_cached(self, ids_BT: Tensor, cache: Any, start: int) -> tuple[Tensor, Tensor]:
+    def forward_cached(self, ids_BT: Tensor, cache: DynamicCache, start: int
+                       ) -> tuple[Tensor, Tensor]:
         """Run T new tokens at positions start..start+T-1 on top of ``cache``.
 
         Returns fp32 logits [B, T, V] and the tapped features [B, T, k*H].
@@ -210,7 +220,7 @@ def _has_weights(folder: Path) -> bool:
     return any(folder.glob("*.safetensors")) or any(folder.glob("pytorch_model*.bin"))
 
 
-def _tokenizer(folder: Path) -> Any | None:
+def _tokenizer(folder: Path) -> PreTrainedTokenizerBase | None:
     if not any((folder / name).exists() for name in ("tokenizer.json", "tokenizer_config.json",
                                                      "tokenizer.model")):
         return None
@@ -221,7 +231,8 @@ def _tokenizer(folder: Path) -> Any | None:
         raise TargetError(f"{folder}: tokenizer does not load: {exc}") from None
 
 
-def default_mask_token_id(vocab_size: int, tokenizer: Any | None) -> int:
+def default_mask_token_id(vocab_size: int, tokenizer: PreTrainedTokenizerBase | None
+                          ) -> int:
     """The tokenizer's mask token, else the first embedding row past the tokenizer
     (a trained-never row, as the published Qwen3 drafters use), else the last row."""
     if tokenizer is not None:

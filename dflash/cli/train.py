@@ -30,7 +30,7 @@ from dflash.cli import options
 from dflash.cli.command import Command
 from dflash.cli.gate import Gate, check_gate, gather, refuse
 from dflash.config import TrainConfig, kernels_for
-from dflash.distributed.world import Roles, World, detect
+from dflash.distributed.world import Roles, World, barrier, detect, init, shutdown
 from dflash.errors import ConfigError
 from dflash.exitcodes import ExitCode
 from dflash.presets import PRESETS, apply_overrides, target_path
@@ -118,8 +118,6 @@ def check_inputs(cfg: TrainConfig, *, resume: bool) -> Path | None:
 def _distributed(command: Command, args: argparse.Namespace, cfg: TrainConfig,
                  resume_from: Path | None, world: World, gate: Gate) -> int:
     import torch
-
-    from dflash.distributed.world import barrier, init, shutdown
 
     init(world, torch.device(f"cuda:{world.local_rank}" if torch.cuda.is_available() else "cpu"))
     try:

@@ -22,9 +22,9 @@ from envguard.atomic import write_bytes_atomic, write_text_atomic
 
 
 def default_store() -> Path:
-    from envguard.probe.hashcache import default_cache_root
+    from envguard.paths import user_dir
 
-    return default_cache_root() / "mega-cache"
+    return user_dir() / "mega-cache"
 
 
 def current_compat_key() -> str | None:

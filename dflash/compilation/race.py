@@ -23,6 +23,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -47,8 +48,8 @@ def _inputs(seq: int, heads: int, head_dim: int, block_size: int, device: torch.
     return (rnd(q_len), rnd(seq + q_len), rnd(seq + q_len), anchors.to(device), keep.to(device))
 
 
-def _call(flex: Any, builder: Any, inputs: tuple[torch.Tensor, ...], seq: int,
-          block_size: int, backward: bool) -> None:
+def _call(flex: Callable[..., Any], builder: Callable[..., Any],
+          inputs: tuple[torch.Tensor, ...], seq: int, block_size: int, backward: bool) -> None:
     q, k, v, anchors, keep = inputs
     mask = dflash_block_mask(anchors, keep, seq, block_size, builder=builder)
     out = flex(q, k, v, block_mask=mask)

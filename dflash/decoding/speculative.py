@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -32,6 +32,9 @@ from dflash.masks import sdpa_attend
 from dflash.meter import sync_device
 from dflash.model import DFlashDrafter
 from dflash.target import TargetModel
+
+if TYPE_CHECKING:
+    from transformers import DynamicCache
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +93,7 @@ def _hit_stop(tokens: Sequence[int], stop_ids: Sequence[int]) -> bool:
     return any(t in stop_ids for t in tokens)
 
 
-def _prefill(target: TargetModel, prompt: Sequence[int]) -> tuple[Any, int, Tensor]:
+def _prefill(target: TargetModel, prompt: Sequence[int]) -> tuple[DynamicCache, int, Tensor]:
     """Run the prompt into a fresh cache: (cache, first greedy token, prompt features)."""
     cache = target.new_cache()
     logits, feats = target.forward_cached(torch.tensor([list(prompt)], device=target.device),
