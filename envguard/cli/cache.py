@@ -37,7 +37,8 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
                             "environment, then the archives in the store.")
     st.add_argument("--python", metavar="PY", help=python_help)
     st.add_argument("--store", metavar="PATH", help=store_help)
-    st.add_argument("--format", choices=("text", "json"), default="text")
+    st.add_argument("--format", choices=("text", "json"), default="text",
+                    help="text (default) or json")
     st.set_defaults(handler=cmd_status)
 
     sv = actions.add_parser("save", help="archive the inductor (and triton) cache",

@@ -53,7 +53,9 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
                       f"{DEFAULT_DIR_TIMEOUT_S:g} s with --dir, {DEFAULT_TORCH_TIMEOUT_S:g} s "
                       "over torch.distributed)")
     add_probe_options(snap)
-    snap.add_argument("--format", choices=[f.value for f in OutputFormat], default="text")
+    snap.add_argument("--format", choices=[f.value for f in OutputFormat], default="text",
+                      help="rank 0's report: text (default), json (envguard.fleet-diff/1) or "
+                      "markdown")
     snap.add_argument("--ignore-env", action="append", default=[], metavar="NAME",
                       help="another variable that differs per rank by design (repeatable)")
     snap.add_argument("-q", "--quiet", action="store_true",

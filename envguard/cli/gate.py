@@ -19,6 +19,8 @@ from envguard.render.formats import OutputFormat
 # The policies, repeated here so that building the parser imports nothing heavy
 # (envguard.gate.lockfile needs packaging.markers: 20-60 ms on every command otherwise).
 CACHE_POLICIES = ("require-warm", "warn-if-cold", "ignore")
+LOCK_HELP = ("the lockfile (default: ./lockfiles/NAME.toml, NAME the command's basename, "
+             "else the one bundled with envguard)")
 
 
 def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
@@ -38,7 +40,9 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
                       help="extras of the distribution the command needs (repeatable)")
     lock.add_argument("--file", dest="files", action="append", default=None, metavar="GLOB",
                       help="files to pin by md5/sha256, relative to the project (repeatable)")
-    lock.add_argument("--cache-policy", choices=CACHE_POLICIES, default=None)
+    lock.add_argument("--cache-policy", choices=CACHE_POLICIES, default=None,
+                      help="what check/run do about cold compile caches: refuse "
+                      "(require-warm), warn (warn-if-cold, the default) or nothing (ignore)")
     lock.add_argument("--forbid", action="append", default=None, metavar="PATTERN",
                       help="forbidden distributions (default: serving/inference stacks)")
     lock.set_defaults(handler=cmd_lock)
@@ -46,9 +50,12 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     chk = sub.add_parser("check", help="does this environment match a lock?",
                          epilog="exit status: 0 match, 1 mismatch, 2 error")
     chk.add_argument("name", nargs="?", help="lock name, looked up in ./lockfiles")
-    chk.add_argument("--lock", metavar="PATH")
-    chk.add_argument("--python", metavar="PY")
-    chk.add_argument("--format", choices=[f.value for f in OutputFormat], default="text")
+    chk.add_argument("--lock", metavar="PATH", help=LOCK_HELP)
+    chk.add_argument("--python", metavar="PY",
+                     help="check another interpreter or venv folder (default: this one)")
+    chk.add_argument("--format", choices=[f.value for f in OutputFormat], default="text",
+                     help="text (default), json (envguard.diff/1 against the closest "
+                     "entry) or markdown")
     chk.add_argument("--strict", action="store_true",
                      help="every distribution must match, not only the command's closure")
     chk.set_defaults(handler=cmd_check)
@@ -57,12 +64,15 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
         "run", help="run a command only if the environment matches its lock",
         usage="envguard run [--lock PATH] [--python PY] [--force] [--strict] -- CMD [ARGS...]",
         epilog="exit status: the command's own on a match; 3 when refused; 2 bad input")
-    run.add_argument("--lock", metavar="PATH")
-    run.add_argument("--python", metavar="PY")
+    run.add_argument("--lock", metavar="PATH", help=LOCK_HELP)
+    run.add_argument("--python", metavar="PY",
+                     help="the environment CMD runs in (default: the interpreter of CMD's "
+                     "shebang, else this one)")
     run.add_argument("--force", action="store_true", help="run even if it does not match")
     run.add_argument("--strict", action="store_true",
                      help="every distribution must match, not only the command's closure")
-    run.add_argument("argv", nargs=argparse.REMAINDER, metavar="CMD")
+    run.add_argument("argv", nargs=argparse.REMAINDER, metavar="CMD",
+                     help="the command and its arguments, after --, passed on unchanged")
     run.set_defaults(handler=cmd_run)
 
 
