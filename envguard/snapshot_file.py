@@ -8,6 +8,7 @@ from pathlib import Path
 
 from envguard.errors import InputError, SnapshotValidationError, UnsupportedSchemaError
 from envguard.model import Snapshot
+from envguard.redact import redact_snapshot
 
 MAX_SNAPSHOT_BYTES = 256 << 20
 
@@ -48,7 +49,10 @@ def naming(name: str) -> Iterator[None]:
 
 
 def read_snapshot(path: str | Path) -> Snapshot:
-    """Load and validate a snapshot; InputError (exit 2) naming the file on any problem."""
+    """Load and validate a snapshot; InputError (exit 2) naming the file on any problem.
+
+    Credentials in it (a file written before envguard redacted them) are masked here, so
+    that nothing built from it (a lock, a restore, a report) carries them on."""
     text = read_document(Path(path))
     with naming(str(path)):
-        return Snapshot.from_json(text)
+        return redact_snapshot(Snapshot.from_json(text))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from envguard import redact
 from envguard.model import Environment, ProbeIssue
 from envguard.probe import SnapshotOptions, collect, envvars
 
@@ -196,3 +197,122 @@ def test_cli_never_prints_secrets(clean_cwd: Path) -> None:
                                      "digest": variables["HF_TOKEN"]["digest"]}
     assert variables["OPENAI_API_KEY"]["masked"]
     assert variables["PIP_INDEX_URL"]["value"] == "https://***@host/simple"
+
+
+# ---------------------------------------------------------------- envguard.redact's rules
+
+GHP = "ghp_" + "Aa1" * 12
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+JWT = ("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."
+       "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U")
+
+
+@pytest.mark.parametrize("name", [
+    "GH_PAT", "AZURE_DEVOPS_PAT", "GPG_PASSPHRASE", "SSH_KEY_PASSPHRASE", "JUPYTER_PRIVATE",
+    "MY_SESSION", "HF_SESSIONID", "HUB_COOKIE", "WEBHOOK_SIGNATURE", "TORCH_CREDENTIAL",
+    "GOOGLE_APPLICATION_CREDENTIALS", "PYTORCH_AUTH", "NVIDIA_BEARER", "SIGNING_KEY",
+    "CLIENTSECRET", "SENTRY_DSN", "SLACK_WEBHOOK", "DB_PASS", "hf-token", "api_key",
+])
+def test_more_secret_names(name: str) -> None:
+    assert envvars.looks_secret(name)
+    assert redact.secret_name(name)
+
+
+CREDENTIAL_CASES = [
+    # URL userinfo with a "/" or "@" in the password, no scheme, several URLs
+    ("https://deploy:pa/ss@host/simple", "https://***@host/simple"),
+    ("https://user:p@ss/word@host/simple", "https://***@host/simple"),
+    ("user:pw@pypi.corp.example/simple", "***@pypi.corp.example/simple"),
+    ("https://pypi.org/simple user:pw@h2.example/simple",
+     "https://pypi.org/simple ***@h2.example/simple"),
+    ("postgres://trainer:s3cr3t@db:5432/runs", "postgres://***@db:5432/runs"),
+    # tokens by shape, anywhere in a value
+    (GHP, "***"),
+    (f"/opt/lib:/tmp/{GHP}/lib", "/opt/lib:/tmp/***/lib"),
+    ("github_pat_" + "Ab1_" * 20, "***"),
+    ("hf_" + "Zx9" * 11, "***"),
+    ("sk-proj-" + "Ab1-" * 12, "***"),
+    ("sk-ant-api03-" + "Xy7_" * 20, "***"),
+    ("xoxb-123456789012-" + "Ab1" * 8, "***"),
+    ("AKIAIOSFODNN7EXAMPLE", "***"),
+    (AWS_SECRET, "***"),
+    (f"id=AKIAIOSFODNN7EXAMPLE,{AWS_SECRET}", "id=***,***"),
+    (JWT, "***"),
+    ("https://h/a?user=me&token=abc123", "https://h/a?user=me&token=***"),
+    ("https://b.s3.amazonaws.com/w?X-Amz-Signature=0af3&x=1",
+     "https://b.s3.amazonaws.com/w?X-Amz-Signature=***&x=1"),
+    ("https://a.blob.core.windows.net/c?sv=2022&sig=Ab%2Fc",
+     "https://a.blob.core.windows.net/c?sv=2022&sig=***"),
+    ("https://h/x?signature=abc", "https://h/x?signature=***"),
+    ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNz\n-----END OPENSSH PRIVATE KEY-----\nrest",
+     "***\nrest"),
+    ("Authorization: Bearer abcdefghijklmnop1234", "Authorization: Bearer ***"),
+    ("password=hunter2 lr=3e-4", "password=*** lr=3e-4"),
+    ("--hf-token=abc --lr=1", "--hf-token=*** --lr=1"),
+]
+
+
+@pytest.mark.parametrize(("value", "redacted"), CREDENTIAL_CASES)
+def test_credentials_are_found_by_shape(value: str, redacted: str) -> None:
+    assert redact.redact_text(value) == redacted
+    assert redact.redact_text(redacted) == redacted  # idempotent
+
+
+@pytest.mark.parametrize("value", [
+    "0,1", "9.0", "8.0;9.0+PTX", "expandable_segments:True,max_split_size_mb:128",
+    "/usr/local/cuda-12.8/bin:/usr/bin:/opt/hf_transfer/bin", "hf_transfer", "hf_hub_download",
+    "https://pypi.org/simple", "https://download.pytorch.org/whl/cu128",
+    "https://host:8080/simple", "git+https://github.com/org/repo@v1.2",
+    "git@github.com:org/repo.git", "me@example.com", "file:///home/u/wheels/x.whl",
+    "sk-learn-compat", "risk-management-framework-2024", "TOKENIZERS_PARALLELISM=false",
+    "70d99e998b4955e0049d13a98d77ae1b14db1f45", "sha256:" + "ab" * 32,
+    "sha256=ZsbibqJRN4HCDtmDYF0k3IBZ0pgu3yYtRmo1I1bZ9Fg", 'torch==2.11.0; extra == "gpu"',
+    "numpy>=1.26", "ERROR=1", "a=b", "/home/u/.cache/torchinductor_u",
+])
+def test_innocent_values_are_left_alone(value: str) -> None:
+    assert redact.redact_text(value) == value
+
+
+def test_argv_is_redacted_by_flag_and_by_shape() -> None:
+    argv = ["python", "train.py", "--token", "t0k", "--password=pw1", "password=pw2",
+            "-p", "pw3", "--hf-token", "pw4", "--api-key", "--verbose", "-u", "bob:pw5",
+            "--data", "https://u:pw6@h/d?sig=pw7", GHP, "--lr", "3e-4", "-n", "8"]
+    assert redact.redact_argv(argv) == [
+        "python", "train.py", "--token", "***", "--password=***", "password=***",
+        "-p", "***", "--hf-token", "***", "--api-key", "--verbose", "-u", "bob:***",
+        "--data", "https://***@h/d?sig=***", "***", "--lr", "3e-4", "-n", "8"]
+
+
+def test_every_value_pattern_passes_the_quick_filter() -> None:
+    """The fast path skips a string only when no pattern can match it."""
+    for value, _ in CREDENTIAL_CASES:
+        assert redact._MAYBE.search(value), value
+
+
+@pytest.mark.parametrize("value", [
+    "TORCH_FOO=" + GHP, GHP, f"/opt/lib:/tmp/{GHP}", "user:pw@host/simple",
+    "https://u:p/w@h/simple",
+])
+def test_a_credential_in_an_innocent_variable_is_masked_and_digested(value: str) -> None:
+    first, _ = _collect({"TORCH_FOO": value, "LD_LIBRARY_PATH": value})
+    second, _ = _collect({"TORCH_FOO": value.replace("Aa1", "Bb2").replace("p", "q"),
+                          "LD_LIBRARY_PATH": value})
+    entry = first.variables["TORCH_FOO"]
+    assert entry.masked and entry.digest and entry.value is not None
+    assert "***" in entry.value
+    for secret in (GHP, "pw", "p/w"):
+        if secret in value:
+            assert secret not in entry.value
+    assert second.variables["TORCH_FOO"].digest != entry.digest  # a change stays visible
+    assert second.variables["LD_LIBRARY_PATH"].digest == first.variables["LD_LIBRARY_PATH"].digest
+
+
+def test_innocent_variables_keep_their_values() -> None:
+    env = {"CUDA_VISIBLE_DEVICES": "0,1", "TORCH_CUDA_ARCH_LIST": "9.0",
+           "PATH": "/opt/hf_transfer/bin:/usr/bin", "PIP_INDEX_URL": "https://pypi.org/simple",
+           "UV_EXTRA_INDEX_URL": "https://download.pytorch.org/whl/cu128 https://pypi.org/simple",
+           "HF_HUB_ENABLE_HF_TRANSFER": "1", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    environment, _ = _collect(env)
+    assert {k: v.value for k, v in environment.variables.items()} == env
+    assert not any(v.masked for v in environment.variables.values())
+    assert environment.mask_key_id is None

@@ -110,10 +110,11 @@ def show(report: Report, fmt: str, *, show_all: bool = False) -> None:
 
 
 def note(message: str, *, limit: int = 1000) -> None:
-    """One ``envguard: ...`` line on stderr, made safe to show."""
+    """One ``envguard: ...`` line on stderr, made safe to show (credentials masked)."""
+    from envguard.redact import redact_text
     from envguard.render.sanitize import clean
 
-    sys.stderr.write(f"envguard: {clean(message, limit)}\n")
+    sys.stderr.write(f"envguard: {clean(redact_text(message), limit)}\n")
     sys.stderr.flush()
 
 
@@ -191,9 +192,10 @@ def probe_options(args: argparse.Namespace) -> SnapshotOptions:
 
 
 def _fail(message: str, code: ExitCode) -> int:
+    from envguard.redact import redact_text
     from envguard.render.sanitize import clean
 
-    sys.stderr.write(f"envguard: error: {clean(message, 1000)}\n")
+    sys.stderr.write(f"envguard: error: {clean(redact_text(message), 1000)}\n")
     return int(code)
 
 

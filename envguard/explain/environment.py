@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import shlex
 from collections.abc import Iterator
 
 from envguard.diff import ADDED, MASKED, REMOVED, Change
@@ -34,7 +36,7 @@ def python_changed(ctx: Context) -> Iterator[Finding]:
                        if c.key != "sys_path") + tuple(
             "sys.path changed" for c in changes if c.key == "sys_path"),
         remedy=(f"recreate the venv with Python {old.version}: uv venv --python "
-                f"{old.version} {old.prefix}",),
+                f"{shlex.quote(old.version)} {shlex.quote(old.prefix)}",),
         changes=tuple(changes),
         weight=88,
     )
@@ -150,20 +152,35 @@ def env_var_changed(ctx: Context) -> Iterator[Finding]:
                "that they changed is known." if masked else "")
         ),
         evidence=tuple(lines),
-        remedy=(_env_remedy(changes),),
+        remedy=(_env_remedy(changes, ctx.old),),
         changes=tuple(changes),
         weight=55,
         keywords=tuple(keywords),
     )
 
 
-def _env_remedy(changes: list[Change], limit: int = 300) -> str:
-    """Export the good values again: whole ``export`` lines only, as many as fit in
-    ``limit`` characters (at least one); without any good value, the general advice."""
-    exports = [f"export {c.key}={c.old}" for c in changes
-               if c.old not in (None, MASKED) and c.kind != ADDED]
+_SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _env_remedy(changes: list[Change], good: Snapshot, limit: int = 300) -> str:
+    """Export the good values again: whole ``export`` lines only, each value shell-quoted,
+    as many as fit in ``limit`` characters (at least one). A masked value is never
+    exported (the snapshot does not hold it): its variable is named for the secret store.
+    Without any good value, the general advice."""
+    exports, secret = [], []
+    for c in changes:
+        value = good.environment.variables.get(c.key)
+        if c.kind == ADDED or value is None:
+            continue
+        if value.masked:
+            secret.append(c.key)
+        elif value.value is not None and _SHELL_NAME.fullmatch(c.key):
+            exports.append(f"export {c.key}={shlex.quote(value.value)}")
+    names = ", ".join(secret[:6]) + (f" and {len(secret) - 6} more" if len(secret) > 6 else "")
+    store = (f"restore the value{'s' if len(secret) > 1 else ''} of {names} from your secret "
+             "store" if secret else "")
     if not exports:
-        return "restore the launch environment"
+        return store or "restore the launch environment"
     shown = exports[:1]
     for line in exports[1:]:
         if len("; ".join([*shown, line])) > limit:
@@ -171,7 +188,8 @@ def _env_remedy(changes: list[Change], limit: int = 300) -> str:
         shown.append(line)
     if len(shown) < len(exports):
         shown.append(f"… and {len(exports) - len(shown)} more")
-    return "set them back in the launch script, or export the good values: " + "; ".join(shown)
+    return ("set them back in the launch script, or export the good values: "
+            + "; ".join(shown) + (f"; {store}" if store else ""))
 
 
 def file_changed(ctx: Context) -> Iterator[Finding]:
@@ -198,7 +216,7 @@ def file_changed(ctx: Context) -> Iterator[Finding]:
         explanation="Your own training code or configuration is not what ran before. Compare "
                     "with md5sum on the machine that ran it, or with git.",
         evidence=tuple(lines),
-        remedy=(f"git diff {git.old} -- <file>" if git is not None and git.old else
+        remedy=(f"git diff {shlex.quote(git.old)} -- <file>" if git is not None and git.old else
                 "git diff -- <file>", "git checkout <good commit> -- <file> to restore it"),
         changes=tuple(changes),
         weight=65,

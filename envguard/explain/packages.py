@@ -7,7 +7,15 @@ import re
 from collections.abc import Iterator
 
 from envguard.diff import ADDED, REMOVED, Change
-from envguard.explain.interface import Context, Finding, Rule, Severity, short
+from envguard.explain.interface import (
+    Context,
+    Finding,
+    Rule,
+    Severity,
+    shell_word,
+    shell_words,
+    short,
+)
 
 # Serving and inference stacks: each pins its own torch/CUDA/triton and JIT-builds kernels.
 FOREIGN_STACKS = re.compile(
@@ -55,7 +63,7 @@ def foreign_stack_installed(ctx: Context) -> Iterator[Finding]:
         evidence=tuple(evidence),
         remedy=(
             "keep serving and training in separate venvs",
-            f"remove them here: uv pip uninstall {names}",
+            f"remove them here: uv pip uninstall {shell_words(c.key for c in foreign)}",
             "then check torch with envguard diff again; if it moved, reinstall the good build",
         ),
         changes=tuple(foreign),
@@ -152,7 +160,7 @@ def package_version_changed(ctx: Context) -> Iterator[Finding]:
         ),
         evidence=tuple(lines),
         remedy=("pin the good versions: uv pip install " + " ".join(
-            f'"{c.key}=={c.old}"' for c in changed[:10] if c.old),),
+            shell_word(f"{c.key}=={c.old}") for c in changed[:10] if c.old),),
         changes=tuple(changed),
         weight=50,
         keywords=tuple(c.key for c in changed),
@@ -171,7 +179,7 @@ def package_added(ctx: Context) -> Iterator[Finding]:
         explanation="New distributions can shadow modules, register plugins or entry points, "
                     "and usually arrive with dependency upgrades.",
         evidence=tuple(f"{c.key} {c.new}" for c in added),
-        remedy=("if unwanted: uv pip uninstall " + " ".join(c.key for c in added[:10]),),
+        remedy=("if unwanted: uv pip uninstall " + shell_words(c.key for c in added[:10]),),
         changes=tuple(added), weight=20, keywords=tuple(c.key for c in added))
 
 
@@ -186,7 +194,8 @@ def package_removed(ctx: Context) -> Iterator[Finding]:
         explanation="Code that imports them now fails with ModuleNotFoundError, or falls back "
                     "to a slower path when the import is optional (fused kernels, tokenizers).",
         evidence=tuple(f"{c.key} {c.old}" for c in removed),
-        remedy=("uv pip install " + " ".join(f'"{c.key}=={c.old}"' for c in removed[:10]),),
+        remedy=("uv pip install " + " ".join(shell_word(f"{c.key}=={c.old}")
+                                             for c in removed[:10]),),
         changes=tuple(removed), weight=40,
         keywords=("modulenotfounderror", "no module named", *(c.key for c in removed)))
 
@@ -210,7 +219,7 @@ def installed_files_modified(ctx: Context) -> Iterator[Finding]:
         ),
         evidence=tuple(f"{c.key}: {c.field} ({c.new})" for c in new_issues[:20])
         + ((f"… and {len(new_issues) - 20} more",) if len(new_issues) > 20 else ()),
-        remedy=tuple(f'uv pip install --reinstall --no-deps "{p}=={versions[p]}"'
+        remedy=tuple("uv pip install --reinstall --no-deps " + shell_word(f"{p}=={versions[p]}")
                      for p in packages[:5] if versions[p])
         or ("reinstall the affected packages",),
         changes=tuple(new_issues),

@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterator
 
-from envguard.explain.interface import Context, Finding, Rule, Severity, short
+from envguard.explain.interface import (
+    Context,
+    Finding,
+    Rule,
+    Severity,
+    shell_word,
+    shell_words,
+    short,
+)
 from envguard.model import TorchIdentity
 
 _LOCAL_CUDA = re.compile(r"\+cu(\d+)")
@@ -23,8 +32,8 @@ def index_url_for(version: str | None) -> str | None:
 
 def _install_hint(version: str | None) -> str:
     index = index_url_for(version)
-    where = f" --index-url {index}" if index else ""
-    return f'uv pip install --reinstall "torch=={version}"{where}'
+    where = f" --index-url {shlex.quote(index)}" if index else ""
+    return f"uv pip install --reinstall {shell_word(f'torch=={version}')}{where}"
 
 
 def torch_build_changed(ctx: Context) -> Iterator[Finding]:
@@ -142,8 +151,8 @@ def cuda_build_changed(ctx: Context) -> Iterator[Finding]:
         remedy=(
             f"reinstall torch for the good CUDA build: {_install_hint(old.version)}",
             "remove the other family's wheels: uv pip uninstall "
-            + " ".join(w.split("==")[0] for w in (wheels.new if wheels and wheels.new else
-                                                   ["<nvidia-* wheels of the wrong family>"])),
+            + (shell_words(w.split("==")[0] for w in wheels.new) if wheels and wheels.new
+               else "<nvidia-* wheels of the wrong family>"),
         ),
         changes=tuple(c for c in (cuda, family, wheels) if c is not None),
         weight=95,
@@ -171,7 +180,8 @@ def triton_changed(ctx: Context) -> Iterator[Finding]:
             "was tested with."
         ),
         evidence=tuple(evidence),
-        remedy=(f'uv pip install "triton=={old}"' if old else "uninstall the extra triton",),
+        remedy=(f"uv pip install {shell_word(f'triton=={old}')}" if old
+                else "uninstall the extra triton",),
         changes=tuple(c for c in (version, build) if c is not None),
         weight=70,
     )

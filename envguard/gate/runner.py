@@ -18,6 +18,7 @@ from envguard.atomic import write_text_atomic
 from envguard.errors import CommandNotFound
 from envguard.model import Snapshot
 from envguard.paths import RUNS_DIR
+from envguard.redact import redact_argv
 
 LAST_GOOD = "last-good.json"
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -80,14 +81,19 @@ def resolve_command(command: str, env: Mapping[str, str] | None = None) -> str |
 
 
 def record_run(snapshot: Snapshot, meta: dict[str, Any], cwd: Path, *, good: bool) -> Path:
-    """Keep the verified snapshot (and ``last-good.json`` when it passed) for a later diff."""
+    """Keep the verified snapshot (and ``last-good.json`` when it passed) for a later diff.
+
+    The record's ``argv`` is redacted (``--token X`` is kept as ``--token ***``); every file
+    is written 0600."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
     folder = cwd / RUNS_DIR
     name = str(meta.get("lock", "run")).replace(os.sep, "_")
-    path = write_text_atomic(folder / f"{stamp}-{name}.json", snapshot.to_json())
+    path = write_text_atomic(folder / f"{stamp}-{name}.json", snapshot.to_json(), mode=0o600)
+    record = {**meta, "snapshot": path.name}
+    if "argv" in record:
+        record["argv"] = redact_argv(record["argv"])
     write_text_atomic(folder / f"{stamp}-{name}.run.json",
-                      json.dumps({**meta, "snapshot": path.name}, indent=2, sort_keys=True)
-                      + "\n")
+                      json.dumps(record, indent=2, sort_keys=True) + "\n", mode=0o600)
     if good:
-        write_text_atomic(folder / LAST_GOOD, snapshot.to_json())
+        write_text_atomic(folder / LAST_GOOD, snapshot.to_json(), mode=0o600)
     return path

@@ -36,6 +36,7 @@ from envguard.probe.memo.hashes import HashMemo
 from envguard.probe.memo.records import RecordMemo
 from envguard.probe.options import SnapshotOptions
 from envguard.probe.progress import NullProgress, Progress
+from envguard.redact import redact_snapshot
 
 COMMAND_TIMEOUT_S = 20.0
 
@@ -163,7 +164,8 @@ def collect(options: SnapshotOptions, progress: Progress | None = None) -> Snaps
         issues.append(ProbeIssue(section="deep", message=deep_section.error or "failed"))
     lap("deep_wait")
 
-    return Snapshot(
+    # The model boundary: no string of the user's environment leaves unredacted.
+    return redact_snapshot(Snapshot(
         schema=SCHEMA,
         envguard_version=__version__,
         created_at=created,
@@ -181,7 +183,7 @@ def collect(options: SnapshotOptions, progress: Progress | None = None) -> Snaps
         deep=deep_section,
         errors=sorted(issues, key=_issue_key),
         timings_ms=timings,
-    )
+    ))
 
 
 def _issue_key(issue: ProbeIssue) -> tuple[str, str, str]:

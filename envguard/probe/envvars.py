@@ -1,10 +1,12 @@
 """Relevant environment variables, with secret values masked but their changes detectable.
 
-Only allowlisted families are recorded. A variable whose *name* looks secret
-(TOKEN, KEY, SECRET, PASSWORD, CREDENTIAL, AUTH, ...) is never written: the
-snapshot keeps a keyed HMAC of its value, so a changed token shows up in a diff
-without the token ever leaving the machine. Credentials embedded in URLs
-(``https://user:pass@host``) are redacted from any value the same way.
+Only allowlisted families are recorded. What is secret is decided by
+:mod:`envguard.redact`: a variable whose *name* looks secret (TOKEN, KEY, SECRET,
+PASSWORD, PAT, PASSPHRASE, CREDENTIAL, AUTH, COOKIE, SESSION, ...) keeps no value, and a
+value that holds a credential (``https://user:pass@host``, ``ghp_…``, ``hf_…``, an AWS key,
+a JWT, a signed query string, a PEM private key) keeps the rest of the value with the
+credential masked. Either way the snapshot keeps a keyed HMAC of the raw value, so a
+changed token shows up in a diff without the token ever leaving the machine.
 
 The HMAC key lives in ``~/.config/envguard/mask.key`` (created 0600 on first use)
 or comes from ``$ENVGUARD_MASK_KEY``; set the same key on every node of a cluster
@@ -18,11 +20,11 @@ import fnmatch
 import hashlib
 import hmac
 import os
-import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from envguard.model import Environment, EnvValue, ProbeIssue
+from envguard.model import Environment, ProbeIssue
+from envguard.redact import redact_env, secret_name
 
 FAMILIES = (
     "CUDA_*", "NCCL_*", "TORCH*", "TORCHINDUCTOR_*", "TORCHDYNAMO_*", "TRITON_*", "PYTORCH_*",
@@ -30,27 +32,12 @@ FAMILIES = (
     "UV_*", "PIP_*", "HF_*", "HUGGING_FACE_*", "TRANSFORMERS_*", "OMP_*", "MKL_*",
     "CUBLAS_*", "CUDNN_*", "NVSHMEM_*", "TMPDIR", "XDG_CACHE_HOME", "ENVGUARD_*",
 )
-_SECRET_WORDS = frozenset(
-    {"TOKEN", "TOKENS", "KEY", "KEYS", "SECRET", "SECRETS", "PASSWORD", "PASSWD", "PASS", "PWD",
-     "CREDENTIAL", "CREDENTIALS", "CRED", "CREDS", "AUTH", "AUTHORIZATION", "PRIVATE", "SESSION",
-     "COOKIE", "SIGNATURE", "APIKEY", "ACCESSKEY", "SAS", "BEARER", "JWT", "OAUTH"}
-)
-_SECRET_SUFFIXES = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD")
-_NOT_SECRET = frozenset({"PWD", "OLDPWD", "PATH", "TORCH_COMPILE_CACHE_KEY_TAG"})
-# userinfo runs to the *last* "@" before the host: a raw "@" in a password must not leak
-# the rest of the password as if it were the host.
-_URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/?#\s]+)@")
 MASK_KEY_ENV = "ENVGUARD_MASK_KEY"
 
 
 def looks_secret(name: str) -> bool:
     """``HF_TOKEN``, ``WANDB_API_KEY``, ``PIP_PASSWORD``: yes. ``PATH``, ``KEYBOARD``: no."""
-    upper = name.upper()
-    if upper in _NOT_SECRET:
-        return False
-    # Trailing digits do not make a word harmless: HF_TOKEN2, GITHUB_TOKEN_1.
-    words = [w.rstrip("0123456789") for w in re.split(r"[^A-Z0-9]+", upper)]
-    return any(w in _SECRET_WORDS or w.endswith(_SECRET_SUFFIXES) for w in words if w)
+    return secret_name(name)
 
 
 def mask_key_path() -> Path:
@@ -132,16 +119,11 @@ def collect(
     patterns = (*FAMILIES, *extra_patterns)
     names = sorted(n for n in env if selected(n, patterns) and n != MASK_KEY_ENV)
     key: bytes | None = None
-    out: dict[str, EnvValue] = {}
-    for name in names:
-        value = env[name]
-        if looks_secret(name):
-            key = key or load_mask_key(issues, env)
-            out[name] = EnvValue(value=None, masked=True, digest=_digest(key, name, value))
-        elif _URL_CREDENTIALS.search(value):
-            key = key or load_mask_key(issues, env)
-            redacted = _URL_CREDENTIALS.sub(r"\g<scheme>***@", value)
-            out[name] = EnvValue(value=redacted, masked=True, digest=_digest(key, name, value))
-        else:
-            out[name] = EnvValue(value=value)
+
+    def digest(var: str, value: str) -> str:
+        nonlocal key
+        key = key or load_mask_key(issues, env)
+        return _digest(key, var, value)
+
+    out = {name: redact_env(name, env[name], digest) for name in names}
     return Environment(variables=out, mask_key_id=key_id(key) if key else None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from envguard.model import Distribution, Snapshot
+from envguard.redact import redact_text
 from envguard.restore.plan import (
     PYTORCH_INDEX,
     SKIP,
@@ -93,4 +94,4 @@ def _index_for(version: str, plan: RestorePlan) -> str | None:
     label = version.split("+", 1)[1] if "+" in version else ""
     if TORCH_LABEL.match(label) and plan.hints_applied:
         return PYTORCH_INDEX + label
-    return plan.index.index_url
+    return redact_text(plan.index.index_url) if plan.index.index_url else None

@@ -24,6 +24,7 @@ from urllib.request import url2pathname
 from packaging.version import InvalidVersion, Version
 
 from envguard.model import Distribution, Snapshot
+from envguard.redact import redact_argv
 
 INSTALL, CHANGE, REMOVE, KEEP, SKIP = "install", "change", "remove", "keep", "skip"
 ACTIONS = (INSTALL, CHANGE, REMOVE, KEEP, SKIP)
@@ -277,6 +278,7 @@ def plan_to_dict(plan: RestorePlan) -> dict[str, object]:
         "counts": {a: plan.count(a) for a in ACTIONS},
         "rows": [asdict(r) for r in plan.rows],
         "index_hints": list(plan.index_hints), "hints_applied": plan.hints_applied,
-        "uv_index_args": plan.uv_index_args(), "requirements": list(plan.requirements),
+        "uv_index_args": redact_argv(plan.uv_index_args()),
+        "requirements": list(plan.requirements),
         "notes": list(plan.notes),
     }
