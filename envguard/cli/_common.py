@@ -8,8 +8,9 @@ import argparse
 import functools
 import os
 import sys
+import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from envguard.errors import EnvguardError, OutputError
 from envguard.exitcodes import ExitCode
@@ -159,6 +160,85 @@ class StreamScreen:
     @property
     def color_system(self) -> str | None:
         return self._console.color_system
+
+
+NOTE_AFTER_S = 2.0
+"""Work that ends sooner leaves no progress note (when stderr is not a terminal)."""
+
+
+class StderrProgress:
+    """The one renderer of :class:`~envguard.probe.progress.Progress`.
+
+    On a terminal: a transient rich spinner (a bar for work in bytes) on stderr, gone when
+    the step ends. Elsewhere: one ``envguard: <step>`` line for a step still running after
+    ``note_after`` seconds (0: at once), none with ``quiet``. Nothing at all unless
+    ``shown``. A context manager: the display is gone when the block is left, however it
+    is left.
+    """
+
+    def __init__(self, *, quiet: bool = False, note_after: float = NOTE_AFTER_S,
+                 shown: bool = True) -> None:
+        stream = sys.stderr
+        self._terminal = shown and stream is not None and stream.isatty()
+        self._quiet = quiet or not shown
+        self._note_after = note_after
+        self._live: Any = None
+        self._task: Any = None
+        self._timer: threading.Timer | None = None
+
+    def __enter__(self) -> StderrProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.finish()
+
+    def step(self, description: str) -> None:
+        self._begin(description, None)
+
+    def start(self, description: str, total: int) -> None:
+        from envguard.units import human_bytes
+
+        self._begin(description, total, f"{description} ({human_bytes(total)})")
+
+    def advance(self, amount: int) -> None:
+        if self._live is not None and self._task is not None:
+            self._live.advance(self._task, amount)
+
+    def finish(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._live is not None:
+            self._live.stop()
+            self._live = self._task = None
+
+    def _begin(self, description: str, total: int | None, line: str | None = None) -> None:
+        self.finish()
+        if self._terminal:
+            self._show(description, total)
+        elif not self._quiet:
+            text = line or description
+            if self._note_after <= 0:
+                note(text)
+            else:
+                self._timer = threading.Timer(self._note_after, note, (text,))
+                self._timer.daemon = True
+                self._timer.start()
+
+    def _show(self, description: str, total: int | None) -> None:
+        from rich import progress as rp
+
+        from envguard.render.sanitize import clean
+
+        columns: tuple[Any, ...] = (
+            (rp.SpinnerColumn(), rp.TextColumn("{task.description}", markup=False),
+             rp.TimeElapsedColumn())
+            if total is None else
+            (rp.TextColumn("{task.description}", markup=False), rp.BarColumn(),
+             rp.DownloadColumn(), rp.TransferSpeedColumn(), rp.TimeRemainingColumn()))
+        self._live = rp.Progress(*columns, console=stderr_console(), transient=True)
+        self._live.start()
+        self._task = self._live.add_task(clean(description, 300), total=total)
 
 
 def add_probe_options(parser: argparse.ArgumentParser) -> None:

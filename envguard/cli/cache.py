@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envguard.cli._common import note, show, write_stdout
+from envguard.cli._common import StderrProgress, note, show, write_stdout
 from envguard.exitcodes import ExitCode
 
 if TYPE_CHECKING:
@@ -83,6 +83,14 @@ def _store(arg: str | None) -> Path:
     return Path(arg).expanduser() if arg else archive_store()
 
 
+def _sizes(snapshot: Snapshot) -> str:
+    from envguard.cache.manifest import ARCHIVED_KINDS
+    from envguard.units import human_bytes
+
+    found = [c for c in snapshot.caches if c.kind in ARCHIVED_KINDS and c.exists]
+    return human_bytes(sum(c.total_bytes for c in found))
+
+
 def _note(text: str) -> None:
     """The texts are made safe by cache_text already; some are longer than a usual note."""
     note(text, limit=2000)
@@ -116,8 +124,10 @@ def cmd_save(args: argparse.Namespace) -> int:
     else:
         snapshot = _snapshot(args.python)
     store = _store(args.store)
-    manifest = cache_store.save(store, snapshot, name=args.name, compress=args.gzip,
-                                snapshot_ref=ref)
+    with StderrProgress() as progress:
+        progress.step(f"archiving {_sizes(snapshot)} of compile caches into {store}")
+        manifest = cache_store.save(store, snapshot, name=args.name, compress=args.gzip,
+                                    snapshot_ref=ref)
     for line in cache_text.save_warnings(manifest):
         _note(f"warning: {line}")
     write_stdout("\n".join(cache_text.saved_lines(manifest, str(store / manifest.name),
@@ -147,8 +157,10 @@ def cmd_restore(args: argparse.Namespace) -> int:
             return ExitCode.REFUSED
         _note(f"--force: restoring {clean(chosen.name)} of another build: "
               f"{cache_text.differences(manifest.build, current)}")
-    done = cache_store.restore(Path(chosen.path), manifest,
-                               cache_store.targets_of(snapshot, args.into))
+    with StderrProgress() as progress:
+        progress.step(f"verifying and restoring {chosen.name}")
+        done = cache_store.restore(Path(chosen.path), manifest,
+                                   cache_store.targets_of(snapshot, args.into))
     write_stdout("\n".join(cache_text.restored_lines(chosen.name, done,
                                              time.perf_counter() - started)) + "\n")
     return ExitCode.OK

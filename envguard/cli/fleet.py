@@ -15,7 +15,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envguard.cli._common import add_probe_options, note, probe_options, show
+from envguard.cli._common import (
+    StderrProgress,
+    add_probe_options,
+    note,
+    probe_options,
+    show,
+)
 from envguard.errors import InputError
 from envguard.exitcodes import ExitCode
 from envguard.paths import FLEET_DIR
@@ -59,7 +65,8 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     snap.add_argument("--ignore-env", action="append", default=[], metavar="NAME",
                       help="another variable that differs per rank by design (repeatable)")
     snap.add_argument("-q", "--quiet", action="store_true",
-                      help="rank 0 prints no report (the exit status still tells)")
+                      help="rank 0 prints no report and no progress notes (the exit status "
+                      "still tells)")
     snap.set_defaults(handler=cmd_fleet_snapshot)
 
     dif = actions.add_parser(
@@ -146,20 +153,24 @@ def cmd_fleet_snapshot(args: argparse.Namespace) -> int:
     launch = launch_from_env(os.environ)
     if args.timeout is not None and args.timeout <= 0:
         raise InputError("--timeout must be positive")
-    snapshot = collect(probe_options(args))
-    notes: list[str] = []
-    if not launch.launched:
-        notes.append("RANK/WORLD_SIZE are not set: a fleet of one (run under torchrun, or "
-                     "set them, to snapshot every rank)")
-        items: list[dict[str, Any]] | None = [entry(snapshot, launch)]
-        if args.dir:
-            gather_dir(snapshot, launch, Path(args.dir), args.timeout or DEFAULT_DIR_TIMEOUT_S)
-    elif args.dir:
-        items = gather_dir(snapshot, launch, Path(args.dir),
-                           args.timeout or DEFAULT_DIR_TIMEOUT_S)
-    else:
-        items = gather_torch(entry(snapshot, launch), launch,
-                             args.timeout or DEFAULT_TORCH_TIMEOUT_S)
+    # Only rank 0 shows progress: N ranks drawing on one terminal would be noise.
+    with StderrProgress(quiet=args.quiet, shown=launch.rank == 0) as progress:
+        snapshot = collect(probe_options(args), progress)
+        timeout = args.timeout or (DEFAULT_DIR_TIMEOUT_S if args.dir else DEFAULT_TORCH_TIMEOUT_S)
+        if launch.launched and launch.world_size > 1:
+            progress.step(f"waiting for the snapshots of {launch.world_size - 1} other rank(s) "
+                          f"(at most {timeout:g} s)")
+        notes: list[str] = []
+        if not launch.launched:
+            notes.append("RANK/WORLD_SIZE are not set: a fleet of one (run under torchrun, or "
+                         "set them, to snapshot every rank)")
+            items: list[dict[str, Any]] | None = [entry(snapshot, launch)]
+            if args.dir:
+                gather_dir(snapshot, launch, Path(args.dir), timeout)
+        elif args.dir:
+            items = gather_dir(snapshot, launch, Path(args.dir), timeout)
+        else:
+            items = gather_torch(entry(snapshot, launch), launch, timeout)
     if items is None:  # not rank 0: rank 0 reports
         return ExitCode.OK
     doc = {"schema": FLEET_SCHEMA, "world_size": launch.world_size, "snapshots": items}

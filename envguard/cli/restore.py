@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envguard.cli._common import note, show
+from envguard.cli._common import StderrProgress, note, show
 from envguard.errors import InputError
 from envguard.exitcodes import ExitCode
 
@@ -154,16 +154,16 @@ def cmd_restore(args: argparse.Namespace) -> int:
                              "pass --python PY for the environment to restore")
         note(f"warning: --in-place: changing {plan.current_python} itself; what GOOD does "
              "not list is uninstalled")
-        with sigterm_interrupts():
-            sync_in_place(plan, uv=uv, echo=echo, step=note)
+        with sigterm_interrupts(), StderrProgress(note_after=0) as progress:
+            sync_in_place(plan, uv=uv, echo=echo, step=progress.step)
         target, new_python = Path(plan.current_prefix), plan.current_python
     else:
         target = into or _default_target(plan)
         _check_target(target)
         python = plan.current_python if plan.same_python_minor else minor(plan.good_python)
-        with sigterm_interrupts():
+        with sigterm_interrupts(), StderrProgress(note_after=0) as progress:
             new_python = str(build_venv(plan, target, uv=uv, python=python, echo=echo,
-                                        step=note))
+                                        step=progress.step))
     note(f"restored into {target} in {time.perf_counter() - started:.1f} s; verifying")
     verification = verify_restore(good, _snapshot(new_python), good_name=args.good,
                                   new_name=str(target))

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from envguard.cli._common import add_probe_options, probe_options, stderr_console, write_stdout
+from envguard.cli._common import (
+    StderrProgress,
+    add_probe_options,
+    probe_options,
+    stderr_console,
+    write_stdout,
+)
 from envguard.exitcodes import ExitCode
 from envguard.paths import SNAPSHOT_DIR
-
-if TYPE_CHECKING:
-    from rich.console import Console
 
 
 def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
@@ -25,37 +27,9 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
                        help="write the snapshot to PATH (atomically)")
     where.add_argument("--json", action="store_true", help="print the snapshot JSON to stdout")
     add_probe_options(snap)
-    snap.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
+    snap.add_argument("-q", "--quiet", action="store_true",
+                      help="no summary and no progress notes on stderr")
     snap.set_defaults(handler=cmd_snapshot)
-
-
-class _RichProgress:
-    """Progress bar on stderr for long hashing runs; only on a terminal."""
-
-    def __init__(self, console: Console) -> None:
-        from rich.progress import (
-            BarColumn,
-            DownloadColumn,
-            Progress,
-            TimeRemainingColumn,
-            TransferSpeedColumn,
-        )
-
-        self._progress = Progress("{task.description}", BarColumn(), DownloadColumn(),
-                                  TransferSpeedColumn(), TimeRemainingColumn(),
-                                  console=console, transient=True)
-        self._task: object = None
-
-    def start(self, description: str, total: int) -> None:
-        self._progress.start()
-        self._task = self._progress.add_task(description, total=total)
-
-    def advance(self, amount: int) -> None:
-        if self._task is not None:
-            self._progress.advance(self._task, amount)  # type: ignore[arg-type]
-
-    def finish(self) -> None:
-        self._progress.stop()
 
 
 def _default_snapshot_path() -> Path:
@@ -74,9 +48,8 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
     options = probe_options(args)
     show_summary = not args.quiet
-    console = stderr_console() if show_summary or sys.stderr.isatty() else None
-    progress = _RichProgress(console) if console is not None and console.is_terminal else None
-    snapshot = collect(options, progress)
+    with StderrProgress(quiet=args.quiet) as progress:
+        snapshot = collect(options, progress)
     text = snapshot.to_json()
     destination: str | None = None
     if args.json:
@@ -87,8 +60,8 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
         destination = str(path)
         if not args.output:
             write_stdout(f"{destination}\n")
-    if show_summary and console is not None:
+    if show_summary:
         from envguard.render.summary import snapshot_summary
 
-        console.print(snapshot_summary(snapshot, destination))
+        stderr_console().print(snapshot_summary(snapshot, destination))
     return ExitCode.OK

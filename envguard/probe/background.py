@@ -32,6 +32,10 @@ class Task(Generic[T]):
         except BaseException as exc:  # noqa: BLE001 - handed to the caller in result()
             self._error = exc
 
+    def done(self) -> bool:
+        """Whether the call has returned (or raised): :meth:`result` will not wait."""
+        return not self._thread.is_alive()
+
     def result(self) -> T:
         self._thread.join()
         if self._error is not None:

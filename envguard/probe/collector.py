@@ -147,7 +147,11 @@ def collect(options: SnapshotOptions, progress: Progress | None = None) -> Snaps
                             git_status, issues)
     environment = envvars.collect(env, extra_env, issues)
     lap("files")
+    progress = progress or NullProgress()
+    if not commands.gpus.done():
+        progress.step(f"waiting for nvidia-smi (at most {COMMAND_TIMEOUT_S:g} s)")
     smi_result, cuda_driver = commands.gpus.result()
+    progress.finish()
     lap("gpu_wait")
     sysinfo = system.collect(env, target.facts.get("glibc"), smi_result,
                              commands.nvcc.result() if commands.nvcc else None, issues,
@@ -159,7 +163,11 @@ def collect(options: SnapshotOptions, progress: Progress | None = None) -> Snaps
                                             write_marker=options.write_cache_marker)
     issues.extend(cache_issues)
     lap("caches")
+    if deep_task is not None and not deep_task.done():
+        progress.step(f"importing torch in {target.executable} (--deep, at most "
+                      f"{deep.DEEP_TIMEOUT_S:g} s)")
     deep_section = deep_task.result() if deep_task else None
+    progress.finish()
     if deep_section is not None and not deep_section.ok:
         issues.append(ProbeIssue(section="deep", message=deep_section.error or "failed"))
     lap("deep_wait")
