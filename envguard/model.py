@@ -114,7 +114,9 @@ class IntegrityIssue:
     package: str
     path: str
     problem: str
-    """``missing``, ``size``, ``hash``, ``unreadable`` or ``modified-after-install``."""
+    """``missing``, ``size``, ``hash``, ``unreadable``, ``modified-after-install``,
+    ``not-a-regular-file`` (``actual``: FIFO, character device, folder, ...; never read) or
+    ``outside-install-tree`` (``actual``: where the RECORD path leads; never opened)."""
     expected: str | None = None
     actual: str | None = None
 

@@ -137,3 +137,138 @@ def test_parallel_map_keeps_order_and_reraises() -> None:
     assert Task(lambda: 41 + 1).result() == 42
     with pytest.raises(ZeroDivisionError):
         Task(lambda: 1 // 0).result()
+
+
+# ------------------------------------------------------ paths that are not files (issue 22)
+
+_VERIFY_IN_A_CHILD = """\
+import json, sys
+from envguard.probe import distributions, integrity
+found, _ = distributions.scan([sys.argv[1]])
+result = integrity.verify(found, sys.argv[2])
+print(json.dumps([[i.package, i.path, i.problem, i.actual] for i in result.issues]))
+"""
+
+
+def _verify_in_a_child(env: Venv, mode: str) -> set[tuple[str, str, str, str | None]]:
+    """verify() in a subprocess under a timeout and a 2 GiB address-space limit: a check
+    that blocks on a FIFO or reads /dev/zero forever fails the test instead of hanging it."""
+    import json
+    import resource
+    import subprocess
+    import sys
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    try:
+        proc = subprocess.run([sys.executable, "-c", _VERIFY_IN_A_CHILD,
+                               str(env.site_packages()), mode], capture_output=True,
+                              text=True, timeout=60, check=False, preexec_fn=limit)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"--verify {mode} hung")
+    assert proc.returncode == 0, proc.stderr
+    return {tuple(x) for x in json.loads(proc.stdout)}  # type: ignore[misc]
+
+
+def _add_record_rows(env: Venv, dist_info: str, *rows: str) -> None:
+    record = env.site_packages() / dist_info / "RECORD"
+    record.write_text(record.read_text() + "".join(f"{r}\n" for r in rows))
+
+
+@pytest.mark.parametrize("mode", ["hash", "size"])
+def test_a_fifo_in_place_of_a_file_is_reported_not_read(torch_env: Venv, mode: str) -> None:
+    target = torch_env.site_packages() / "torch" / "version.py"
+    target.unlink()
+    os.mkfifo(target)
+    found = _verify_in_a_child(torch_env, mode)
+    assert ("torch", "torch/version.py", "not-a-regular-file", "FIFO") in found
+
+
+@pytest.mark.parametrize("mode", ["hash", "size"])
+def test_a_symlink_to_dev_zero_is_reported_not_read(torch_env: Venv, mode: str) -> None:
+    target = torch_env.site_packages() / "torch" / "fx" / "_symbolic_trace.py"
+    target.unlink()
+    target.symlink_to("/dev/zero")
+    found = _verify_in_a_child(torch_env, mode)
+    assert ("torch", "torch/fx/_symbolic_trace.py", "not-a-regular-file",
+            "character device") in found
+
+
+@pytest.mark.parametrize("mode", ["hash", "size"])
+def test_a_record_row_leading_out_of_the_prefix_is_never_opened(torch_env: Venv,
+                                                                mode: str) -> None:
+    """Rows with a hash and no size (allowed by RECORD): the old code hashed /dev/zero."""
+    escape = "../" * 12 + "dev/zero"
+    _add_record_rows(torch_env, "torch-2.11.0+cu128.dist-info",
+                     f"{escape},sha256=AAAA,", "/dev/zero,sha256=AAAA,")
+    found = _verify_in_a_child(torch_env, mode)
+    assert ("torch", escape, "outside-install-tree", "/dev/zero") in found
+    assert ("torch", "/dev/zero", "outside-install-tree", "/dev/zero") in found
+    assert not [x for x in found if x[2] not in ("outside-install-tree",)], found
+
+
+def test_data_files_under_the_prefix_are_inside_the_tree(venvs: VenvFactory,
+                                                         wheel_dir: Path) -> None:
+    """A wheel's .data/ files (installed with ../../../share/..., ../../../include/...) and
+    its scripts are legitimately outside site-packages but inside the prefix."""
+    env = venvs.create()
+    wheel = build_wheel(wheel_dir, "withdata", "1.0", {
+        "withdata/__init__.py": "",
+        "withdata-1.0.data/data/share/withdata/notes.txt": "notes\n",
+        "withdata-1.0.data/headers/withdata.h": "#define X 1\n",
+    }, scripts={"withdata-cli": "withdata:main"})
+    venvs.uv_install(env, wheel)
+    assert (env.path / "share" / "withdata" / "notes.txt").is_file()
+    for mode in ("size", "hash"):
+        result = _verify(env, mode)
+        assert result.issues == [], result.issues
+    record = (env.site_packages() / "withdata-1.0.dist-info" / "RECORD").read_text()
+    assert "../../../share/withdata/notes.txt" in record.replace("\\", "/")
+
+
+def test_a_symlink_to_a_regular_file_elsewhere_is_checked_like_the_file(
+        torch_env: Venv, tmp_path: Path) -> None:
+    """What ``uv --link-mode symlink`` makes: the files live in uv's cache."""
+    target = torch_env.site_packages() / "torch" / "version.py"
+    elsewhere = tmp_path / "cache" / "version.py"
+    elsewhere.parent.mkdir()
+    elsewhere.write_bytes(target.read_bytes())
+    target.unlink()
+    target.symlink_to(elsewhere)
+    for mode in ("size", "hash"):
+        assert _verify(torch_env, mode).issues == []
+    elsewhere.write_text("__version__ = 'patched'\n")
+    assert ("torch", "torch/version.py", "size") in _problems(_verify(torch_env, "hash"))
+
+
+@pytest.mark.parametrize(("site", "tree"), [
+    ("/v/lib/python3.12/site-packages", "/v"),
+    ("/v/lib64/python3.12/site-packages", "/v"),
+    ("/usr/lib/python3/dist-packages", "/usr"),
+    ("/usr/local/lib/python3.11/dist-packages", "/usr/local"),
+    ("/opt/pypy/lib/pypy3.10/site-packages", "/opt/pypy"),
+    ("/home/u/.local/lib/python3.11/site-packages/", "/home/u/.local"),
+    ("/srv/target", "/srv"),
+])
+def test_install_tree_is_the_prefix_of_the_site_folder(site: str, tree: str) -> None:
+    assert integrity.install_tree(site) == tree
+
+
+def test_special_files_are_explained_in_the_diff(torch_env: Venv) -> None:
+    """The new problems reach ``envguard diff``: named in the evidence, explained."""
+    from envguard.diff import diff
+    from envguard.explain import explain
+    from envguard.probe import SnapshotOptions, collect
+
+    options = SnapshotOptions(python=str(torch_env.python), verify="size",
+                              write_cache_marker=False, use_project_config=False)
+    good = collect(options)
+    target = torch_env.site_packages() / "torch" / "version.py"
+    target.unlink()
+    os.mkfifo(target)
+    now = collect(options)
+    findings = explain(good, now, diff(good, now))
+    (finding,) = [f for f in findings if f.rule == "installed-files-modified"]
+    assert "torch: torch/version.py (not-a-regular-file)" in finding.evidence
+    assert "FIFO" in finding.explanation and "never ends" in finding.explanation

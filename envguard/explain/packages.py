@@ -200,6 +200,16 @@ def package_removed(ctx: Context) -> Iterator[Finding]:
         keywords=("modulenotfounderror", "no module named", *(c.key for c in removed)))
 
 
+_SPECIAL_KINDS = ("not-a-regular-file", "outside-install-tree")
+_SPECIAL_FILES = (
+    " Some are not files at all: not-a-regular-file is a FIFO, a device or a folder where "
+    "RECORD lists a file (a symlink to /dev/zero, say), and outside-install-tree is a RECORD "
+    "path that leaves the environment's prefix (../../../../dev/zero, an absolute path). "
+    "envguard did not read them (a FIFO blocks a reader forever, /dev/zero never ends); "
+    "nor should anything else: reinstall the package and look for who put them there."
+)
+
+
 def installed_files_modified(ctx: Context) -> Iterator[Finding]:
     new_issues = [c for c in ctx.diff.find("integrity") if c.new is not None]
     if not new_issues:
@@ -216,6 +226,7 @@ def installed_files_modified(ctx: Context) -> Iterator[Finding]:
             "while debugging, a half-finished install). pip and uv still report the package "
             "as installed and unchanged. An edit to a torch .py file also changes torch's "
             "source hash, so every compile-cache entry misses."
+            + (_SPECIAL_FILES if any(c.new in _SPECIAL_KINDS for c in new_issues) else "")
         ),
         evidence=tuple(f"{c.key}: {c.field} ({c.new})" for c in new_issues[:20])
         + ((f"… and {len(new_issues) - 20} more",) if len(new_issues) > 20 else ()),

@@ -7,6 +7,16 @@ the GIL), with results memoised in :class:`~envguard.probe.memo.hashes.HashMemo`
 
 Tolerated RECORD quirks, never reported as tampering: script rows (installers
 rewrite shebangs), rows with neither hash nor size, ``__pycache__``/``.pyc``.
+
+Only regular files are read. A RECORD path is relative to the site-packages folder it was
+installed into; scripts, headers and data files leave it with ``..`` (``../../../bin/x``)
+but stay inside the installation's prefix, the folder above ``lib/pythonX.Y/site-packages``
+(:func:`install_tree`). A row whose path leaves that prefix (``../../../../../dev/zero``, an
+absolute ``/dev/zero``) is reported as ``outside-install-tree`` and never opened; one that
+is not a regular file once symlinks are followed (a FIFO, ``/dev/zero`` through a symlink,
+a folder) as ``not-a-regular-file``, and never read: either would hang the hash or never
+end. A symlink to a regular file elsewhere is checked like the file (installers make them:
+``uv --link-mode symlink``).
 """
 
 from __future__ import annotations
@@ -14,6 +24,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import re
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -29,6 +41,10 @@ _MTIME_SLACK_NS = 2_000_000_000
 _READ_CHUNK = 1 << 20
 _BATCH_BYTES = 64 << 20
 _MAX_ISSUES_PER_PACKAGE = 200
+NOT_REGULAR = "not-a-regular-file"
+OUTSIDE = "outside-install-tree"
+_SITE_LAYOUT = re.compile(r"(?P<prefix>.+?)[/\\](?:lib(?:32|64)?[/\\][^/\\]+|Lib)[/\\]"
+                          r"(?:site|dist)-packages")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,12 +61,41 @@ def _b64(digest: bytes) -> str:
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
 
+def install_tree(site_dir: str) -> str:
+    """The folder every file of a distribution installed into ``site_dir`` lies in: the
+    prefix above ``lib/pythonX.Y/site-packages`` (``lib64``, ``dist-packages``, Windows'
+    ``Lib/site-packages``), else the folder above ``site_dir``."""
+    site_dir = os.path.normpath(site_dir)
+    match = _SITE_LAYOUT.fullmatch(site_dir)
+    return match.group("prefix") if match else os.path.dirname(site_dir)
+
+
+def file_kind(st_mode: int) -> str:
+    """What a path that is not a regular file is, in words (``actual`` of the issue)."""
+    for test, name in ((stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"),
+                       (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket"),
+                       (stat.S_ISDIR, "folder")):
+        if test(st_mode):
+            return name
+    return "special file"
+
+
+class _NotRegular(OSError):
+    pass
+
+
 def hash_file(path: str, algorithm: str) -> str:
-    """RECORD-style digest of a file: urlsafe base64 without padding."""
+    """RECORD-style digest of a file: urlsafe base64 without padding. Only a regular file
+    is read (checked on the open descriptor, so a FIFO swapped in meanwhile never blocks)."""
     h = hashlib.new(algorithm)
     buf = bytearray(_READ_CHUNK)
     view = memoryview(buf)
-    with open(path, "rb", buffering=0) as fh:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise _NotRegular(f"{path} is a {file_kind(mode)}")
+    with open(fd, "rb", buffering=0) as fh:
         while True:
             n = fh.readinto(buf)
             if not n:
@@ -64,6 +109,8 @@ def _hash_batch(jobs: list[_HashJob]) -> list[tuple[_HashJob, str | None, str | 
     for job in jobs:
         try:
             out.append((job, hash_file(job.full, job.algorithm), None))
+        except _NotRegular:
+            out.append((job, None, NOT_REGULAR))
         except OSError as exc:
             out.append((job, None, exc.strerror or str(exc)))
     return out
@@ -105,11 +152,19 @@ def _check_rows(
     name = item.dist.name
     out = _DistResult(issues=[], jobs=[])
     base = item.site_dir + os.sep
+    tree = install_tree(item.site_dir) + os.sep
     for rel, row_hash, row_size in rows:
         if not row_hash and not row_size:
             out.tolerated += 1
             continue
-        full = os.path.normpath(base + rel) if rel.startswith("..") else base + rel
+        if ".." in rel or os.path.isabs(rel):
+            full = os.path.normpath(os.path.join(item.site_dir, rel))
+            if not full.startswith(tree):
+                out.issues.append(IntegrityIssue(package=name, path=rel, problem=OUTSIDE,
+                                                 actual=full))
+                continue
+        else:
+            full = base + rel
         try:
             st = os.stat(full)
         except FileNotFoundError:
@@ -118,6 +173,10 @@ def _check_rows(
         except OSError as exc:
             out.issues.append(IntegrityIssue(package=name, path=rel, problem="unreadable",
                                              actual=exc.strerror))
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            out.issues.append(IntegrityIssue(package=name, path=rel, problem=NOT_REGULAR,
+                                             actual=file_kind(st.st_mode)))
             continue
         out.checked_files += 1
         out.checked_bytes += st.st_size
@@ -200,8 +259,11 @@ def verify(
             for job, digest, error in batch:
                 progress.advance(job.key[0])
                 if digest is None:
+                    problem = NOT_REGULAR if error == NOT_REGULAR else "unreadable"
                     issues.append(IntegrityIssue(package=job.package, path=job.rel,
-                                                 problem="unreadable", actual=error))
+                                                 problem=problem,
+                                                 actual=None if problem == NOT_REGULAR
+                                                 else error))
                     continue
                 hashed_bytes += job.key[0]
                 if memo is not None:
