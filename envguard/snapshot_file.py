@@ -7,31 +7,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from envguard.errors import InputError, SnapshotValidationError, UnsupportedSchemaError
+from envguard.input_file import MAX_INPUT_BYTES, read_input_text
 from envguard.model import Snapshot
 from envguard.redact import redact_snapshot
 
-MAX_SNAPSHOT_BYTES = 256 << 20
+MAX_SNAPSHOT_BYTES = MAX_INPUT_BYTES
 
 
 def read_document(path: Path, *, limit: int = MAX_SNAPSHOT_BYTES) -> str:
     """The text of a snapshot-like file; InputError (exit 2) naming it when it is a folder,
-    larger than ``limit`` bytes, missing, unreadable or not UTF-8."""
-    name = str(path)
-    try:
-        if path.is_dir():
-            raise InputError(f"{name}: is a folder, not a snapshot file")
-        size = path.stat().st_size
-        if size > limit:
-            raise InputError(f"{name}: too large for a snapshot ({size:,} bytes)")
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"{name}: no such file") from None
-    except OSError as exc:
-        raise InputError(f"{name}: cannot read: {exc.strerror or exc}") from None
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InputError(f"{name}: not a snapshot (not UTF-8 text)") from None
+    not a regular file (a FIFO, a device), larger than ``limit`` bytes, missing, unreadable
+    or not UTF-8 (:func:`envguard.input_file.read_input`)."""
+    return read_input_text(path, what="snapshot", limit=limit)
 
 
 @contextlib.contextmanager

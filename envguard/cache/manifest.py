@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from envguard.errors import InputError, SnapshotValidationError
+from envguard.input_file import read_input
 from envguard.model import Snapshot
 from envguard.validation import build
 
@@ -164,16 +165,13 @@ def parse_manifest(text: str, where: str) -> Manifest:
 
 def read_manifest(folder: Path) -> Manifest:
     path = folder / MANIFEST
+    if not path.exists():
+        raise InputError(f"{folder}: not a cache archive (no {MANIFEST})")
+    raw = read_input(path, what="cache archive manifest", limit=MAX_MANIFEST_BYTES)
     try:
-        if path.stat().st_size > MAX_MANIFEST_BYTES:
-            raise InputError(f"{path}: too large for a cache archive manifest")
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{folder}: not a cache archive (no {MANIFEST})") from None
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise InputError(f"{path}: not a cache archive manifest (not UTF-8)") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
     return parse_manifest(text, str(path))
 
 

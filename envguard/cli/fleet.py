@@ -151,8 +151,8 @@ def cmd_fleet_snapshot(args: argparse.Namespace) -> int:
     from envguard.probe import collect
 
     launch = launch_from_env(os.environ)
-    if args.timeout is not None and args.timeout <= 0:
-        raise InputError("--timeout must be positive")
+    if args.timeout is not None and not 0 < args.timeout <= 1e6:  # also nan and inf
+        raise InputError("--timeout must be a positive number of seconds (at most 1e6)")
     # Only rank 0 shows progress: N ranks drawing on one terminal would be noise.
     with StderrProgress(quiet=args.quiet, shown=launch.rank == 0) as progress:
         snapshot = collect(probe_options(args), progress)

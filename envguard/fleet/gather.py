@@ -42,6 +42,10 @@ RANK_FILE = re.compile(r"rank-([0-9]{1,9})\.json")
 POLL_S = 0.2
 STALE_GRACE_S = 300.0
 """A rank file older than this before rank 0 started is from an earlier run: ignored."""
+MAX_WORLD_SIZE = 65536
+"""The largest WORLD_SIZE (and so RANK) believed: beyond it the variable is a mistake."""
+MAX_FLEET_BYTES = MAX_SNAPSHOT_BYTES * 16
+"""4 GiB: a fleet document holds every rank's snapshot (docs/CLI.md, "Input limits")."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -61,8 +65,9 @@ def _int(env: Mapping[str, str], name: str, default: int | None = None) -> int:
         if default is None:
             raise InputError(f"{name} is not set")
         return default
-    if not raw.strip().isdigit():
-        raise InputError(f"{name}={raw!r} is not a non-negative integer")
+    if not (raw.strip().isascii() and raw.strip().isdigit()) or len(raw.strip()) > 9:
+        raise InputError(f"{name}={raw[:40]!r} is not a non-negative integer of at most "
+                         "9 digits")
     return int(raw)
 
 
@@ -71,9 +76,13 @@ def launch_from_env(env: Mapping[str, str]) -> Launch:
     if "RANK" not in env and "WORLD_SIZE" not in env:
         return Launch(rank=0, world_size=1, local_rank=0, launched=False)
     rank, world = _int(env, "RANK"), _int(env, "WORLD_SIZE")
+    if world > MAX_WORLD_SIZE:
+        raise InputError(f"WORLD_SIZE={world} is more than {MAX_WORLD_SIZE} ranks")
     if world < 1 or rank >= world:
         raise InputError(f"RANK={rank} is not below WORLD_SIZE={world}")
     port = env.get("MASTER_PORT")
+    if port and _int(env, "MASTER_PORT") > 65535:
+        raise InputError(f"MASTER_PORT={port} is not a TCP port")
     return Launch(rank=rank, world_size=world, local_rank=_int(env, "LOCAL_RANK", 0),
                   master_addr=env.get("MASTER_ADDR") or None,
                   master_port=_int(env, "MASTER_PORT") if port else None)
@@ -144,6 +153,8 @@ def gather_dir(snapshot: Snapshot, launch: Launch, folder: Path, timeout_s: floa
     found: dict[int, Snapshot] = {0: snapshot}
     while True:
         for r in range(launch.world_size):
+            if time.monotonic() > deadline:
+                break  # with thousands of ranks one pass takes long: the deadline holds here too
             if r in found:
                 continue
             path = rank_file(folder, r)
@@ -168,7 +179,7 @@ def gather_dir(snapshot: Snapshot, launch: Launch, folder: Path, timeout_s: floa
 # -- reading fleet inputs -------------------------------------------------------------
 
 def _load_json(path: Path) -> Any:
-    text = read_document(path, limit=MAX_SNAPSHOT_BYTES * 16)
+    text = read_document(path, limit=MAX_FLEET_BYTES)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

@@ -122,9 +122,12 @@ def _closure(snapshot: Snapshot, root: str, extras: tuple[str, ...],
 
 def project_requires(project_root: Path, distribution: str) -> list[str] | None:
     """Requires-Dist of ``distribution`` read from the project's own pyproject.toml."""
+    from envguard.input_file import read_input_text
+
     try:
-        data = tomllib.loads((project_root / "pyproject.toml").read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        data = tomllib.loads(read_input_text(project_root / "pyproject.toml",
+                                             what="pyproject.toml"))
+    except (EnvguardError, tomllib.TOMLDecodeError):
         return None
     project = data.get("project", {})
     if not isinstance(project, dict):

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from envguard.errors import InputError
 from envguard.gate.lockfile import Lock, parse_lock
+from envguard.input_file import read_input
 
 
 def bundled_lock_dirs() -> list[Path]:
@@ -24,13 +25,12 @@ def find_lock(name: str, cwd: Path) -> Path:
 
 
 def read_lock(path: Path) -> Lock:
+    """The lockfile at ``path``: a regular file of at most MAX_INPUT_BYTES (InputError)."""
+    raw = read_input(path, what="lockfile")
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") \
-            from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: cannot read: {exc}") from None
     return parse_lock(text, str(path))
 
 

@@ -41,10 +41,10 @@ def project_config(pyproject: Path) -> tuple[list[str], list[str]]:
 
     Raises InputError for unreadable or malformed TOML, or fields of the wrong type.
     """
+    from envguard.input_file import read_input
+
     try:
-        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(f"cannot read {pyproject}: {exc.strerror or exc}") from None
+        data = tomllib.loads(read_input(pyproject, what="pyproject.toml").decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise InputError(f"{pyproject} is not valid TOML: {exc}") from None
     tool = data.get("tool", {})
