@@ -20,6 +20,7 @@ describes the rules for users.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -177,6 +178,11 @@ def redact_env(name: str, value: str, digest: Callable[[str, str], str]) -> EnvV
 T = TypeVar("T")
 
 
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
 def _scrub(value: T) -> T:
     """``value`` with :func:`redact_text` applied to every string inside; the same object
     when nothing changed."""
@@ -192,11 +198,13 @@ def _scrub(value: T) -> T:
         out = mapped if any(mapped[k] is not v for k, v in value.items()) else value
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         changed = {}
-        for f in dataclasses.fields(value):
-            old = getattr(value, f.name)
+        for name in _field_names(type(value)):
+            old = getattr(value, name)
+            if old is None or isinstance(old, (bool, int, float)):
+                continue
             new = _scrub(old)
             if new is not old:
-                changed[f.name] = new
+                changed[name] = new
         out = dataclasses.replace(value, **changed) if changed else value
     return out  # type: ignore[no-any-return]
 
