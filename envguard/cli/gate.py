@@ -78,6 +78,7 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
 
 def cmd_lock(args: argparse.Namespace) -> int:
     from envguard.gate.bless import LockRequest, bless
+    from envguard.render.sanitize import clean
 
     done = bless(LockRequest(
         name=args.name, lock_path=args.lock, from_snapshot=args.from_snapshot,
@@ -87,7 +88,8 @@ def cmd_lock(args: argparse.Namespace) -> int:
         cache_policy=args.cache_policy,
         forbidden=tuple(args.forbid) if args.forbid is not None else None))
     lock, entry = done.lock, done.entry
-    write_stdout(f"{done.path}: {'replaced' if done.replaced else 'added'} entry {entry.id} "
+    write_stdout(f"{clean(done.path, 4000)}: {'replaced' if done.replaced else 'added'} entry "
+                 f"{clean(entry.id)} "
                  f"({len(entry.packages)} packages; {len(lock.entries)} entries in all; "
                  f"{len(lock.files)} files pinned)\n")
     return ExitCode.OK

@@ -3,16 +3,24 @@
 Writes (or updates) ``lockfiles/NAME.toml`` with the environment as one entry, keeping
 the other machines' entries, and its full snapshot beside the lock in
 ``NAME.snapshots/<entry>.json``.
+
+Several ``envguard lock`` at once (one per node of a job) keep every entry: the snapshot is
+taken first, then, under an exclusive ``flock`` of ``.NAME.toml.lock`` beside the TOML, the
+lock is read again, the entry added and both files written.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from envguard.atomic import write_text_atomic
-from envguard.errors import InputError
+from envguard.errors import InputError, OutputError
 from envguard.gate.command import gate_snapshot_options
 from envguard.gate.lockfile import (
     DEFAULT_FORBIDDEN,
@@ -77,13 +85,58 @@ def _snapshot(request: LockRequest, lock: Lock, root: Path) -> Snapshot:
                                          for_lock=True))
 
 
+LOCK_WAIT_S = 120.0
+"""How long ``envguard lock`` waits for another one writing the same lockfile."""
+
+
+@contextlib.contextmanager
+def exclusive(path: Path, *, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``.<name>.lock`` beside ``path`` (made if needed; never
+    removed, since removing a lock file races with the next process that opens it)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX: no locking
+        yield
+        return
+    lock_file = path.parent / f".{path.name}.lock"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        raise OutputError(f"cannot lock {path}: {lock_file}: {exc.strerror or exc}") from None
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise OutputError(f"cannot lock {path}: another envguard lock has held "
+                                      f"{lock_file} for {wait_s:g} s") from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def bless(request: LockRequest) -> Blessed:
     name = validate_name(request.name)
+    if request.entry_id is not None:
+        validate_name(request.entry_id, "entry id")
     path = Path(request.lock_path) if request.lock_path else Path("lockfiles") / f"{name}.toml"
     root = project_root_of(path)
     existing = read_lock(path) if path.exists() else None
+    snapshot = _snapshot(request, _merged(request, name, existing), root)
+    with exclusive(path):
+        # Read again: another envguard lock may have added its entry while this one probed.
+        existing = read_lock(path) if path.exists() else None
+        return _write(request, name, path, root, existing, snapshot)
+
+
+def _write(request: LockRequest, name: str, path: Path, root: Path, existing: Lock | None,
+           snapshot: Snapshot) -> Blessed:
     lock = _merged(request, name, existing)
-    snapshot = _snapshot(request, lock, root)
     if not lock.distribution:
         owner = script_owner(snapshot, lock.command)
         if owner is None:

@@ -42,7 +42,7 @@ CACHE_POLICIES = ("require-warm", "warn-if-cold", "ignore")
 DEFAULT_FORBIDDEN = ("sglang*", "vllm*", "flashinfer*", "tilelang", "xformers", "tensorrt*",
                      "lmdeploy", "sgl-kernel", "text-generation*", "exllamav2",
                      "llama-cpp-python", "mlc-llm*")
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -284,9 +284,13 @@ def dump_lock(lock: Lock) -> str:
     return "\n".join(lines) + "\n"
 
 
-def validate_name(name: str) -> str:
-    if not _NAME_RE.match(name):
-        raise InputError(f"lock name {name!r} must be letters, digits, '.', '_' or '-'")
+def validate_name(name: str, what: str = "lock name") -> str:
+    """``name`` when it is safe as a file name (a lock's name, an entry id): 1-128 letters,
+    digits, '.', '_' or '-', starting with a letter or digit (no '/', no '..' on its own, no
+    control characters); else InputError (exit 2)."""
+    if not _NAME_RE.fullmatch(name):
+        raise InputError(f"{what} {name[:200]!r} must be 1-128 letters, digits, '.', '_' or "
+                         "'-', starting with a letter or digit")
     return name
 
 
