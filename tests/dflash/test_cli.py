@@ -167,3 +167,33 @@ def test_without_the_extra_each_command_says_what_to_install(tmp_path: Path, hid
             "install 'envguard[dflash]' or pip install 'envguard[dflash]'\n"), result
         assert result["rc"] == 2
     assert not (tmp_path / "run").exists()
+
+
+def test_one_place_maps_errors_to_exit_codes(capsys):
+    from dflash.cli.command import Command
+    from dflash.errors import CheckpointError, CompileStateError, RefusedError
+    from envguard.errors import OutputError
+
+    def raising(exc: BaseException):
+        def body() -> int:
+            raise exc
+        return body
+
+    cmd = Command("dflash-x")
+    cases = [(CheckpointError("bad folder"), 2, "dflash-x: bad folder"),
+             (ValueError("bad value"), 2, "dflash-x: bad value"),
+             (OutputError("cannot write out"), 2, "dflash-x: cannot write out"),
+             (RefusedError("[rule] one\nrefusing to start"), 3,
+              "dflash-x: [rule] one\ndflash-x: refusing to start"),
+             (RuntimeError("CUDA out of memory\ndetails"), 4,
+              "dflash-x: failed: CUDA out of memory"),
+             (KeyboardInterrupt(), 130, "dflash-x: interrupted")]
+    for exc, code, message in cases:
+        assert cmd.run(raising(exc)) == code
+        assert capsys.readouterr().err == message + "\n"
+    cmd.failing = lambda: "training failed at step 7"  # the run has started
+    for exc in (CheckpointError("cannot write x"), CompileStateError("recompiled")):
+        assert cmd.run(raising(exc)) == 4
+        assert capsys.readouterr().err == f"dflash-x: training failed at step 7: {exc}\n"
+    with pytest.raises(TypeError):  # a bug stays a traceback
+        cmd.run(raising(TypeError("bug")))
