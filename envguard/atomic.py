@@ -10,7 +10,8 @@ What the path is decides how it is written (every writer of envguard comes here)
 - a symlink (or a chain of them) to a regular file or to nothing: the file it points to is
   replaced, atomically as above; the link stays a link.
 - a character device (``/dev/null``, a terminal) or a FIFO: written through (opened and
-  written, no temporary, no rename), so ``-o /dev/null`` never replaces the device. So is
+  written, no temporary, no rename), so ``-o /dev/null`` never replaces the device. A FIFO
+  waits up to FIFO_READER_WAIT_S (60 s) for a reader to open it, then fails. So is
   a descriptor link: ``/dev/stdout``, ``/dev/fd/N``, ``/proc/self/fd/N`` write to that
   descriptor (appending, when it is a file).
 - a folder, a block device or a socket: :class:`OutputError` (exit 5), nothing written.
@@ -24,12 +25,14 @@ usual); after the clean-up the process dies of the signal, as it would have with
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import secrets
 import signal
 import stat
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
@@ -45,6 +48,8 @@ _CHUNK = 1 << 30
 _OPEN_TMP = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) \
     | getattr(os, "O_NOFOLLOW", 0)
 _CLEANED_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
+FIFO_READER_WAIT_S = 60.0
+"""How long a write into a FIFO waits for a reader (a FIFO nobody reads would block forever)."""
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str, *,
@@ -74,7 +79,9 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, *,
         raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from None
     if st is None or stat.S_ISREG(st.st_mode):
         _replace(target, Path(where), data, mode, st)
-    elif stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode):
+    elif stat.S_ISFIFO(st.st_mode):
+        _write_through(target, _open_fifo(target, where), data)
+    elif stat.S_ISCHR(st.st_mode):
         _write_through(target, _open(target, where, os.O_WRONLY), data)
     elif stat.S_ISDIR(st.st_mode):
         raise OutputError(f"cannot write {target}: is a folder")
@@ -114,6 +121,24 @@ def _open(target: Path, path: str, flags: int) -> int:
         return os.open(path, flags | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from None
+
+
+def _open_fifo(target: Path, path: str) -> int:
+    """The FIFO opened for writing once a reader has it open (ENXIO until then), blocking."""
+    deadline = time.monotonic() + FIFO_READER_WAIT_S
+    while True:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:
+                raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from None
+            if time.monotonic() > deadline:
+                raise OutputError(f"cannot write {target}: no process opened the FIFO for "
+                                  f"reading within {FIFO_READER_WAIT_S:g} s") from None
+            time.sleep(0.02)
+            continue
+        os.set_blocking(fd, True)
+        return fd
 
 
 def _open_descriptor(target: Path, link: str) -> int:

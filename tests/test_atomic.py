@@ -117,6 +117,22 @@ def test_a_fifo_is_written_through_to_its_reader(tmp_path: Path) -> None:
     assert out == b"through the pipe\n"
 
 
+def test_a_fifo_nobody_reads_is_an_output_error_not_a_hang(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """An internal writer that meets a FIFO planted at its path (a compile-cache marker, a
+    rank file) must not block forever: it waits FIFO_READER_WAIT_S (shortened here)."""
+    import envguard.atomic
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    monkeypatch.setattr(envguard.atomic, "FIFO_READER_WAIT_S", 0.3)
+    started = time.monotonic()
+    with pytest.raises(OutputError, match="no process opened the FIFO for reading"):
+        write_text_atomic(fifo, "nobody listens\n")
+    assert time.monotonic() - started < 10
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
 @pytest.mark.parametrize("link_to", ["/proc/self/fd/1", "/dev/stdout"])
 def test_output_through_a_descriptor_link_reaches_stdout(tmp_path: Path, clean_cwd: Path,
                                                           link_to: str) -> None:
@@ -133,10 +149,14 @@ def test_output_through_a_descriptor_link_reaches_stdout(tmp_path: Path, clean_c
 
 
 def test_dev_stdout_appends_to_a_redirected_file(tmp_path: Path) -> None:
+    """Through a link of its own to /dev/stdout, never /dev/stdout itself: the old code,
+    run as root, would have replaced the machine's /dev/stdout with a regular file."""
+    link = tmp_path / "stdout"
+    link.symlink_to("/dev/stdout")
     log = tmp_path / "log.txt"
     log.write_text("earlier line\n")
     with log.open("a") as fh:
-        proc = _child(_WRITE, "/dev/stdout", "new line\n", stdout=fh)
+        proc = _child(_WRITE, str(link), "new line\n", stdout=fh)
     assert proc.returncode == 0, proc.stderr
     assert log.read_text() == "earlier line\nnew line\n"
 

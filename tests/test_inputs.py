@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -147,6 +148,23 @@ def test_a_fifo_manifest_is_an_unusable_archive_not_a_hang(tmp_path: Path) -> No
     assert row["manifest"] is None and "FIFO" in row["problem"]
     restore = envguard("cache", "restore", "broken", "--store", store)
     one_line(restore, ExitCode.USAGE, "FIFO")
+
+
+# -------------------------------------------------------------------- compile-cache markers
+
+def test_a_fifo_as_the_cache_marker_neither_hangs_nor_blocks_the_snapshot(
+        tmp_path: Path) -> None:
+    cache = tmp_path / "inductor"
+    (cache / "fxgraph").mkdir(parents=True)
+    (cache / "fxgraph" / "entry").write_text("x")
+    os.mkfifo(cache / ".envguard-builds.json")
+    out = tmp_path / "snap.json"
+    proc = envguard("snapshot", "-q", "--verify", "none", "--no-project-config", "-o", out,
+                    env={"TORCHINDUCTOR_CACHE_DIR": str(cache)})
+    assert proc.returncode == ExitCode.OK, proc.stderr
+    errors = json.loads(out.read_text())["errors"]
+    assert any("not a regular file" in e["message"] for e in errors), errors
+    assert stat.S_ISFIFO(os.lstat(cache / ".envguard-builds.json").st_mode)
 
 
 # -------------------------------------------------------------------- pyproject.toml

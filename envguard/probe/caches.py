@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from envguard.atomic import write_text_atomic
-from envguard.errors import OutputError
+from envguard.errors import InputError, OutputError
 from envguard.model import BuildStamp, CacheDir, ProbeIssue, TorchIdentity
 
 MARKER_NAME = ".envguard-builds.json"
@@ -147,10 +147,11 @@ def _walk(
 
 
 def _read_marker(root: str) -> list[BuildStamp] | None:
-    try:
-        with open(os.path.join(root, MARKER_NAME), encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
+    from envguard.input_file import read_input
+
+    try:  # a regular file of at most 1 MiB: a FIFO planted here must not hang the snapshot
+        data = json.loads(read_input(os.path.join(root, MARKER_NAME), limit=1 << 20))
+    except (InputError, ValueError, RecursionError):
         return None
     builds = data.get("builds") if isinstance(data, dict) else None
     stamps = []
@@ -183,6 +184,13 @@ def _update_marker(
         first_seen=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     )
     doc = {"builds": [dataclasses.asdict(s) for s in [*previous, stamp]]}
+    try:
+        if not stat.S_ISREG(os.stat(os.path.join(root, MARKER_NAME)).st_mode):
+            issues.append(ProbeIssue(section="caches", message="marker not written: "
+                                     f"{MARKER_NAME} is not a regular file", path=root))
+            return "none"
+    except OSError:
+        pass  # none yet
     try:
         write_text_atomic(os.path.join(root, MARKER_NAME), json.dumps(doc, indent=1) + "\n")
     except OutputError as exc:
