@@ -77,6 +77,6 @@ def lock(session: nox.Session) -> None:
     with `envguard snapshot -o tests/data/h200-snapshot.json` there.
     """
     run = ("uv", "run", "--no-sync", "envguard", "lock", "dflash-train")
-    session.run(*run, "--entry", "ci-cpu", "--file", "dflash/*.py", external=True)
+    session.run(*run, "--entry", "ci-cpu", "--file", "dflash/**/*.py", external=True)
     session.run(*run, "--from", "tests/data/h200-snapshot.json", "--entry", "h200-cu130",
                 external=True)

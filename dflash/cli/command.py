@@ -20,6 +20,34 @@ EXTRA_MODULES = ("torch", "numpy", "transformers", "safetensors")
 """What ``pip install 'envguard[dflash]'`` adds to envguard's core, by import name."""
 
 
+def install_source() -> str:
+    """Where this envguard was installed from, as a requirement to add an extra to.
+
+    PyPI's ``envguard`` is an unrelated project, so the hint names the source this copy
+    came from (PEP 610 ``direct_url.json``: a folder or a VCS URL), else a placeholder.
+    """
+    import json
+    from importlib import metadata
+    from urllib.parse import unquote, urlparse
+
+    try:
+        raw = metadata.distribution("envguard").read_text("direct_url.json")
+        info = json.loads(raw) if raw else {}
+    except (metadata.PackageNotFoundError, ValueError, OSError):
+        info = {}
+    url = info.get("url") if isinstance(info, dict) else None
+    if not isinstance(url, str) or not url:
+        return "/path/to/envguard"
+    parsed = urlparse(url)
+    if parsed.scheme == "file":
+        return unquote(parsed.path)
+    vcs = info.get("vcs_info")
+    if isinstance(vcs, dict) and isinstance(vcs.get("vcs"), str):
+        host = (parsed.hostname or "") + (f":{parsed.port}" if parsed.port else "")
+        return f"envguard @ {vcs['vcs']}+{parsed._replace(netloc=host).geturl()}"
+    return "/path/to/envguard"
+
+
 def require_extra() -> None:
     """MissingExtraError naming the first module of the ``dflash`` extra that is absent."""
     for name in EXTRA_MODULES:
@@ -28,9 +56,14 @@ def require_extra() -> None:
         except (ImportError, ValueError):
             found = False
         if not found:
+            source = install_source()
+            if " @ " in source:  # a URL requirement: the extra goes after the name
+                spec = source.replace("envguard @ ", "envguard[dflash] @ ", 1)
+            else:
+                spec = f"{source}[dflash]"
             raise MissingExtraError(
                 f"{name} is not installed; install the trainer's extra: uv tool install "
-                "'envguard[dflash]' or pip install 'envguard[dflash]'")
+                f"--reinstall '{spec}' (a tool) or pip install '{spec}' (this environment)")
 
 
 def first_line(exc: BaseException) -> str:

@@ -162,9 +162,11 @@ def test_without_the_extra_each_command_says_what_to_install(tmp_path: Path, hid
     missing = hidden[0]
     for (module, _), result in zip(cases, results, strict=True):
         prog = {TRAIN: "dflash-train", GENERATE: "dflash-generate", EVAL: "dflash-eval"}[module]
+        spec = f"{REPO}[dflash]"  # this checkout, as its direct_url.json names it
         assert result["stderr"] == (
             f"{prog}: {missing} is not installed; install the trainer's extra: uv tool "
-            "install 'envguard[dflash]' or pip install 'envguard[dflash]'\n"), result
+            f"install --reinstall '{spec}' (a tool) or pip install '{spec}' (this "
+            "environment)\n"), result
         assert result["rc"] == 2
     assert not (tmp_path / "run").exists()
 
@@ -197,3 +199,26 @@ def test_one_place_maps_errors_to_exit_codes(capsys):
         assert capsys.readouterr().err == f"dflash-x: training failed at step 7: {exc}\n"
     with pytest.raises(TypeError):  # a bug stays a traceback
         cmd.run(raising(TypeError("bug")))
+
+
+@pytest.mark.parametrize(("direct_url", "expected"), [
+    ({"url": "file:///opt/src/envguard", "dir_info": {}}, "/opt/src/envguard"),
+    ({"url": "https://user:pw@git.example.com:8443/ml/envguard.git",
+      "vcs_info": {"vcs": "git", "commit_id": "abc"}},
+     "envguard @ git+https://git.example.com:8443/ml/envguard.git"),
+    (None, "/path/to/envguard"),
+], ids=["folder", "git-with-userinfo", "unknown"])
+def test_the_install_hint_names_where_envguard_came_from(monkeypatch, direct_url, expected):
+    # The installed metadata is replaced: these install kinds cannot all exist in one venv.
+    import json
+    from importlib import metadata
+
+    from dflash.cli.command import install_source
+
+    class _Dist:
+        def read_text(self, name: str) -> str | None:
+            assert name == "direct_url.json"
+            return None if direct_url is None else json.dumps(direct_url)
+
+    monkeypatch.setattr(metadata, "distribution", lambda name: _Dist())
+    assert install_source() == expected
