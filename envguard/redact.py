@@ -28,6 +28,9 @@ from typing import Any, TypeVar
 from envguard.model import EnvValue, Snapshot
 
 MASK = "***"
+MAX_TEXT = 1 << 20
+"""A string longer than this (1 MiB) that may hold a credential is masked whole: no
+value envguard records is that long, and the search stays fast on hostile input."""
 
 SECRET_NAME_WORDS: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
     # A word that is, or ends in, a credential noun: HF_TOKEN, GITHUBTOKEN, CLIENTSECRET,
@@ -56,11 +59,15 @@ SECRET_VALUES: tuple[re.Pattern[str], ...] = tuple(re.compile(p, flags) for p, f
      r"(?:-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z))", re.DOTALL),
     # URL userinfo: ``scheme://user:password@host``. Without a colon it may not hold a
     # slash (``git+https://host/repo@v1`` has none); with one, it runs to the last "@"
-    # before white space, so a "/" or "@" inside the password does not leak the rest.
-    (_URL_SCHEME + r"(?P<s>[^\s/?#@:]*:\S*|[^\s/?#@]+)@", 0),
-    # The same without a scheme, as a bare index value: ``user:pw@host/simple``.
-    (r"(?<![^\s=,;'\"(\[])(?P<s>[^\s:/@=,;'\"]+:(?!//)\S*)@(?=[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*"
-     r"(?::[0-9]+)?(?:[/?#\s]|\Z))", 0),
+    # before white space or the next "://", so a "/" or "@" inside the password does not
+    # leak the rest (and no character is scanned twice: linear time on any input).
+    (_URL_SCHEME + r"(?P<s>[^\s/?#@:]*:(?:[^\s:]|:(?!//))*|[^\s/?#@]+)@", 0),
+    # The same without a scheme, as a bare index value: ``user:pw@host/simple``. The
+    # password runs to the last "@" before white space or the start of another
+    # ``user:`` (linear time again).
+    (r"(?<![^\s=,;'\"(\[])(?P<s>[^\s:/@=,;'\"]+:(?!//)"
+     r"(?:(?![\s=,;'\"(\[][^\s:/@=,;'\"]+:)\S)*)@"
+     r"(?=[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*(?::[0-9]+)?(?:[/?#\s]|\Z))", 0),
     # Tokens with a published prefix, at realistic lengths (hf_transfer is a package).
     (r"(?<![A-Za-z0-9])(?P<s>gh[pousr]_[A-Za-z0-9]{30,})", 0),
     (r"(?<![A-Za-z0-9])(?P<s>github_pat_[A-Za-z0-9_]{30,})", 0),
@@ -99,7 +106,7 @@ _MAYBE = re.compile(
 """A necessary condition for any of the patterns: most strings (versions, names, hashes,
 paths) fail it, and skip the full set."""
 _ASSIGNMENT = re.compile(
-    r"(?<![A-Za-z0-9_.])(?P<name>[A-Za-z_][A-Za-z0-9_-]*)=(?!=)"
+    r"(?<![A-Za-z0-9_.-])-{0,2}(?P<name>[A-Za-z_][A-Za-z0-9_-]{0,127})=(?!=)"
     r"(?P<s>\"[^\"]*\"|'[^']*'|[^\s\"'&;,]+)")
 """``NAME=value`` inside text or argv (``password=…``, ``--hf-token=…``): masked when
 NAME is a secret name."""
@@ -110,6 +117,7 @@ _USER_FLAGS = frozenset({"-u", "--user"})
 """Flags whose next argument may be ``user:password`` (curl)."""
 
 
+@functools.lru_cache(maxsize=4096)
 def secret_name(name: str) -> bool:
     """``HF_TOKEN``, ``WANDB_API_KEY``, ``GH_PAT``, ``hf-token``: yes. ``PATH``,
     ``KEYBOARD_LAYOUT``, ``TOKENIZERS_PARALLELISM``: no."""
@@ -129,7 +137,7 @@ def _mask_group(match: re.Match[str]) -> str:
 def _mask_assignment(match: re.Match[str]) -> str:
     if not secret_name(match.group("name")) or match.group("s") == MASK:
         return match.group()
-    return f"{match.group('name')}={MASK}"
+    return _mask_group(match)
 
 
 def redact_text(text: str) -> str:
@@ -137,6 +145,8 @@ def redact_text(text: str) -> str:
     every secret-named ``NAME=value``, replaced by :data:`MASK`. Idempotent."""
     if not text or not _MAYBE.search(text):
         return text
+    if len(text) > MAX_TEXT:
+        return MASK
     for pattern in SECRET_VALUES:
         text = pattern.sub(_mask_group, text)
     return _ASSIGNMENT.sub(_mask_assignment, text)

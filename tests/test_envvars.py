@@ -316,3 +316,21 @@ def test_innocent_variables_keep_their_values() -> None:
     assert {k: v.value for k, v in environment.variables.items()} == env
     assert not any(v.masked for v in environment.variables.values())
     assert environment.mask_key_id is None
+
+
+@pytest.mark.parametrize("unit", ["x=a:b", "a://", "sk-a-", "-_", "a:b@?a=a:b@", "=a://"])
+def test_redaction_takes_linear_time_on_hostile_values(unit: str) -> None:
+    """Each of these took quadratic time in a first version of the patterns (about 25 s
+    for 200 kB); a snapshot file read from elsewhere may hold such strings."""
+    import time
+
+    text = unit * (200_000 // len(unit))
+    started = time.perf_counter()
+    redact.redact_text(text)
+    assert time.perf_counter() - started < 3.0
+
+
+def test_a_huge_string_that_may_hold_a_credential_is_masked_whole() -> None:
+    assert redact.redact_text("https://u:p@h/" + "x" * redact.MAX_TEXT) == "***"
+    plain = "1.0 " * (redact.MAX_TEXT // 4 + 1)
+    assert redact.redact_text(plain) == plain  # nothing that could be a credential
