@@ -49,6 +49,10 @@ class Interpreter:
     platform: str
     best_tag: str | None = None
     """The most specific wheel tag it installs (``cp311-cp311-manylinux_2_36_x86_64``)."""
+    selected_by: str | None = None
+    """Why envguard looked at this environment: ``--python``, ``ENVGUARD_PYTHON``,
+    ``VIRTUAL_ENV``, ``CONDA_PREFIX``, ``.venv``, ... (docs/CLI.md, "Which environment");
+    None in older snapshots. Never compared by diff."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

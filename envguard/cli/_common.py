@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from envguard.probe import SnapshotOptions
+    from envguard.probe.discovery import Selection
     from envguard.render import Report
 
 
@@ -244,7 +245,8 @@ class StderrProgress:
 def add_probe_options(parser: argparse.ArgumentParser) -> None:
     """The flags that say what a snapshot probes (``snapshot`` and ``fleet snapshot``)."""
     parser.add_argument("--python", metavar="PY",
-                        help="snapshot another interpreter or venv folder (stdlib-only probe)")
+                        help="snapshot another interpreter or venv folder (stdlib-only probe; "
+                        "default: ENVGUARD_PYTHON, VIRTUAL_ENV, CONDA_PREFIX, .venv, this one)")
     parser.add_argument("--file", dest="files", action="append", default=[], metavar="GLOB",
                         help="record size, md5 and sha256 of matching files (repeatable)")
     parser.add_argument("--verify", choices=("size", "hash", "none"), default="size",
@@ -257,12 +259,38 @@ def add_probe_options(parser: argparse.ArgumentParser) -> None:
                         help="ignore [tool.envguard] in the nearest pyproject.toml")
 
 
-def probe_options(args: argparse.Namespace) -> SnapshotOptions:
-    """SnapshotOptions from the flags of :func:`add_probe_options`."""
+def select_environment(python: str | None, *, quiet: bool = False,
+                       command: str | None = None) -> Selection:
+    """The environment a command looks at (:func:`envguard.probe.discovery.discover`), said
+    on stderr in one line unless ``quiet``: ``envguard: environment: ~/t/.venv (VIRTUAL_ENV)``.
+    With ``command`` (``envguard run``) and no ``python``: the interpreter that command runs
+    under, when it is Python (``python`` on PATH, a console script's shebang)."""
+    from pathlib import Path
+
+    from envguard.probe.discovery import Selection, discover, prefix_of
+
+    selection: Selection | None = None
+    if command is not None and not python:
+        from envguard.gate.shebang import command_interpreter
+
+        found = command_interpreter(command, os.environ)
+        if found is not None:
+            selection = Selection(executable=found[0], prefix=prefix_of(found[0]),
+                                  selected_by=found[1])
+    if selection is None:
+        selection = discover(python, env=os.environ, cwd=Path.cwd())
+    if not quiet:
+        note(f"environment: {selection.describe()}")
+    return selection
+
+
+def probe_options(args: argparse.Namespace, selection: Selection) -> SnapshotOptions:
+    """SnapshotOptions from the flags of :func:`add_probe_options`, for ``selection``."""
     from envguard.probe import SnapshotOptions
 
     return SnapshotOptions(
-        python=args.python,
+        python=selection.python,
+        selected_by=selection.selected_by,
         verify=args.verify,
         deep=args.deep,
         file_patterns=tuple(args.files),

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envguard.cli._common import StderrProgress, note, show, write_stdout
+from envguard.cli._common import StderrProgress, note, select_environment, show, write_stdout
 from envguard.exitcodes import ExitCode
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ def _snapshot(python: str | None) -> Snapshot:
     from envguard.probe import collect
     from envguard.probe.options import locations_only
 
-    return collect(locations_only(python))
+    return collect(locations_only(select_environment(python).python))
 
 
 def _store(arg: str | None) -> Path:

@@ -20,6 +20,7 @@ from envguard.cli._common import (
     add_probe_options,
     note,
     probe_options,
+    select_environment,
     show,
 )
 from envguard.errors import InputError
@@ -155,7 +156,8 @@ def cmd_fleet_snapshot(args: argparse.Namespace) -> int:
         raise InputError("--timeout must be a positive number of seconds (at most 1e6)")
     # Only rank 0 shows progress: N ranks drawing on one terminal would be noise.
     with StderrProgress(quiet=args.quiet, shown=launch.rank == 0) as progress:
-        snapshot = collect(probe_options(args), progress)
+        selection = select_environment(args.python, quiet=args.quiet or launch.rank != 0)
+        snapshot = collect(probe_options(args, selection), progress)
         timeout = args.timeout or (DEFAULT_DIR_TIMEOUT_S if args.dir else DEFAULT_TORCH_TIMEOUT_S)
         if launch.launched and launch.world_size > 1:
             progress.step(f"waiting for the snapshots of {launch.world_size - 1} other rank(s) "

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from envguard.cli._common import StreamScreen, show, write_stdout
+from envguard.cli._common import StreamScreen, select_environment, show, write_stdout
 from envguard.errors import InputError
 from envguard.exitcodes import ExitCode
 from envguard.render.formats import OutputFormat
@@ -52,7 +52,8 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     chk.add_argument("name", nargs="?", help="lock name, looked up in ./lockfiles")
     chk.add_argument("--lock", metavar="PATH", help=LOCK_HELP)
     chk.add_argument("--python", metavar="PY",
-                     help="check another interpreter or venv folder (default: this one)")
+                     help="check another interpreter or venv folder (default: see "
+                     "'Which environment' in docs/CLI.md)")
     chk.add_argument("--format", choices=[f.value for f in OutputFormat], default="text",
                      help="text (default), json (envguard.diff/1 against the closest "
                      "entry) or markdown")
@@ -66,8 +67,8 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
         epilog="exit status: the command's own on a match; 3 when refused; 2 bad input")
     run.add_argument("--lock", metavar="PATH", help=LOCK_HELP)
     run.add_argument("--python", metavar="PY",
-                     help="the environment CMD runs in (default: the interpreter of CMD's "
-                     "shebang, else this one)")
+                     help="the environment CMD runs in (default: the Python CMD runs "
+                     "under: its shebang, or python on PATH; else as for check)")
     run.add_argument("--force", action="store_true", help="run even if it does not match")
     run.add_argument("--strict", action="store_true",
                      help="every distribution must match, not only the command's closure")
@@ -82,7 +83,8 @@ def cmd_lock(args: argparse.Namespace) -> int:
 
     done = bless(LockRequest(
         name=args.name, lock_path=args.lock, from_snapshot=args.from_snapshot,
-        python=args.python, entry_id=args.entry, distribution=args.distribution,
+        python=args.python if args.from_snapshot else select_environment(args.python).python,
+        entry_id=args.entry, distribution=args.distribution,
         extras=tuple(args.extras) if args.extras is not None else None,
         file_patterns=tuple(args.files) if args.files is not None else None,
         cache_policy=args.cache_policy,
@@ -100,8 +102,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     if not args.name and not args.lock:
         raise InputError("name a lock (envguard check NAME) or pass --lock PATH")
-    result = check_command(args.name or "", lock=args.lock, python=args.python,
-                           strict=args.strict)
+    python = select_environment(args.python).python
+    result = check_command(args.name or "", lock=args.lock, python=python, strict=args.strict)
     show(result, args.format)
     return ExitCode.OK if result.passed else ExitCode.DRIFT
 
@@ -120,7 +122,7 @@ def _check_runnable(command: str) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from envguard.gate import VERIFIED_ENV, check_command, interpreter_of
+    from envguard.gate import VERIFIED_ENV, check_command
     from envguard.gate.runner import record_run, run_child
     from envguard.render import render
 
@@ -131,8 +133,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise InputError("no command: envguard run [options] -- CMD [ARGS...]")
     _check_runnable(argv[0])  # before the gate: a typo is not a drifted environment
     name = os.path.basename(argv[0])
-    result = check_command(name, lock=args.lock, python=args.python or interpreter_of(argv[0]),
-                           strict=args.strict)
+    python = select_environment(args.python, command=argv[0]).python
+    result = check_command(name, lock=args.lock, python=python, strict=args.strict)
     lock, path, snapshot = result.lock, result.lock_path, result.snapshot
     entry = result.matched.entry.id if result.matched else None
     meta = {"schema": "envguard.run/1", "argv": argv, "lock": lock.name,

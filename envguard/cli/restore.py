@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envguard.cli._common import StderrProgress, note, show
+from envguard.cli._common import StderrProgress, note, select_environment, show
 from envguard.errors import InputError
 from envguard.exitcodes import ExitCode
 
@@ -126,7 +126,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
     into = Path(args.into).expanduser().absolute() if args.into else None
     if into is not None:
         _check_target(into)
-    current = _snapshot(args.python)
+    current = _snapshot(select_environment(args.python).python)
     links = tuple(x if "://" in x else os.path.abspath(x) for x in args.find_links)
     index = IndexOptions(index_url=args.index_url, extra_index_urls=tuple(args.extra_index_url),
                          find_links=links, no_index=args.no_index, offline=args.offline)

@@ -11,6 +11,7 @@ from envguard.cli._common import (
     StderrProgress,
     add_probe_options,
     probe_options,
+    select_environment,
     stderr_console,
     write_stdout,
 )
@@ -46,7 +47,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     from envguard.atomic import write_text_atomic
     from envguard.probe import collect
 
-    options = probe_options(args)
+    options = probe_options(args, select_environment(args.python, quiet=args.quiet))
     show_summary = not args.quiet
     with StderrProgress(quiet=args.quiet) as progress:
         snapshot = collect(options, progress)

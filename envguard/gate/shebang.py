@@ -3,15 +3,40 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
+from collections.abc import Mapping
+
+_PYTHON_NAME = re.compile(r"python(?:[0-9]+(?:\.[0-9]+)?t?)?(?:\.exe)?")
+"""The file names of an interpreter itself: python, python3, python3.12, python3.13t."""
 
 
-def interpreter_of(command: str) -> str | None:
+def command_interpreter(command: str,
+                        env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
+    """The Python ``command`` runs under and how that was found, or None (not Python).
+
+    ``python``/``python3``: the interpreter the child finds on its PATH (``python on PATH``);
+    a console script (``torchrun``, ``dflash-train``): its shebang (``shebang of torchrun``).
+    """
+    from envguard.gate.runner import resolve_command
+
+    path = resolve_command(command, env)
+    if path is None:
+        return None
+    name = os.path.basename(command)
+    if _PYTHON_NAME.fullmatch(os.path.basename(path)):
+        how = f"{name} on PATH" if os.sep not in command else name
+        return os.path.abspath(path), how
+    exe = interpreter_of(command, env)
+    return (exe, f"shebang of {name}") if exe else None
+
+
+def interpreter_of(command: str, env: Mapping[str, str] | None = None) -> str | None:
     """The Python a console script runs under (from its shebang), or None."""
     from envguard.gate.runner import resolve_command
 
-    path = resolve_command(command)
+    path = resolve_command(command, env)
     if path is None:
         return None
     try:

@@ -180,7 +180,7 @@ def collect(options: SnapshotOptions, progress: Progress | None = None) -> Snaps
         duration_s=round(time.perf_counter() - started, 3),
         options=Options(verify=options.verify, deep=options.deep, python=options.python,
                         file_patterns=list(options.file_patterns)),
-        interpreter=interpreter_section(target),
+        interpreter=interpreter_section(target, options.selected_by),
         torch=torch,
         packages=[i.dist for i in installed],
         integrity=checked,

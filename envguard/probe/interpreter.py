@@ -161,7 +161,7 @@ def _abi_tag(soabi: str | None, interpreter_tag: str) -> str | None:
     return "_".join(parts[:2]) if len(parts) > 1 else interpreter_tag
 
 
-def interpreter_section(target: Target) -> Interpreter:
+def interpreter_section(target: Target, selected_by: str | None = None) -> Interpreter:
     f = target.facts
     interp_tag = str(f.get("interpreter_tag") or "")
     abi = _abi_tag(f.get("soabi"), interp_tag)
@@ -187,4 +187,5 @@ def interpreter_section(target: Target) -> Interpreter:
         abi_tag=abi,
         platform=plat,
         best_tag=best,
+        selected_by=selected_by,
     )

@@ -11,6 +11,9 @@ from pathlib import Path
 class SnapshotOptions:
     python: str | None = None
     """Another interpreter (or venv folder) to snapshot; None for envguard's own."""
+    selected_by: str | None = None
+    """Why this environment (``VIRTUAL_ENV``, ``--python``, ...: :mod:`envguard.probe.discovery`);
+    recorded as ``interpreter.selected_by``. None: not chosen by the discovery rule."""
     verify: str = "size"
     deep: bool = False
     file_patterns: tuple[str, ...] = ()
