@@ -258,3 +258,20 @@ def test_home_is_written_as_tilde() -> None:
     assert shorten_home("/home/u/train/.venv", "/home/u") == "~/train/.venv"
     assert shorten_home("/home/u", "/home/u/") == "~"
     assert shorten_home("/home/user2/x", "/home/u") == "/home/user2/x"
+
+
+def test_selected_by_is_optional_and_never_compared() -> None:
+    """A snapshot written before the field loads (``null``); diff ignores the field."""
+    import dataclasses
+
+    from envguard.diff import diff
+    from envguard.model import Snapshot
+
+    text = (Path(__file__).parent / "data" / "h200-snapshot.json").read_text()
+    assert "selected_by" not in text
+    old = Snapshot.from_json(text)
+    assert old.interpreter.selected_by is None
+    new = dataclasses.replace(old, interpreter=dataclasses.replace(
+        old.interpreter, selected_by="VIRTUAL_ENV"))
+    assert Snapshot.from_json(new.to_json()).interpreter.selected_by == "VIRTUAL_ENV"
+    assert diff(old, new).changes == ()
