@@ -6,8 +6,10 @@ dependency closures: each only saves time and may be deleted) and the default st
 compile-cache archives (``compile-caches/``). The compile caches themselves are torch's
 and triton's, wherever those put them.
 
-Per project, under the working directory: ``.envguard/snapshots`` (``envguard snapshot``),
-``.envguard/runs`` (``envguard run``) and ``.envguard/fleet`` (``envguard fleet snapshot``).
+Per project, under the working directory: ``.envguard/snapshots`` (``envguard snapshot``;
+``by-digest/`` the snapshots of guarded runs, stored once by content), ``.envguard/runs``
+(``envguard run``: one record per run and the ``last-good.json`` pointer) and
+``.envguard/fleet`` (``envguard fleet snapshot``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from pathlib import Path
 
 PROJECT_DIR = Path(".envguard")
 SNAPSHOT_DIR = PROJECT_DIR / "snapshots"
+SNAPSHOT_BY_DIGEST_DIR = SNAPSHOT_DIR / "by-digest"
+"""The snapshots guarded runs verified, stored once each: ``sha256-<hex>.json``."""
 RUNS_DIR = PROJECT_DIR / "runs"
 FLEET_DIR = PROJECT_DIR / "fleet"
 

@@ -232,7 +232,8 @@ def test_run_passes_the_childs_status_on(project: Path, envs: Envs, arg: str, co
     assert record["passed"] is True and record["forced"] is False
     assert record["exit_code"] == code
     assert record["argv"] == [str(script(envs.good)), arg]
-    assert (project / ".envguard" / "runs" / "last-good.json").is_file()
+    # Only a run that exited 0 becomes last-good (tests/test_runs.py has the rest).
+    assert (project / ".envguard" / "runs" / "last-good.json").is_file() == (code == 0)
 
 
 def test_run_leaves_argv_alone(project: Path, envs: Envs) -> None:

@@ -2,8 +2,8 @@
 exit codes.
 
 Only this package prints or exits. One module per command (``snapshot``, ``diff``,
-``gate``: lock/check/run, ``restore``, ``cache``, ``fleet``, ``completion``), each with its
-``add_parsers``; what they share is in :mod:`envguard.cli._common`. Exit codes are
+``gate``: lock/check/run, ``runs``, ``restore``, ``cache``, ``fleet``, ``completion``), each
+with its ``add_parsers``; what they share is in :mod:`envguard.cli._common`. Exit codes are
 :class:`~envguard.exitcodes.ExitCode`, documented in docs/CLI.md.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 
 from envguard import __version__
-from envguard.cli import cache, completion, diff, fleet, gate, restore, snapshot
+from envguard.cli import cache, completion, diff, fleet, gate, restore, runs, snapshot
 from envguard.cli._common import Parser, run_command
 
 __all__ = ["build_parser", "main"]
@@ -28,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.set_defaults(root_parser=parser)  # for envguard completion
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
-    for command in (snapshot, diff, gate, restore, cache, fleet, completion):
+    for command in (snapshot, diff, gate, restore, cache, fleet, runs, completion):
         command.add_parsers(sub)
     return parser
 

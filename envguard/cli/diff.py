@@ -1,24 +1,43 @@
-"""``envguard diff``: explain what changed between two snapshots."""
+"""``envguard diff``: explain what changed between two snapshots.
+
+Either side may be a file, ``-`` (stdin), or an alias: ``@last-good``, ``@latest``,
+``@run:N`` (:mod:`envguard.runs.refs`) or ``@now`` (a fresh snapshot, taken the way the
+other side's run took its own when the other side is a run). Defaults: ``@last-good`` and
+``@now``.
+"""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from envguard.cli._common import show
+from envguard.errors import InputError
 from envguard.exitcodes import ExitCode
 from envguard.render.formats import OutputFormat
+
+if TYPE_CHECKING:
+    from envguard.model import Snapshot
+    from envguard.runs.store import RunRecord
+
+NOW = "@now"
 
 
 def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     dif = sub.add_parser(
         "diff", help="explain what changed between two snapshots",
         description="Compare two snapshots and explain the likely causes of a regression, "
-        "most likely first, with evidence and a remedy.",
+        "most likely first, with evidence and a remedy. A snapshot is a file, - (stdin), "
+        "or @last-good, @latest, @run:N (the Nth newest guarded run) or @now (a fresh one).",
         epilog="exit status: 0 equivalent, 1 different, 2 bad input or usage "
         "(see docs/CLI.md)")
-    dif.add_argument("old", metavar="GOOD.json", help="the snapshot of the state that worked")
-    dif.add_argument("new", metavar="NOW.json", help="the snapshot of the state that fails")
+    dif.add_argument("old", metavar="GOOD", nargs="?", default="@last-good",
+                     help="the snapshot of the state that worked (default: @last-good)")
+    dif.add_argument("new", metavar="NOW", nargs="?", default=NOW,
+                     help="the snapshot of the state that fails (default: @now)")
     dif.add_argument("--format", choices=[f.value for f in OutputFormat], default="text",
                      help="text (default, for a terminal), json (stable schema) or markdown")
     dif.add_argument("--symptom", metavar="TEXT",
@@ -27,16 +46,76 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     dif.set_defaults(handler=cmd_diff)
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Side:
+    snapshot: Snapshot
+    label: str
+    run: RunRecord | None = None
+
+
+def _read_stdin() -> Snapshot:
+    from envguard.model import Snapshot
+    from envguard.redact import redact_snapshot
+    from envguard.snapshot_file import MAX_SNAPSHOT_BYTES, naming
+
+    data = sys.stdin.buffer.read(MAX_SNAPSHOT_BYTES + 1)
+    if len(data) > MAX_SNAPSHOT_BYTES:
+        raise InputError(f"-: the snapshot on stdin is larger than {MAX_SNAPSHOT_BYTES} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError("-: the snapshot on stdin is not UTF-8") from None
+    with naming("-"):
+        return redact_snapshot(Snapshot.from_json(text))
+
+
+def _load(ref: str) -> Side:
+    from envguard.runs.refs import is_alias, resolve
+    from envguard.snapshot_file import read_snapshot
+
+    if ref == "-":
+        return Side(snapshot=_read_stdin(), label="stdin")
+    if is_alias(ref):
+        found = resolve(ref, Path.cwd())
+        return Side(snapshot=read_snapshot(found.path), label=found.label, run=found.run)
+    return Side(snapshot=read_snapshot(ref), label=ref)
+
+
+def _now(other: Side | None) -> Side:
+    """A fresh snapshot; like the other side's run took its own, when it is a run."""
+    from envguard.cli._common import StderrProgress, select_environment
+    from envguard.probe import SnapshotOptions, collect
+    from envguard.runs.refs import gate_options_for
+
+    options = None
+    if other is not None and other.run is not None:
+        options = gate_options_for(other.run, other.snapshot)
+    if options is None:
+        selection = select_environment(None)
+        options = SnapshotOptions(python=selection.python, selected_by=selection.selected_by,
+                                  write_cache_marker=False)
+    with StderrProgress() as progress:
+        snapshot = collect(options, progress)
+    return Side(snapshot=snapshot, label="@now (this environment)")
+
+
 def cmd_diff(args: argparse.Namespace) -> int:
     from envguard.diff import diff
     from envguard.explain import explain
     from envguard.render.report import DiffReport
-    from envguard.snapshot_file import read_snapshot
 
-    old, new = read_snapshot(args.old), read_snapshot(args.new)
-    changes = diff(old, new)
-    report = DiffReport(old_name=args.old, new_name=args.new, diff=changes,
-                        findings=tuple(explain(old, new, changes, args.symptom)),
+    if args.old == "-" and args.new == "-":
+        raise InputError("only one side can be read from stdin (-)")
+    old = None if args.old == NOW else _load(args.old)
+    new = None if args.new == NOW else _load(args.new)
+    if old is None:
+        old = _now(new)
+    if new is None:
+        new = _now(old)
+    changes = diff(old.snapshot, new.snapshot)
+    report = DiffReport(old_name=old.label, new_name=new.label, diff=changes,
+                        findings=tuple(explain(old.snapshot, new.snapshot, changes,
+                                               args.symptom)),
                         symptom=args.symptom)
     show(report, args.format, show_all=args.all)
     return ExitCode.OK if report.equivalent else ExitCode.DRIFT

@@ -9,18 +9,28 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from envguard.cli._common import StreamScreen, select_environment, show, write_stdout
+from envguard.cli._common import (
+    StreamScreen,
+    note,
+    select_environment,
+    show,
+    write_stdout,
+)
 from envguard.errors import InputError
 from envguard.exitcodes import ExitCode
 from envguard.render.formats import OutputFormat
 
+if TYPE_CHECKING:
+    from envguard.model import Snapshot
+    from envguard.runs.store import RunRecord
+
 # The policies, repeated here so that building the parser imports nothing heavy
 # (envguard.gate.lockfile needs packaging.markers: 20-60 ms on every command otherwise).
 CACHE_POLICIES = ("require-warm", "warn-if-cold", "ignore")
-LOCK_HELP = ("the lockfile (default: ./lockfiles/NAME.toml, NAME the command's basename, "
-             "else the one bundled with envguard)")
+LOCK_HELP = ("the lockfile, or a lock's name (default: lockfiles/NAME.toml here or in a "
+             "parent folder, NAME the command's basename, else the one bundled with envguard)")
 
 
 def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
@@ -102,8 +112,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     if not args.name and not args.lock:
         raise InputError("name a lock (envguard check NAME) or pass --lock PATH")
+    name, lock_path = lock_choice(args.name or "", args.lock)
     python = select_environment(args.python).python
-    result = check_command(args.name or "", lock=args.lock, python=python, strict=args.strict)
+    result = check_command(name, lock=lock_path, python=python, strict=args.strict)
     show(result, args.format)
     return ExitCode.OK if result.passed else ExitCode.DRIFT
 
@@ -121,10 +132,19 @@ def _check_runnable(command: str) -> None:
     raise CommandNotFound(f"command not found: {command}")
 
 
+def lock_choice(name: str, lock: str | None) -> tuple[str, str | None]:
+    """``--lock`` is a path when it has a ``/`` or ends in ``.toml``, else a lock name
+    (looked up like a command's): returns (name, path or None)."""
+    if lock is None or os.sep in lock or "/" in lock or lock.endswith(".toml"):
+        return name, lock
+    return lock, None
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from envguard.gate import VERIFIED_ENV, check_command
-    from envguard.gate.runner import record_run, run_child
+    from envguard.gate.runner import run_child
     from envguard.render import render
+    from envguard.runs.store import now_iso
 
     argv = list(args.argv)
     if argv and argv[0] == "--":
@@ -132,25 +152,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not argv:
         raise InputError("no command: envguard run [options] -- CMD [ARGS...]")
     _check_runnable(argv[0])  # before the gate: a typo is not a drifted environment
-    name = os.path.basename(argv[0])
+    name, lock_path = lock_choice(os.path.basename(argv[0]), args.lock)
     python = select_environment(args.python, command=argv[0]).python
-    result = check_command(name, lock=args.lock, python=python, strict=args.strict)
+    result = check_command(name, lock=lock_path, python=python, strict=args.strict)
     lock, path, snapshot = result.lock, result.lock_path, result.snapshot
     entry = result.matched.entry.id if result.matched else None
-    meta = {"schema": "envguard.run/1", "argv": argv, "lock": lock.name,
-            "lockfile": str(path), "entry": entry, "passed": result.passed,
-            "forced": args.force and not result.passed,
-            "findings": [f.rule for f in result.findings]}
+    meta: dict[str, Any] = {
+        "argv": argv, "lock": lock.name, "lockfile": str(path), "entry": entry,
+        "passed": result.passed, "forced": args.force and not result.passed,
+        "findings": [f.rule for f in result.findings]}
+    shown = os.path.basename(argv[0])
     if not result.passed and not args.force:
         sys.stderr.write(render(result, OutputFormat.TEXT, screen=StreamScreen(sys.stderr)))
         why = ("this machine is new to" if result.new_machine is not None
                else "the environment does not match")
-        sys.stderr.write(f"envguard: refused to run {name}: {why} {path} (use --force to run "
+        sys.stderr.write(f"envguard: refused to run {shown}: {why} {path} (use --force to run "
                          "anyway)\n")
-        record_run(snapshot, {**meta, "exit_code": None}, Path.cwd(), good=False)
+        at = now_iso()
+        _record(snapshot, meta, started_at=at, ended_at=at, exit_code=None, signal=None)
         return ExitCode.REFUSED
     if not result.passed:
-        sys.stderr.write(f"envguard: --force: running {name} although the environment does "
+        sys.stderr.write(f"envguard: --force: running {shown} although the environment does "
                          f"not match {path}\n")
     elif result.findings:
         sys.stderr.write(render(result, OutputFormat.TEXT, screen=StreamScreen(sys.stderr)))
@@ -160,6 +182,50 @@ def cmd_run(args: argparse.Namespace) -> int:
         from envguard.gate.lockfile import snapshot_digest
 
         env[VERIFIED_ENV] = f"{lock.name}:{entry}:{snapshot_digest(snapshot)}"
-    code = run_child(argv, env)
-    record_run(snapshot, {**meta, "exit_code": code}, Path.cwd(), good=result.passed)
-    return code
+    started = now_iso()
+    ended = run_child(argv, env)
+    # From here on nothing changes the child's status: a record that cannot be written, or
+    # a comparison that fails, is one line on stderr.
+    record = _record(snapshot, meta, started_at=started, ended_at=now_iso(),
+                     exit_code=ended.status, signal=ended.signal_name)
+    if record is not None and record.failed:
+        _explain_failure(shown, record, snapshot)
+    return ended.status
+
+
+def _record(snapshot: Snapshot, meta: dict[str, Any], **outcome: Any) -> RunRecord | None:
+    from envguard.errors import EnvguardError
+    from envguard.runs.store import record_run
+
+    try:
+        return record_run(snapshot, cwd=Path.cwd(), **meta, **outcome)
+    except (EnvguardError, OSError) as exc:
+        note(f"could not record this run: {exc}")
+        return None
+
+
+def _explain_failure(shown: str, record: RunRecord, snapshot: Snapshot) -> None:
+    """After a failed run: what changed since the last successful one, in a few lines."""
+    from envguard.errors import EnvguardError
+    from envguard.runs.failure import explain_failure
+
+    how = f"{shown} {'was ' if record.signal else ''}{record.outcome.replace('exit ', 'exited ')}"
+    try:
+        found = explain_failure(Path.cwd(), snapshot)
+    except (EnvguardError, OSError) as exc:
+        note(f"{how}; could not compare with the last successful run: {exc}")
+        return
+    good = found.last_good
+    if good is None:
+        note(f"{how}; no successful guarded run recorded here yet to compare with")
+    elif found.problem is not None:
+        note(f"{how}; could not compare with the last successful run: {found.problem}")
+    elif found.identical:
+        note(f"{how}; environment identical to the last successful run at {good.ended_at}: "
+             "look at your code or data")
+    else:
+        note(f"{how}; changed since the last successful run at {good.ended_at}:")
+        for line in found.lines:
+            note(f"  {line}")
+        more = f" ({found.more} more)" if found.more else ""
+        note(f"full report{more}: envguard diff @last-good @run:1")

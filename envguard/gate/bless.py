@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -138,10 +139,11 @@ def _write(request: LockRequest, name: str, path: Path, root: Path, existing: Lo
            snapshot: Snapshot) -> Blessed:
     lock = _merged(request, name, existing)
     if not lock.distribution:
-        owner = script_owner(snapshot, lock.command)
+        # A plain `python train.py`: no console script, so the project's own dependencies.
+        owner = script_owner(snapshot, lock.command) or _project_of(root)
         if owner is None:
-            raise InputError(f"no installed distribution provides the command {lock.command!r};"
-                             " pass --distribution")
+            raise InputError(f"no installed distribution provides the command {lock.command!r}"
+                             " and no pyproject.toml names a project here; pass --distribution")
         lock = dataclasses.replace(lock, distribution=owner[0],
                                    extras=lock.extras or owner[1])
     forbidden = lock.forbidden_installed(snapshot)
@@ -157,3 +159,20 @@ def _write(request: LockRequest, name: str, path: Path, root: Path, existing: Lo
     write_text_atomic(path, dump_lock(lock))
     replaced = existing is not None and any(e.id == entry.id for e in existing.entries)
     return Blessed(path=path, lock=lock, entry=entry, replaced=replaced)
+
+
+def _project_of(root: Path) -> tuple[str, tuple[str, ...]] | None:
+    """The project named by ``root/pyproject.toml`` (its dependencies are the closure)."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    from envguard.input_file import read_input_text
+
+    try:
+        data = tomllib.loads(read_input_text(root / "pyproject.toml", what="pyproject.toml"))
+    except (InputError, tomllib.TOMLDecodeError):
+        return None
+    project = data.get("project")
+    name = project.get("name") if isinstance(project, dict) else None
+    return (name, ()) if isinstance(name, str) and name else None

@@ -1,4 +1,5 @@
-"""Finding and reading a command's lockfile: ``./lockfiles``, then the bundled ones."""
+"""Finding and reading a command's lockfile: ``lockfiles/`` here or in a parent, then the
+bundled ones."""
 
 from __future__ import annotations
 
@@ -16,12 +17,15 @@ def bundled_lock_dirs() -> list[Path]:
 
 
 def find_lock(name: str, cwd: Path) -> Path:
-    for folder in (cwd / "lockfiles", *bundled_lock_dirs()):
+    """``lockfiles/NAME.toml`` in ``cwd`` or the nearest parent that has one, else the
+    bundled one."""
+    here = cwd.absolute()
+    for folder in (*(d / "lockfiles" for d in (here, *here.parents)), *bundled_lock_dirs()):
         candidate = folder / f"{name}.toml"
         if candidate.is_file():
             return candidate
-    raise InputError(f"no lockfile for {name!r}: looked in ./lockfiles and the bundled "
-                     f"lockfiles; create one with `envguard lock {name}`")
+    raise InputError(f"no lockfile for {name!r}: looked in lockfiles/ here and in every parent "
+                     f"folder, and the bundled lockfiles; create one with `envguard lock {name}`")
 
 
 def read_lock(path: Path) -> Lock:

@@ -2,30 +2,48 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timezone
-from pathlib import Path
+from dataclasses import dataclass
 from types import FrameType
-from typing import Any
 
-from envguard.atomic import write_text_atomic
 from envguard.errors import CommandNotFound
-from envguard.model import Snapshot
-from envguard.paths import RUNS_DIR
-from envguard.redact import redact_argv
 
-LAST_GOOD = "last-good.json"
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def run_child(argv: Sequence[str], env: Mapping[str, str]) -> int:
-    """Run ``argv`` and return its exit status, shell-style (128 + N when killed by signal N).
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChildExit:
+    """How the child ended: ``returncode`` as :class:`subprocess.Popen` gives it (-N when
+    signal N killed it)."""
+
+    returncode: int
+
+    @property
+    def signal(self) -> int | None:
+        return -self.returncode if self.returncode < 0 else None
+
+    @property
+    def signal_name(self) -> str | None:
+        if self.signal is None:
+            return None
+        try:
+            return signal.Signals(self.signal).name
+        except ValueError:
+            return f"signal {self.signal}"
+
+    @property
+    def status(self) -> int:
+        """Shell-style: 128 + N when killed by signal N, else the exit code."""
+        return 128 - self.returncode if self.returncode < 0 else self.returncode
+
+
+def run_child(argv: Sequence[str], env: Mapping[str, str]) -> ChildExit:
+    """Run ``argv`` and return how it ended (:attr:`ChildExit.status` is the shell's status).
 
     SIGTERM and SIGHUP received by envguard are passed to the child, which decides
     what to do with them; envguard waits for it either way. SIGINT is passed on too,
@@ -68,7 +86,7 @@ def run_child(argv: Sequence[str], env: Mapping[str, str]) -> int:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-    return 128 - code if code < 0 else code
+    return ChildExit(returncode=code)
 
 
 def resolve_command(command: str, env: Mapping[str, str] | None = None) -> str | None:
@@ -78,22 +96,3 @@ def resolve_command(command: str, env: Mapping[str, str] | None = None) -> str |
     path = (env or os.environ).get("PATH")
     return shutil.which(command, path=path) or shutil.which(
         command, path=os.path.dirname(sys.executable))
-
-
-def record_run(snapshot: Snapshot, meta: dict[str, Any], cwd: Path, *, good: bool) -> Path:
-    """Keep the verified snapshot (and ``last-good.json`` when it passed) for a later diff.
-
-    The record's ``argv`` is redacted (``--token X`` is kept as ``--token ***``); every file
-    is written 0600."""
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-    folder = cwd / RUNS_DIR
-    name = str(meta.get("lock", "run")).replace(os.sep, "_")
-    path = write_text_atomic(folder / f"{stamp}-{name}.json", snapshot.to_json(), mode=0o600)
-    record = {**meta, "snapshot": path.name}
-    if "argv" in record:
-        record["argv"] = redact_argv(record["argv"])
-    write_text_atomic(folder / f"{stamp}-{name}.run.json",
-                      json.dumps(record, indent=2, sort_keys=True) + "\n", mode=0o600)
-    if good:
-        write_text_atomic(folder / LAST_GOOD, snapshot.to_json(), mode=0o600)
-    return path

@@ -14,6 +14,7 @@ report                        text                        json / markdown
                                                            :mod:`.fleet_markdown`
 ``CacheStatus`` (cache)       :mod:`.cache_text`           json only
 ``RestoreReport`` (restore)   :mod:`.restore_text`         json only
+``RunList`` (runs)            :mod:`.runs_text`            json only
 ============================  ==========================  =====================
 
 A report's type is recognised by name, so that rendering one kind of report imports
@@ -38,8 +39,9 @@ if TYPE_CHECKING:
     from envguard.gate.check import GateResult
     from envguard.render.report import DiffReport
     from envguard.restore.report import RestoreReport
+    from envguard.runs.store import RunList
 
-    Report = DiffReport | GateResult | FleetReport | CacheStatus | RestoreReport
+    Report = DiffReport | GateResult | FleetReport | CacheStatus | RestoreReport | RunList
 
 __all__ = ["PLAIN", "OutputFormat", "PlainScreen", "Screen", "json_text", "render", "to_text"]
 
@@ -154,7 +156,17 @@ def _restore(report: RestoreReport, fmt: OutputFormat,
     return restore_text.render_plan(report.plan, show_keep=show_all)
 
 
+def _runs(report: RunList, fmt: OutputFormat, show_all: bool) -> str | RenderableType | None:
+    if fmt is OutputFormat.JSON:
+        return json_text(report.to_dict())
+    if fmt is OutputFormat.MARKDOWN:
+        return None
+    from envguard.render import runs_text
+
+    return runs_text.render(report)
+
+
 _KINDS: dict[str, Callable[[Any, OutputFormat, bool], str | RenderableType | None]] = {
     "DiffReport": _diff, "GateResult": _gate, "FleetReport": _fleet,
-    "CacheStatus": _cache_status, "RestoreReport": _restore,
+    "CacheStatus": _cache_status, "RestoreReport": _restore, "RunList": _runs,
 }

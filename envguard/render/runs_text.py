@@ -1,0 +1,44 @@
+"""``envguard runs`` as text: one row per recorded run, newest first. Pure, no I/O.
+
+Commands and names come from run records anyone may have written: every one goes
+through :func:`clean` and into ``Text``, never markup.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from envguard.render.sanitize import clean
+from envguard.runs.store import RunList
+
+_GATE_STYLE = {"passed": "green", "forced": "bold yellow", "refused": "bold red"}
+
+
+def render(report: RunList) -> RenderableType:
+    if not report.runs:
+        return Text("no guarded runs recorded here yet (envguard run -- CMD)")
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("#", "started (UTC)", "command", "exit", "gate", "snapshot"):
+        table.add_column(column, no_wrap=column != "command", ratio=1 if column == "command"
+                         else None)
+    for n, run in enumerate(report.runs, 1):
+        mark = " last-good" if run.id == report.last_good else ""
+        outcome = run.signal if run.signal else ("-" if run.exit_code is None
+                                                  else str(run.exit_code))
+        table.add_row(
+            Text(f"@run:{n}"), Text(clean(run.started_at)),
+            Text(clean(shlex.join([os.path.basename(run.argv[0]), *run.argv[1:]])
+                       if run.argv else "", 200), overflow="fold"),
+            Text(clean(outcome), style="" if run.exit_code == 0 else "yellow"),
+            Text(run.gate, style=_GATE_STYLE.get(run.gate, "")),
+            Text(clean(run.snapshot.removeprefix("sha256-")[:12]) + mark))
+    good = next((r for r in report.runs if r.id == report.last_good), None)
+    footer = Text(f"last-good: {clean(good.id)} ({clean(good.ended_at)})" if good
+                  else "last-good: none yet (a run that passes the gate and exits 0)",
+                  style="dim")
+    return Group(table, footer)
