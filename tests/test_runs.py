@@ -113,6 +113,14 @@ def world(tmp_path: Path, wheels: dict[str, Path]) -> World:
     return w
 
 
+def patch_file(path: Path) -> None:
+    """Edit an installed file. A new file, not a write into the old one: uv hard-links
+    installed files to its cache, and an edit in place would reach every later venv."""
+    text = path.read_text()
+    path.unlink()
+    path.write_text(text + "# patched\n")
+
+
 def envguard_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("envguard: ")
             and not line.startswith("envguard: environment: ")]
@@ -142,8 +150,7 @@ def test_a_failed_run_names_what_changed_and_last_good_stays(world: World) -> No
 
     # Three real changes: a package upgraded by uv, a file of torch edited, a variable set.
     world.venvs.uv_install(world.env, world.helper2, reinstall=True)
-    traced = world.env.site_packages() / "torch" / "fx" / "_symbolic_trace.py"
-    traced.write_text(traced.read_text() + "# patched\n")
+    patch_file(world.env.site_packages() / "torch" / "fx" / "_symbolic_trace.py")
     failed = world.run("1", guard=("--force",), extra_env={"NCCL_ALGO": "Tree"})
     assert failed.returncode == 1, failed.stderr
     assert "demo-train ran 1" in failed.stdout
@@ -198,8 +205,12 @@ def test_a_child_killed_by_sigterm_is_recorded_and_explained(world: World) -> No
     assert world.last_good()["run"] == world.records()[0]["id"] != record["id"]
 
 
-def test_refused_and_forced_runs_never_become_last_good(world: World) -> None:
-    world.venvs.uv_install(world.env, world.vllm)  # a serving stack: the gate refuses
+@pytest.mark.parametrize("breakage", ["serving stack", "patched file"])
+def test_refused_and_forced_runs_never_become_last_good(world: World, breakage: str) -> None:
+    if breakage == "serving stack":
+        world.venvs.uv_install(world.env, world.vllm)
+    else:
+        patch_file(world.env.site_packages() / "torch" / "fx" / "_symbolic_trace.py")
     assert world.run("0").returncode == ExitCode.REFUSED
     assert world.run("0", guard=("--force",)).returncode == 0
     assert [r["exit_code"] for r in world.records()] == [None, 0]
@@ -312,3 +323,12 @@ def test_a_plain_python_script_under_a_lock_of_its_own_name(world: World) -> Non
     refused = world.envguard("run", "--lock", "train", "--", world.env.python,
                              world.project / "train.py", "0", cwd=sub)
     assert refused.returncode == ExitCode.REFUSED, refused.stderr
+
+
+def test_a_run_that_cannot_be_recorded_keeps_the_childs_status(world: World) -> None:
+    (world.project / ".envguard").write_text("not a folder\n")
+    proc = world.run("7")
+    assert proc.returncode == 7, proc.stderr
+    assert "demo-train ran 7" in proc.stdout
+    line = envguard_lines(proc.stderr)[-1]  # after the gate's own lines
+    assert line.startswith("envguard: could not record this run: cannot write "), line

@@ -201,7 +201,16 @@ def _record(snapshot: Snapshot, meta: dict[str, Any], **outcome: Any) -> RunReco
         return record_run(snapshot, cwd=Path.cwd(), **meta, **outcome)
     except (EnvguardError, OSError) as exc:
         note(f"could not record this run: {exc}")
-        return None
+    except Exception as exc:  # noqa: BLE001 - a bug must not change the child's status
+        _internal("recording this run", exc)
+    return None
+
+
+def _internal(what: str, exc: Exception) -> None:
+    if os.environ.get("ENVGUARD_DEBUG"):
+        raise exc
+    note(f"internal error while {what}: {type(exc).__name__}: {exc} (set ENVGUARD_DEBUG=1 "
+         "for the traceback, and please report it)")
 
 
 def _explain_failure(shown: str, record: RunRecord, snapshot: Snapshot) -> None:
@@ -214,6 +223,9 @@ def _explain_failure(shown: str, record: RunRecord, snapshot: Snapshot) -> None:
         found = explain_failure(Path.cwd(), snapshot)
     except (EnvguardError, OSError) as exc:
         note(f"{how}; could not compare with the last successful run: {exc}")
+        return
+    except Exception as exc:  # noqa: BLE001 - a bug must not change the child's status
+        _internal("comparing with the last successful run", exc)
         return
     good = found.last_good
     if good is None:
