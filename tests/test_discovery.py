@@ -169,6 +169,17 @@ def test_quiet_snapshot_says_nothing(train: Venv, clean_cwd: Path) -> None:
 
 # ---------------------------------------------------------------------------- every command
 
+def test_a_command_that_fails_prints_only_its_error(train: Venv, clean_cwd: Path) -> None:
+    """The environment line is said with the command's output, not before its error."""
+    (clean_cwd / "a-file").write_text("")
+    proc = envguard("snapshot", "-o", clean_cwd / "a-file" / "s.json",
+                    "--verify", "none", "--no-cache-marker", cwd=clean_cwd,
+                    VIRTUAL_ENV=str(train.path))
+    assert proc.returncode != ExitCode.OK
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("envguard: error: "), proc.stderr
+
+
 def test_check_lock_restore_and_cache_choose_what_snapshot_chooses(train: Venv,
                                                                    clean_cwd: Path) -> None:
     """With a venv activated, every command looks at it (the old check, restore and cache

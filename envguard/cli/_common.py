@@ -123,6 +123,7 @@ def note(message: str, *, limit: int = 1000) -> None:
 def stderr_console() -> Console:
     from rich.console import Console
 
+    say_environment()
     return Console(stderr=True, highlight=False, soft_wrap=False, _environ=console_environ())
 
 
@@ -279,9 +280,21 @@ def select_environment(python: str | None, *, quiet: bool = False,
                                   selected_by=found[1])
     if selection is None:
         selection = discover(python, env=os.environ, cwd=Path.cwd())
-    if not quiet:
-        note(f"environment: {selection.describe()}")
+    _ENVIRONMENT_LINE[:] = [] if quiet else [f"environment: {selection.describe()}"]
     return selection
+
+
+_ENVIRONMENT_LINE: list[str] = []
+"""The environment line not yet said: it comes with the command's report (before a summary
+on stderr, before ``run``'s child, else when the command ends with 0 or 1), and is dropped
+on an error or a refusal, which stay one line."""
+
+
+def say_environment() -> None:
+    """Say the pending ``envguard: environment: ...`` line, once."""
+    if _ENVIRONMENT_LINE:
+        line = _ENVIRONMENT_LINE.pop()
+        note(line)
 
 
 def probe_options(args: argparse.Namespace, selection: Selection) -> SnapshotOptions:
@@ -303,16 +316,21 @@ def _fail(message: str, code: ExitCode) -> int:
     from envguard.redact import redact_text
     from envguard.render.sanitize import clean
 
+    _ENVIRONMENT_LINE.clear()
     sys.stderr.write(f"envguard: error: {clean(redact_text(message), 1000)}\n")
     return int(code)
 
 
 def run_command(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
     """Parse ``argv`` and run its handler; every error becomes its exit status, here only."""
+    _ENVIRONMENT_LINE.clear()
     try:
         args = parser.parse_args(argv)
         handler: Callable[[argparse.Namespace], int] = args.handler
-        return int(handler(args))
+        code = int(handler(args))
+        if code in (ExitCode.OK, ExitCode.DRIFT):
+            say_environment()
+        return code
     except SystemExit as exc:  # argparse --help/--version/usage errors
         return int(exc.code) if isinstance(exc.code, int) else int(ExitCode.USAGE)
     except EnvguardError as exc:

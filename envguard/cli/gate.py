@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from envguard.cli._common import (
     StreamScreen,
     note,
+    say_environment,
     select_environment,
     show,
     write_stdout,
@@ -155,6 +156,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     name, lock_path = lock_choice(os.path.basename(argv[0]), args.lock)
     python = select_environment(args.python, command=argv[0]).python
     result = check_command(name, lock=lock_path, python=python, strict=args.strict)
+    say_environment()  # before the refusal, or the child's own output
     lock, path, snapshot = result.lock, result.lock_path, result.snapshot
     entry = result.matched.entry.id if result.matched else None
     meta: dict[str, Any] = {
