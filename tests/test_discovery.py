@@ -125,6 +125,14 @@ def test_base_conda_env_loses_to_dot_venv(venvs: VenvFactory, tmp_path: Path,
     assert data["interpreter"]["selected_by"] == ".venv"
 
 
+def test_a_dot_venv_without_an_interpreter_is_exit_2(clean_cwd: Path) -> None:
+    (clean_cwd / ".venv" / "bin").mkdir(parents=True)
+    proc = envguard("check", "demo", cwd=clean_cwd)
+    assert proc.returncode == ExitCode.USAGE
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith(f"envguard: error: {clean_cwd / '.venv'}: "), line
+
+
 def test_dot_venv_in_a_parent_folder(venvs: VenvFactory, clean_cwd: Path) -> None:
     project = in_place(venvs, clean_cwd / ".venv")
     deeper = clean_cwd / "src" / "pkg"
@@ -203,6 +211,12 @@ def test_check_lock_restore_and_cache_choose_what_snapshot_chooses(train: Venv,
     status = envguard("cache", "status", "--format", "json", cwd=clean_cwd, **active)
     assert status.returncode == ExitCode.OK, status.stderr
     assert chosen(status) == expected
+    fleet = envguard("fleet", "snapshot", "-o", "fleet.json", "--verify", "none",
+                     "--no-cache-marker", cwd=clean_cwd, **active)
+    assert fleet.returncode == ExitCode.OK, fleet.stderr
+    assert chosen(fleet) == expected
+    (member,) = json.loads((clean_cwd / "fleet.json").read_text())["snapshots"]
+    assert member["snapshot"]["interpreter"]["selected_by"] == "VIRTUAL_ENV"
 
 
 def test_run_uses_the_interpreter_of_the_command_and_says_so(
