@@ -14,6 +14,17 @@ UV = find_uv()
 requires_uv = pytest.mark.skipif(UV is None, reason="uv is not installed")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_uv_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """uv installs by hard-linking from its cache, so a test that patches an installed file
+    in place would patch the cached copy too, and every later venv (this session's, or
+    the developer's own) would get the patched file. Copy instead, into a cache of our own."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("UV_CACHE_DIR", str(tmp_path_factory.mktemp("uv-cache")))
+        mp.setenv("UV_LINK_MODE", "copy")
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _isolated_home(tmp_path_factory: pytest.TempPathFactory,
                    monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
