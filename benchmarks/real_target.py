@@ -10,7 +10,7 @@ finishes, so a run cut short still returns what it measured):
 corpus     every ``*.py`` under the corpus roots (default: the standard library and the
            site-packages folders), minus unreadable, generated-looking and duplicate
            files, split by FILE into train and held-out by a hash of the relative path
-           (``stdlib/json/decoder.py``); ``OUT/manifest.json`` lists each file and split.
+           (``stdlib/json/decoder.py``); ``WORK/manifest.json`` lists each file and split.
 tokenizer  a byte-level BPE (``tokenizers``) trained on training files only; the corpus
            encoded to ``WORK/tokens/{train,heldout}.npy`` (one document per file, each
            followed by ``<|endoftext|>``).
@@ -29,10 +29,47 @@ prompts    fixed-length code prefixes that end at a function signature's colon:
            ``dflash-generate`` batches them). Also the target's greedy continuations of
            the eval prompts and the n-gram drafter's exact tau on them.
 
+generate   ``dflash-generate``: the target's own greedy responses (``--gen-new-tokens``)
+           to the first ``--gen-prompts`` TRAINING prompts, ``WORK/train-data.jsonl``
+           (the paper's training data); also how repetitive they are and the n-gram
+           drafter's exact tau on a sample of them.
+probe      a short ``dflash-train`` run of the train stage's recipe (``--probe-steps``):
+           its step time turns ``--drafter-seconds`` into a step count, and its export
+           is the config of the untrained drafter the eval stage measures.
+train      ``dflash-train``: a DFlash drafter (``--drafter-layers``, block 16, gamma 7,
+           AdamW 6e-4 with 4 % warm-up and cosine to 0: the paper's recipe) on
+           WORK/train-data.jsonl for the probed step count, checkpoints at 1/3 and 2/3 of
+           it (each one a drafter folder ``dflash-eval`` reads), held-out tau in the
+           metrics; a run that reaches ``--deadline-s`` is stopped by SIGTERM and keeps
+           its checkpoint.
+eval       ``dflash-eval`` on the held-out EVAL prompts, temperature 0, the same prompts,
+           lengths and draft cap (15) for each of ``--eval-drafters``: ``ngram``,
+           ``untrained`` (the trained drafter's config, fresh weights), ``trained``, and
+           ``checkpoints`` (the train stage's intermediate checkpoints, on
+           ``--checkpoint-prompts`` prompts). Results of an earlier process (another
+           machine call on the same WORK) are kept: OUT/eval.json holds every drafter
+           measured so far.
+
 A later stage is one function ``(Run) -> dict`` added to ``STAGES``; :func:`run_cli`
 runs a project command (``dflash-generate``, ``dflash-train``, ``dflash-eval``) as a
 subprocess for such a stage. ``--stages`` can resume from a finished stage: each stage
-reads what the earlier ones left in OUT and WORK.
+reads what the earlier ones left in OUT and WORK (every stage result is also kept in
+``WORK/results/``, so a later process with an empty OUT resumes too).
+
+Two machine calls on one WORK (the second within the machine's warm window; what was
+run for docs/bench/real-target/drafter/):
+
+    python3 benchmarks/real_target.py --out $OUT --work /tmp/rt --size small \
+        --stages corpus,tokenizer,pretrain,heldout,prompts,generate,probe,eval \
+        --eval-drafters ngram,untrained --minutes 6 --deadline-s 568 --reserve-s 290 \
+        --gen-batch 1024
+    python3 benchmarks/real_target.py --out $OUT --work /tmp/rt --size small \
+        --stages train,eval --eval-drafters trained,untrained --eval-limit 8 \
+        --drafter-seconds 120 --deadline-s 300 --train-reserve-s 100
+
+Budget the eval stage first: eager batch-1 decoding of this target runs at 65-100
+tokens/s, so one drafter on 24 prompts x 192 tokens takes about 100 s (target-only and
+speculative), an untrained one (tau 1) about 150 s.
 """
 
 from __future__ import annotations
@@ -145,12 +182,31 @@ class Run:
     """Objects the stages of one process share instead of re-reading them."""
 
     def result(self, stage: str) -> dict[str, Any]:
-        """OUT/<stage>.json of an earlier stage, of this process or an earlier one."""
-        path = self.out / f"{stage}.json"
-        if not path.exists():
-            raise SystemExit(f"real_target: stage {stage!r} has not run in {self.out}")
-        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-        return data
+        """The result of an earlier stage, of this process or an earlier one (OUT, else
+        WORK/results, where every result is kept too)."""
+        for path in (self.out / f"{stage}.json", self.results / f"{stage}.json"):
+            if path.exists():
+                data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+                return data
+        raise SystemExit(f"real_target: stage {stage!r} has not run in {self.out} "
+                         f"or {self.results}")
+
+    def has_result(self, stage: str) -> bool:
+        return any((d / f"{stage}.json").exists() for d in (self.out, self.results))
+
+    @property
+    def results(self) -> Path:
+        return self.work / "results"
+
+    def save_result(self, stage: str, data: dict[str, Any]) -> None:
+        write_json_atomic(self.out / f"{stage}.json", data)
+        write_json_atomic(self.results / f"{stage}.json", data)
+
+    def seconds_left(self) -> float:
+        """Seconds to ``--deadline-s`` (counted from the script's start); inf without."""
+        if self.args.deadline_s is None:
+            return math.inf
+        return float(self.args.deadline_s - (time.monotonic() - STARTED))
 
     @property
     def target_dir(self) -> Path:
@@ -191,22 +247,60 @@ def write_jsonl_atomic(path: Path, rows: Iterable[dict[str, Any]]) -> None:
     os.replace(tmp, path)
 
 
-def run_cli(run: Run, name: str, argv: Sequence[str], *, timeout: float | None = None
-            ) -> dict[str, Any]:
+def run_cli(run: Run, name: str, argv: Sequence[str], *, timeout: float | None = None,
+            echo: bool = False, grace_s: float = 60.0) -> dict[str, Any]:
     """Run a command for a pipeline stage, e.g. ``[sys.executable, "-m",
-    "dflash.cli.evaluate", "--drafter", ..., "--json"]``; the whole output goes to
-    ``WORK/<name>.log``. Returns rc, seconds, the command and the output's tail (and the
-    parsed JSON when the output is one JSON document)."""
+    "dflash.cli.evaluate", "--drafter", ..., "--json"]``, from the repository root.
+
+    stderr (the commands' progress) passes through live; stdout is collected (and echoed
+    with ``echo``) and written to ``WORK/<name>.log``. After ``timeout`` seconds the
+    command gets SIGTERM (dflash-train then checkpoints and exits), after ``grace_s``
+    more SIGKILL. Returns rc, seconds, the command, whether it was stopped, the output's
+    tail, and the parsed JSON when stdout is one JSON document."""
+    import signal
+    import threading
+
     logfile = run.work / f"{name}.log"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    log(name, " ".join(argv))
     t0 = time.perf_counter()
-    proc = subprocess.run(list(argv), cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, check=False)
-    logfile.write_text(proc.stdout + proc.stderr, encoding="utf-8")
-    result: dict[str, Any] = {"argv": list(argv), "rc": proc.returncode,
+    proc = subprocess.Popen(list(argv), cwd=ROOT, stdout=subprocess.PIPE, text=True, env=env)
+    stopped: list[str] = []
+
+    def stop() -> None:
+        if proc.poll() is None:
+            stopped.append("SIGTERM")
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                stopped.append("SIGKILL")
+                proc.kill()
+
+    timer = threading.Timer(timeout, stop) if timeout is not None else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
+    lines: list[str] = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.append(line)
+        if echo:
+            print(f"  {name}| {line}", end="", flush=True)
+    rc = proc.wait()
+    if timer is not None:
+        timer.cancel()
+    out = "".join(lines)
+    logfile.write_text(out, encoding="utf-8")
+    result: dict[str, Any] = {"argv": list(argv), "rc": rc,
                               "seconds": time.perf_counter() - t0, "log": str(logfile),
-                              "tail": (proc.stdout + proc.stderr)[-3000:]}
+                              "stopped": stopped, "tail": out[-3000:]}
     with contextlib.suppress(ValueError):
-        result["json"] = json.loads(proc.stdout)
+        result["json"] = json.loads(out)
+        result["tail"] = ""
+    log(name, f"rc {rc} in {result['seconds']:.1f} s" + (f" (stopped: {stopped})"
+                                                           if stopped else ""))
     return result
 
 
@@ -391,7 +485,7 @@ def stage_corpus(run: Run) -> dict[str, Any]:
         split_bytes[e["split"]] += e["bytes"]
     rule = (f"held out iff int(sha256('{SPLIT_SALT}' + path)[:8 bytes]) / 2**64 < "
             f"{run.args.heldout_fraction}; path = '<root label>/<path in root>'")
-    write_json_atomic(run.out / "manifest.json", {
+    write_json_atomic(run.work / "manifest.json", {
         "roots": {r.label: r.path for r in roots}, "split_rule": rule,
         "order_rule": f"files read in order of sha256('{ORDER_SALT}' + path) until the cap",
         "files": entries}, indent=None)
@@ -404,9 +498,9 @@ def stage_corpus(run: Run) -> dict[str, Any]:
 
 
 def corpus_docs(run: Run) -> list[Doc]:
-    """The kept files, from this process or re-read through OUT/manifest.json."""
+    """The kept files, from this process or re-read through WORK/manifest.json."""
     if "docs" not in run.memo:
-        manifest = json.loads((run.out / "manifest.json").read_text(encoding="utf-8"))
+        manifest = json.loads((run.work / "manifest.json").read_text(encoding="utf-8"))
         docs = []
         for e in manifest["files"]:
             label, rest = e["path"].split("/", 1)
@@ -1149,12 +1243,259 @@ def stage_prompts(run: Run) -> dict[str, Any]:
             "samples": samples}
 
 
+# -- the drafter experiment: generate, probe, train, eval ---------------------------------
+DRAFT_CAP = 15
+"""Drafts verified per cycle, the same for every drafter: DFlash's block 16 minus one."""
+
+
+def py_module(module: str) -> list[str]:
+    return [sys.executable, "-m", module]
+
+
+def device_flag(run: Run) -> list[str]:
+    return ["--device", str(run.device)]
+
+
+def _subset_jsonl(src: Path, dst: Path, n: int | None) -> int:
+    """The first ``n`` rows of ``src`` (all with None) into ``dst``; their count."""
+    rows = src.read_text(encoding="utf-8").splitlines()
+    rows = rows[:n] if n else rows
+    dst.write_text("".join(r + "\n" for r in rows), encoding="utf-8")
+    return len(rows)
+
+
+def distinct_ngram_ratio(seqs: Iterable[Sequence[int]], n: int = 4) -> float:
+    """Distinct n-grams / n-grams within each sequence, averaged: 1 = no repetition."""
+    ratios = []
+    for seq in seqs:
+        grams = [tuple(seq[i:i + n]) for i in range(len(seq) - n + 1)]
+        if grams:
+            ratios.append(len(set(grams)) / len(grams))
+    return sum(ratios) / max(1, len(ratios))
+
+
+def stage_generate(run: Run) -> dict[str, Any]:
+    args = run.args
+    prompts = run.work / "prompts-gen.jsonl"
+    n = _subset_jsonl(run.work / "prompts-train.jsonl", prompts, args.gen_prompts)
+    data = run.work / "train-data.jsonl"
+    argv = [*py_module("dflash.cli.generate"), "--target", str(run.target_dir), "--prompts",
+            str(prompts), "--out", str(data), "--max-new-tokens", str(args.gen_new_tokens),
+            "--batch-size", str(args.gen_batch), *device_flag(run)]
+    res = run_cli(run, "generate", argv, echo=True)
+    if res["rc"] != 0:
+        raise SystemExit(f"real_target: dflash-generate failed (rc {res['rc']}): "
+                         f"{res['tail'][-800:]}")
+    rows = [json.loads(line) for line in data.read_text(encoding="utf-8").splitlines()]
+    lengths = [len(r["response_ids"]) for r in rows]
+    tok = load_hf_tokenizer(run, run.target_dir)
+    eos = tok.eos_token_id
+    sample = rows[: args.replay_sample]
+    from dflash.ngram import ReplayVerifier, speculate
+
+    cycles: list[int] = []
+    for r in sample:  # the n-gram drafter's exact tau on the training responses
+        got = speculate(ReplayVerifier([*r["prompt_ids"], *r["response_ids"]]),
+                        r["prompt_ids"], max_new_tokens=len(r["response_ids"]),
+                        max_draft=DRAFT_CAP)
+        cycles.extend(got.accepted)
+    return {"command": argv, "rc": res["rc"], "seconds": res["seconds"], "prompts": n,
+            "file": str(data), "new_tokens_asked": args.gen_new_tokens,
+            "response_tokens": sum(lengths), "mean_response_tokens": sum(lengths) / len(rows),
+            "ended_at_eos": sum(1 for r in rows if r["response_ids"][-1:] == [eos]),
+            "tokens_per_s": sum(lengths) / max(res["seconds"], 1e-9),
+            "distinct_4gram_ratio": distinct_ngram_ratio(r["response_ids"] for r in rows),
+            "ngram_replay": {"rows": len(sample), "max_draft": DRAFT_CAP, "cycles": len(cycles),
+                             "tau": sum(cycles) / max(1, len(cycles))},
+            "samples": [r.get("response", "")[:400] for r in rows[:3]]}
+
+
+def train_argv(run: Run, steps: int, out: Path, *, probe: bool = False) -> list[str]:
+    """dflash-train with the paper's recipe (the qwen3-8b-shape preset: lr 6e-4, 4 %
+    warm-up, cosine to 0, AdamW betas 0.9/0.999, clip 1, B=16, gamma 7) on this target,
+    sized for it: ``--drafter-layers`` layers, batches of ``--drafter-batch`` sequences of
+    prompt + response, ``--drafter-anchors`` blocks per sequence."""
+    args = run.args
+    length = (args.prompt_tokens or run.size.prompt_tokens) + args.gen_new_tokens
+    log_every = 10 if probe else max(1, steps // 24)
+    sets = {"draft_layers": args.drafter_layers, "block_size": 16, "gamma": 7.0,
+            "batch_size": args.drafter_batch, "buckets": length,
+            "anchors": args.drafter_anchors, "held_out": 2 * args.drafter_batch,
+            "log_every": log_every, "eval_every": 0 if probe else 2 * log_every,
+            "save_every": 0 if probe else max(1, steps // 3), "keep_checkpoints": 10,
+            "compile": "off", "mega_cache": "off", "seed": args.seed,
+            "peak_tflops": peak_tflops(run) or 0}
+    if not sets["peak_tflops"]:
+        del sets["peak_tflops"]
+    argv = [*py_module("dflash.cli.train"), "--preset", "qwen3-8b-shape", "--target",
+            str(run.target_dir), "--data", str(run.work / "train-data.jsonl"), "--steps",
+            str(steps), "--out", str(out), "--attention", "sdpa", "--unguarded"]
+    for key, value in sets.items():
+        argv += ["--set", f"{key}={value}"]
+    return argv
+
+
+def read_metrics(folder: Path) -> list[dict[str, Any]]:
+    path = folder / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip()]
+
+
+def stage_probe(run: Run) -> dict[str, Any]:
+    out = run.work / "probe"
+    argv = train_argv(run, run.args.probe_steps, out, probe=True)
+    res = run_cli(run, "probe", argv, echo=True)
+    records = read_metrics(out)
+    if res["rc"] != 0 or not records:
+        raise SystemExit(f"real_target: the dflash-train probe failed (rc {res['rc']}): "
+                         f"{res['tail'][-1500:]}")
+    return {"command": argv, "rc": res["rc"], "seconds": res["seconds"],
+            "steps": run.args.probe_steps, "step_s": records[-1]["step_s"],
+            "records": records, "export": str(out / "drafter")}
+
+
+def _step_s(run: Run) -> float:
+    """Seconds a step, from the probe (the last logged interval: warm by then)."""
+    return float(run.result("probe")["step_s"])
+
+
+def stage_train(run: Run) -> dict[str, Any]:
+    args = run.args
+    if not run.has_result("probe"):
+        run.save_result("probe", stage_probe(run))
+    step_s = _step_s(run)
+    budget = args.drafter_seconds
+    left = run.seconds_left() - args.train_reserve_s
+    if left < budget:
+        log("train", f"--deadline-s leaves {left:.0f} s of the {budget:.0f} s asked")
+        budget = max(10.0, left)
+    steps = max(3, int(budget / step_s))
+    out = run.work / "drafter-run"
+    argv = train_argv(run, steps, out)
+    # Start-up (imports, target, data) runs before the first step: allow it, then stop.
+    res = run_cli(run, "train", argv, echo=True, timeout=budget + args.train_startup_s)
+    records = read_metrics(out)
+    checkpoints = sorted(str(p) for p in (out / "checkpoints").glob("step-*") if p.is_dir())
+    export = out / "drafter"
+    meta_path = out / "metadata.json"
+    meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.exists() else {}
+    held = [{"step": r["step"], "held_out_tau": r["held_out_tau"], "loss": r["loss"]}
+            for r in records if "held_out_tau" in r]
+    if res["rc"] != 0 and not checkpoints:
+        raise SystemExit(f"real_target: dflash-train failed (rc {res['rc']}): "
+                         f"{res['tail'][-1500:]}")
+    last = records[-1] if records else {}
+    return {"command": argv, "rc": res["rc"], "seconds": res["seconds"],
+            "stopped": res["stopped"], "steps_planned": steps, "budget_s": budget,
+            "probe_step_s": step_s, "steps_done": last.get("step"),
+            "export": str(export) if export.exists() else None, "checkpoints": checkpoints,
+            "held_out_tau": held, "last_record": last, "records": records,
+            "config": meta.get("config"), "unguarded": meta.get("unguarded"),
+            "attention": meta.get("attention"), "compile": meta.get("compile"),
+            "tail": res["tail"][-1500:]}
+
+
+def trained_drafter(run: Run) -> Path | None:
+    """The train stage's export, else its latest checkpoint (a run stopped early)."""
+    out = run.work / "drafter-run"
+    if (out / "drafter" / "config.json").exists():
+        return out / "drafter"
+    steps = sorted(p for p in (out / "checkpoints").glob("step-*") if p.is_dir())
+    return steps[-1] if steps else None
+
+
+def eval_argv(run: Run, drafter: list[str], limit: int) -> list[str]:
+    args = run.args
+    return [*py_module("dflash.cli.evaluate"), *drafter, "--target", str(run.target_dir),
+            "--prompts", str(run.work / "prompts-eval.jsonl"), "--limit", str(limit),
+            "--max-new-tokens", str(args.eval_new_tokens), "--max-draft", str(DRAFT_CAP),
+            "--dtype", args.eval_dtype, *device_flag(run), "--json"]
+
+
+def _eval_jobs(run: Run) -> list[tuple[str, list[str], int]]:
+    """(name, --drafter flags, prompts) of every drafter asked for that exists."""
+    jobs: list[tuple[str, list[str], int]] = []
+    limit = run.args.eval_limit
+    for name in [n.strip() for n in run.args.eval_drafters.split(",") if n.strip()]:
+        if name == "ngram":
+            jobs.append(("ngram", ["--drafter", "ngram"], limit))
+        elif name == "untrained":
+            cfg_from = trained_drafter(run) or run.work / "probe" / "drafter"
+            jobs.append(("untrained", ["--drafter", str(cfg_from), "--untrained",
+                                       "--init-seed", str(run.args.seed)], limit))
+        elif name == "trained":
+            found = trained_drafter(run)
+            if found is None:
+                log("eval", "no trained drafter: run the train stage first")
+                continue
+            jobs.append(("trained", ["--drafter", str(found)], limit))
+        elif name == "checkpoints":
+            # Every checkpoint but the last, which is the trained drafter's own step.
+            ckpts = sorted(p for p in (run.work / "drafter-run" / "checkpoints").glob("step-*")
+                           if p.is_dir())
+            for ckpt in ckpts[:-1]:
+                steps = int(ckpt.name.removeprefix("step-"))
+                jobs.append((f"trained@{steps}", ["--drafter", str(ckpt)],
+                             run.args.checkpoint_prompts))
+        else:
+            raise SystemExit(f"real_target: unknown drafter {name!r} in --eval-drafters")
+    return jobs
+
+
+def _compact(report: dict[str, Any]) -> dict[str, Any]:
+    keep = ("drafter", "dtype", "device", "max_new_tokens", "prompts", "tokens", "tau",
+            "cycles", "max_draft", "target_seconds", "speculative_seconds", "speedup",
+            "target_tokens_per_s", "speculative_tokens_per_s", "drafted",
+            "draft_acceptance", "lossless", "mismatches", "acceptance_histogram",
+            "warmup_seconds", "per_prompt")
+    return {k: report[k] for k in keep if k in report}
+
+
+def stage_eval(run: Run) -> dict[str, Any]:
+    earlier: dict[str, Any] = {}
+    if run.has_result("eval"):
+        earlier = run.result("eval").get("drafters", {})
+    results: dict[str, Any] = dict(earlier)
+    for name, flags, limit in _eval_jobs(run):
+        left = run.seconds_left() - 5
+        if left < 30:
+            log("eval", f"skipping {name}: {left:.0f} s left before --deadline-s")
+            results.setdefault("skipped", []).append(name)
+            continue
+        argv = eval_argv(run, flags, limit)
+        res = run_cli(run, f"eval-{name.replace('@', '-')}", argv,
+                      timeout=None if math.isinf(left) else left, grace_s=5)
+        entry: dict[str, Any] = {"command": argv, "rc": res["rc"], "seconds": res["seconds"]}
+        if "json" in res:
+            entry.update(_compact(res["json"]))
+            log("eval", f"{name}: tau {entry['tau']:.2f}, speedup {entry['speedup']:.2f}x, "
+                        f"{entry['speculative_tokens_per_s']:.0f} tok/s, lossless "
+                        f"{entry['lossless']}")
+        else:
+            entry["tail"] = res["tail"][-1500:]
+        results[name] = entry
+        # A run cut short still leaves every drafter measured so far.
+        run.save_result("eval", {"drafters": results, "partial": True})
+    summary = {name: {k: e.get(k) for k in ("tau", "speedup", "speculative_tokens_per_s",
+                                            "target_tokens_per_s", "lossless", "prompts")}
+               for name, e in results.items() if isinstance(e, dict) and "tau" in e}
+    return {"drafters": results, "summary": summary, "draft_cap": DRAFT_CAP,
+            "prompts_file": str(run.work / "prompts-eval.jsonl"),
+            "new_tokens": run.args.eval_new_tokens, "dtype": run.args.eval_dtype}
+
+
 STAGES: list[Stage] = [
     Stage("corpus", stage_corpus),
     Stage("tokenizer", stage_tokenizer),
     Stage("pretrain", stage_pretrain),
     Stage("heldout", stage_heldout),
     Stage("prompts", stage_prompts),
+    Stage("generate", stage_generate),
+    Stage("probe", stage_probe),
+    Stage("train", stage_train),
+    Stage("eval", stage_eval),
 ]
 
 
@@ -1191,6 +1532,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt-tokens", type=int, help="default: the size's")
     p.add_argument("--train-prompts", type=int, help="default: the size's")
     p.add_argument("--eval-prompts", type=int, help="default: the size's")
+    g = p.add_argument_group("the drafter experiment (generate, probe, train, eval)")
+    g.add_argument("--gen-prompts", type=int, help="training prompts to answer (default all)")
+    g.add_argument("--gen-new-tokens", type=int, default=320)
+    g.add_argument("--gen-batch", type=int, default=512)
+    g.add_argument("--replay-sample", type=int, default=256,
+                   help="responses the n-gram replay tau of the generate stage uses")
+    g.add_argument("--drafter-layers", type=int, default=5)
+    g.add_argument("--drafter-batch", type=int, default=32, help="sequences a step")
+    g.add_argument("--drafter-anchors", type=int, default=64, help="blocks a sequence")
+    g.add_argument("--drafter-seconds", type=float, default=240.0,
+                   help="training budget: steps = this / the probe's step time")
+    g.add_argument("--probe-steps", type=int, default=30)
+    g.add_argument("--train-startup-s", type=float, default=45.0,
+                   help="allowed for dflash-train's start before SIGTERM")
+    g.add_argument("--train-reserve-s", type=float, default=120.0,
+                   help="with --deadline-s: seconds kept for start-up and the eval stage")
+    g.add_argument("--eval-drafters", default="ngram,untrained,trained",
+                   help="comma-separated: ngram, untrained, trained, checkpoints")
+    g.add_argument("--eval-limit", type=int, default=24, help="eval prompts per drafter")
+    g.add_argument("--checkpoint-prompts", type=int, default=8,
+                   help="eval prompts for each intermediate checkpoint")
+    g.add_argument("--eval-new-tokens", type=int, default=192)
+    g.add_argument("--eval-dtype", choices=["auto", "bfloat16", "float32"],
+                   default="float32", help="float32: the lossless check compares argmaxes "
+                                           "that bf16 rounding can flip at near-ties")
     return p
 
 
@@ -1216,7 +1582,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         result = stage.run(run)
         result["wall_s"] = time.perf_counter() - t0
-        write_json_atomic(run.out / f"{stage.name}.json", result)
+        run.save_result(stage.name, result)
         log(stage.name, f"done in {result['wall_s']:.1f} s: "
                         f"{json.dumps(result, default=str)[:600]}")
     return 0

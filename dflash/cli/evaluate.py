@@ -1,8 +1,17 @@
-"""``dflash-eval``: real speculative decoding with a trained drafter against its target.
+"""``dflash-eval``: real speculative decoding against a target, with a trained DFlash
+drafter, an untrained one of the same config, or the n-gram (prompt-lookup) baseline.
 
-Reports tau (mean tokens per target forward), the wall-clock speedup over target-only
-greedy decoding, and whether the speculative output equals the target's own greedy
-output token for token (it must: anything else is a bug).
+Reports tau (mean tokens per target forward), tokens/s and the wall-clock speedup over
+target-only greedy decoding of the same prompts, and whether the speculative output
+equals the target's own greedy output token for token (it must: anything else is a bug,
+or a near-tie flipped by low precision, which the mismatch's ``logit_gap`` tells apart).
+
+``--drafter`` is an exported drafter folder (or a training checkpoint folder, which holds
+one), or ``ngram[:N_MAX[:N_MIN]]`` for prompt lookup (no drafter model: the target is
+loaded with its default taps). ``--untrained`` keeps the folder's config and replaces its
+weights by a fresh initialisation (seed ``--init-seed``): the baseline before training.
+``--max-draft`` (default: the drafter's block size minus one, 15 for n-gram) caps the
+drafts verified per cycle, the same for every drafter. Progress goes to stderr.
 
 Exit codes (dflash.exitcodes): 0 lossless, 1 an output differed, 2 bad input (drafter,
 target, prompts, or a drafter trained for another target), 4 runtime failure, 130
@@ -14,30 +23,44 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dflash.checkpoint.layout import WEIGHTS_NAME, read_config
 from dflash.cli import options
 from dflash.cli.command import Command
 from dflash.config import DrafterConfig
-from dflash.errors import CheckpointError, ConfigError
+from dflash.errors import CheckpointError, ConfigError, InputError
 from dflash.exitcodes import ExitCode
+from dflash.ngram import NgramSpec
 
 if TYPE_CHECKING:
     from dflash.decoding.speculative import EvalReport
     from dflash.target import TargetModel
 
 PROG = "dflash-eval"
+NGRAM_MAX_DRAFT = 15
+"""The n-gram drafter's default draft cap: block size 16 minus one, the paper's DFlash."""
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG,
-        description="Speculative decoding with a DFlash drafter: tau, speedup, losslessness.")
-    p.add_argument("--drafter", required=True, metavar="DIR",
-                   help="exported drafter folder (config.json + model.safetensors)")
+        description="Speculative decoding with a DFlash drafter or the n-gram baseline: "
+                    "tau, speedup, losslessness.")
+    p.add_argument("--drafter", required=True, metavar="DIR|ngram[:N_MAX[:N_MIN]]",
+                   help="exported drafter folder (config.json + model.safetensors), or "
+                        "ngram for prompt-lookup drafts (default orders 4..1)")
+    p.add_argument("--untrained", action="store_true",
+                   help="the folder's config with freshly initialised weights")
+    p.add_argument("--init-seed", type=int, default=0, help="for --untrained")
+    p.add_argument("--max-draft", type=int, metavar="K",
+                   help="drafts verified per cycle at most (default: block size - 1; "
+                        f"{NGRAM_MAX_DRAFT} for ngram)")
     options.add_decoding_options(p)
+    p.add_argument("--dtype", choices=("auto", "bfloat16", "float32"), default="auto",
+                   help="target and drafter dtype (auto: bfloat16 on GPU, float32 on CPU)")
     p.add_argument("--target-seed", type=int, default=0,
                    help="weights seed of a random (named-shape or config-only) target; "
                         "use the training run's seed")
@@ -45,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, help="evaluate at most this many prompts")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     return p
 
 
@@ -53,13 +77,44 @@ def main(argv: list[str] | None = None) -> int:
     return Command(PROG).run(lambda: _main(args))
 
 
-def check_inputs(args: argparse.Namespace) -> DrafterConfig:
-    """Every flag and path, before torch is imported; the drafter's config."""
-    drafter_cfg = read_config(Path(args.drafter))
-    options.readable_file(Path(args.drafter) / WEIGHTS_NAME, CheckpointError)
+@dataclass(frozen=True, slots=True)
+class DrafterChoice:
+    """What ``--drafter`` (and ``--untrained``) name, checked before torch is imported."""
+
+    ngram: NgramSpec | None
+    config: DrafterConfig | None
+    max_draft: int
+
+    @property
+    def kind(self) -> str:
+        if self.ngram is not None:
+            return "ngram"
+        return "dflash"
+
+
+def check_inputs(args: argparse.Namespace) -> DrafterChoice:
+    """Every flag and path, before torch is imported; what the drafter is."""
+    try:
+        spec = NgramSpec.parse(args.drafter)
+    except ValueError as exc:
+        raise InputError(f"--drafter: {exc}") from None
     options.check_decoding_options(args)
     options.at_least("--limit", args.limit, 0)
-    return drafter_cfg
+    options.at_least("--max-draft", args.max_draft, 0)
+    if spec is not None:
+        if args.untrained:
+            raise InputError("--untrained needs a drafter folder, not ngram")
+        max_draft = NGRAM_MAX_DRAFT if args.max_draft is None else args.max_draft
+        return DrafterChoice(spec, None, max_draft)
+    drafter_cfg = read_config(Path(args.drafter))
+    if not args.untrained:
+        options.readable_file(Path(args.drafter) / WEIGHTS_NAME, CheckpointError)
+    longest = drafter_cfg.block_size - 1
+    if args.max_draft is not None and args.max_draft > longest:
+        raise InputError(f"--max-draft {args.max_draft}: a drafter of block size "
+                         f"{drafter_cfg.block_size} drafts at most {longest} tokens")
+    return DrafterChoice(None, drafter_cfg, longest if args.max_draft is None
+                         else args.max_draft)
 
 
 def check_pair(drafter_cfg: DrafterConfig, target: TargetModel) -> None:
@@ -76,34 +131,86 @@ def check_pair(drafter_cfg: DrafterConfig, target: TargetModel) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
-    check_inputs(args)
+    choice = check_inputs(args)
+    from dflash.decoding.progress import Progress
+
+    progress = Progress(PROG, quiet=args.quiet)
+    progress.phase("importing torch and transformers")
+    import torch
+
     from dflash.checkpoint.export import load_drafter
     from dflash.decoding.generate import device_and_dtype, prompts_for, stop_ids_of
-    from dflash.decoding.speculative import evaluate
+    from dflash.decoding.speculative import Decoder, dflash_decoder, evaluate, ngram_decoder
+    from dflash.model import DFlashDrafter
     from dflash.target import load_target
 
-    device, dtype = device_and_dtype(args.device)
-    drafter = load_drafter(args.drafter, device=device, dtype=dtype).eval()
-    target = load_target(args.target, device=device, dtype=dtype,
-                         layer_ids=drafter.cfg.target_layer_ids,
-                         mask_token_id=drafter.cfg.mask_token_id, seed=args.target_seed)
-    check_pair(drafter.cfg, target)
-    prompts = prompts_for(target, prompts_file=args.prompts, synthetic=args.synthetic,
-                          length=args.prompt_length, seed=args.seed)
-    prompts = prompts[: args.limit] if args.limit else prompts
-    report = evaluate(target, drafter, prompts, max_new_tokens=args.max_new_tokens,
-                      stop_ids=stop_ids_of(target))
-    print(json.dumps(report.to_dict(), indent=2) if args.json else render_text(report))
+    device, dtype = device_and_dtype(args.device, args.dtype)
+    described: dict[str, Any] = {"kind": choice.kind, "source": args.drafter,
+                                 "max_draft": choice.max_draft}
+    decode: Decoder
+    with progress:
+        if choice.ngram is not None:
+            progress.phase(f"loading the target {args.target}")
+            target = load_target(args.target, device=device, dtype=dtype,
+                                 seed=args.target_seed)
+            decode = ngram_decoder(target, max_draft=choice.max_draft,
+                                   n_max=choice.ngram.n_max, n_min=choice.ngram.n_min)
+            described.update(n_max=choice.ngram.n_max, n_min=choice.ngram.n_min)
+        elif choice.config is not None:
+            if args.untrained:
+                progress.phase(f"initialising an untrained drafter of {args.drafter}'s "
+                               f"config (seed {args.init_seed})")
+                torch.manual_seed(args.init_seed)
+                drafter = DFlashDrafter(choice.config).to(device=device, dtype=dtype).eval()
+                described.update(untrained=True, init_seed=args.init_seed)
+            else:
+                progress.phase(f"loading the drafter {args.drafter}")
+                drafter = load_drafter(args.drafter, device=device, dtype=dtype).eval()
+            progress.phase(f"loading the target {args.target}")
+            target = load_target(args.target, device=device, dtype=dtype,
+                                 layer_ids=drafter.cfg.target_layer_ids,
+                                 mask_token_id=drafter.cfg.mask_token_id,
+                                 seed=args.target_seed)
+            check_pair(drafter.cfg, target)
+            decode = dflash_decoder(target, drafter, choice.max_draft)
+            described.update(block_size=drafter.cfg.block_size,
+                             layers=drafter.cfg.num_layers, untrained=bool(args.untrained))
+        progress.phase("reading the prompts")
+        prompts = prompts_for(target, prompts_file=args.prompts, synthetic=args.synthetic,
+                              length=args.prompt_length, seed=args.seed)
+        prompts = prompts[: args.limit] if args.limit else prompts
+
+        def on_phase(text: str) -> None:
+            progress.phase(text)
+            if text.startswith("decoding"):
+                progress.start("prompt", len(prompts))
+
+        report = evaluate(target, decode, prompts, max_new_tokens=args.max_new_tokens,
+                          stop_ids=stop_ids_of(target), max_draft=choice.max_draft,
+                          on_phase=on_phase, on_prompt=progress.update)
+    progress.say(f"done: tau {report.tau:.2f}, speedup {report.speedup:.2f}x, "
+                 f"{'lossless' if report.lossless else 'NOT LOSSLESS'}")
+    if args.json:
+        out = {"drafter": described, "target": args.target, "device": str(target.device),
+               "dtype": str(dtype).removeprefix("torch."),
+               "max_new_tokens": args.max_new_tokens, **report.to_dict()}
+        print(json.dumps(out, indent=2))
+    else:
+        print(render_text(report))
     return ExitCode.OK if report.lossless else ExitCode.MISMATCH
 
 
 def render_text(report: EvalReport) -> str:
     hist = ", ".join(f"{i + 1}:{n}" for i, n in enumerate(report.acceptance_histogram) if n)
+    d = report.to_dict()
     lines = [
         f"prompts {report.prompts}, tokens {report.tokens}",
         f"tau {report.tau:.2f} tokens per target forward (per cycle: {hist})",
         f"target-only {report.target_seconds:.2f} s, speculative "
         f"{report.speculative_seconds:.2f} s, speedup {report.speedup:.2f}x",
+        f"tokens/s: target-only {d['target_tokens_per_s']:.1f}, speculative "
+        f"{d['speculative_tokens_per_s']:.1f}; drafts accepted "
+        f"{100 * report.draft_acceptance:.1f} % of {report.drafted}",
         "lossless: output equals target-only greedy, token for token" if report.lossless
         else f"NOT LOSSLESS: {len(report.mismatches)} prompt(s) differ, first at prompt "
              f"{report.mismatches[0].prompt}, token {report.mismatches[0].position}",

@@ -1,6 +1,7 @@
 """``dflash-generate``: write DFlash training data, the target's own responses to prompts
 (:mod:`dflash.decoding.generate`), as JSONL rows ``{"prompt_ids", "response_ids"}`` (plus
-the decoded ``response`` text when the target has a tokenizer), atomically.
+the decoded ``response`` text when the target has a tokenizer), atomically. Progress
+(each phase, then the prompts done) goes to stderr.
 
 Exit codes (dflash.exitcodes): 0 written, 2 bad input, 4 runtime failure, 130 interrupted.
 """
@@ -28,6 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--dtype", choices=("auto", "bfloat16", "float32"), default="auto",
+                   help="target dtype (auto: bfloat16 on GPU, float32 on CPU)")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     return p
 
 
@@ -46,6 +50,10 @@ def check_inputs(args: argparse.Namespace) -> None:
 
 def _main(args: argparse.Namespace) -> int:
     check_inputs(args)
+    from dflash.decoding.progress import Progress
+
+    progress = Progress(PROG, quiet=args.quiet)
+    progress.phase("importing torch and transformers")
     from dflash.data import write_jsonl_atomic
     from dflash.decoding.generate import (
         device_and_dtype,
@@ -55,21 +63,30 @@ def _main(args: argparse.Namespace) -> int:
     )
     from dflash.target import load_target
 
-    device, dtype = device_and_dtype(args.device)
-    target = load_target(args.target, device=device, dtype=dtype, seed=args.seed)
-    prompts = prompts_for(target, prompts_file=args.prompts, synthetic=args.synthetic,
-                          length=args.prompt_length, seed=args.seed)
-    tok = target.tokenizer
-    responses = generate_responses(
-        target, prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-        seed=args.seed, stop_ids=stop_ids_of(target), batch_size=args.batch_size)
-    rows: list[dict[str, Any]] = []
-    for prompt, response in zip(prompts, responses, strict=True):
-        row: dict[str, Any] = {"prompt_ids": list(prompt), "response_ids": response}
-        if tok is not None:
-            row["response"] = tok.decode(response)
-        rows.append(row)
-    write_jsonl_atomic(args.out, rows)
+    device, dtype = device_and_dtype(args.device, args.dtype)
+    with progress:
+        progress.phase(f"loading the target {args.target}")
+        target = load_target(args.target, device=device, dtype=dtype, seed=args.seed)
+        progress.phase("reading the prompts")
+        prompts = prompts_for(target, prompts_file=args.prompts, synthetic=args.synthetic,
+                              length=args.prompt_length, seed=args.seed)
+        tok = target.tokenizer
+        progress.phase(f"generating up to {args.max_new_tokens} tokens for {len(prompts)} "
+                       f"prompt(s), {args.batch_size} at a time")
+        progress.start("prompt", len(prompts))
+        responses = generate_responses(
+            target, prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+            seed=args.seed, stop_ids=stop_ids_of(target), batch_size=args.batch_size,
+            on_progress=progress.update)
+        progress.close()
+        progress.phase(f"writing {args.out}")
+        rows: list[dict[str, Any]] = []
+        for prompt, response in zip(prompts, responses, strict=True):
+            row: dict[str, Any] = {"prompt_ids": list(prompt), "response_ids": response}
+            if tok is not None:
+                row["response"] = tok.decode(response)
+            rows.append(row)
+        write_jsonl_atomic(args.out, rows)
     print(f"{PROG}: wrote {len(rows)} rows to {args.out}")
     return ExitCode.OK
 

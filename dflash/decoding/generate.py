@@ -10,7 +10,7 @@ batched, with a KV cache). ``dflash-generate`` writes them to a file
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -69,11 +69,14 @@ def _generate_group(target: TargetModel, prompts_BP: torch.Tensor, max_new_token
 
 def generate_responses(target: TargetModel, prompts: Sequence[Sequence[int]], *,
                        max_new_tokens: int, temperature: float = 0.0, seed: int = 0,
-                       stop_ids: Sequence[int] = (), batch_size: int = 64) -> list[list[int]]:
+                       stop_ids: Sequence[int] = (), batch_size: int = 64,
+                       on_progress: Callable[[int, int], None] | None = None
+                       ) -> list[list[int]]:
     """The target's continuation of every prompt, in input order.
 
     Prompts of equal length are batched together (no padding, so batching cannot change
     a greedy result); each row stops after its first stop id or ``max_new_tokens``.
+    ``on_progress(done, total)`` hears the prompts done after each batch.
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -87,6 +90,7 @@ def generate_responses(target: TargetModel, prompts: Sequence[Sequence[int]], *,
         gen = torch.Generator(device=target.device).manual_seed(seed)
     stops = torch.tensor(list(stop_ids), dtype=torch.long, device=target.device)
     responses: list[list[int]] = [[] for _ in prompts]
+    done = 0
     for length in sorted(by_length):
         index = by_length[length]
         for start in range(0, len(index), batch_size):
@@ -96,13 +100,21 @@ def generate_responses(target: TargetModel, prompts: Sequence[Sequence[int]], *,
             for i, row in zip(chunk, _generate_group(target, ids, max_new_tokens,
                                                      temperature, gen, stops), strict=True):
                 responses[i] = row
+            done += len(chunk)
+            if on_progress is not None:
+                on_progress(done, len(prompts))
     return responses
 
 
-def device_and_dtype(name: str) -> tuple[str, torch.dtype]:
-    """``auto`` picks cuda when present; bf16 on GPU, fp32 on CPU."""
+DTYPES = ("auto", "bfloat16", "float32")
+
+
+def device_and_dtype(name: str, dtype: str = "auto") -> tuple[str, torch.dtype]:
+    """``auto`` picks cuda when present; dtype ``auto`` is bf16 on GPU, fp32 on CPU."""
     device = ("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name
-    return device, torch.bfloat16 if device.startswith("cuda") else torch.float32
+    if dtype == "auto":
+        return device, torch.bfloat16 if device.startswith("cuda") else torch.float32
+    return device, {"bfloat16": torch.bfloat16, "float32": torch.float32}[dtype]
 
 
 def prompts_for(target: TargetModel, *, prompts_file: str | None, synthetic: int | None,

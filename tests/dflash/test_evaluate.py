@@ -1,12 +1,27 @@
-"""dflash-eval: real speculative decoding from an exported drafter folder."""
+"""dflash-eval: real speculative decoding from an exported drafter folder, an untrained
+drafter of its config, or the n-gram baseline."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
+from dflash.checkpoint.layout import published_config
 from dflash.cli.evaluate import main
+from dflash.presets import tiny_drafter
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _error_line(err: str) -> str:
+    """The one line that says what is wrong; every line before it is progress."""
+    *progress, error = err.strip().splitlines()
+    assert all(line.endswith(" s]") for line in progress), err
+    assert not error.endswith(" s]") and "Traceback" not in err, err
+    return error
 
 
 def test_eval_reports_tau_and_losslessness(trained_tiny, capsys):
@@ -32,8 +47,7 @@ def test_eval_refuses_a_drafter_for_another_target(trained_tiny, tmp_path: Path,
     rc = main(["--drafter", str(trained_tiny.result.export), "--target", str(other),
                "--synthetic", "2", "--device", "cpu"])
     err = capsys.readouterr().err
-    assert rc == 2 and "trained for another target" in err
-    assert len(err.strip().splitlines()) == 1
+    assert rc == 2 and "trained for another target" in _error_line(err)
 
 
 def test_eval_bad_drafter_folder_is_exit_2(trained_tiny, tmp_path: Path, capsys):
@@ -44,7 +58,101 @@ def test_eval_bad_drafter_folder_is_exit_2(trained_tiny, tmp_path: Path, capsys)
     rc = main(["--drafter", str(broken), "--target", "tiny", "--synthetic", "2",
                "--device", "cpu"])
     err = capsys.readouterr().err
-    assert rc == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert rc == 2 and "model.safetensors" in _error_line(err)
     (broken / "config.json").write_text("{")
     assert main(["--drafter", str(broken), "--target", "tiny", "--synthetic", "2",
                  "--device", "cpu"]) == 2
+
+
+def _ngram_argv(*extra: str) -> list[str]:
+    return ["--drafter", "ngram", "--target", "tiny", "--synthetic", "3", "--prompt-length",
+            "12", "--max-new-tokens", "40", "--device", "cpu", "--json", *extra]
+
+
+def test_ngram_eval_through_the_cli_is_lossless(capsys):
+    assert main(_ngram_argv()) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert report["lossless"] and report["mismatches"] == []
+    assert report["prompts"] == 3 and report["tokens"] == 3 * 40
+    assert report["tau"] >= 1.0 and report["max_draft"] == 15
+    assert len(report["acceptance_histogram"]) == 16
+    assert report["drafter"] == {"kind": "ngram", "source": "ngram", "max_draft": 15,
+                                 "n_max": 4, "n_min": 1}
+    assert report["speedup"] > 0 and report["speculative_tokens_per_s"] > 0
+    assert len(report["per_prompt"]) == 3
+    # Progress on stderr, never in the JSON on stdout.
+    for phase in ("loading the target tiny", "warming up", "decoding 3 prompt(s)",
+                  "prompt 3/3 (100 %)", "done: tau"):
+        assert phase in captured.err, captured.err
+
+    assert main(["--drafter", "ngram:2:2", *_ngram_argv("--max-draft", "3")[2:]]) == 0
+    small = json.loads(capsys.readouterr().out)
+    assert small["lossless"] and len(small["acceptance_histogram"]) == 4
+    assert small["drafter"]["n_max"] == small["drafter"]["n_min"] == 2
+    assert all(n == 0 for n in small["acceptance_histogram"][4:])
+
+
+def test_untrained_drafter_of_the_trained_config(trained_tiny, capsys):
+    argv = ["--drafter", str(trained_tiny.result.export), "--untrained", "--target", "tiny",
+            "--synthetic", "2", "--prompt-length", "12", "--max-new-tokens", "24",
+            "--device", "cpu", "--json", "--quiet"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert captured.err == ""  # --quiet
+    assert report["lossless"] and report["tau"] < 1.2  # the trained one gets > 1.1
+    assert report["drafter"]["untrained"] is True and report["drafter"]["block_size"] == 4
+    assert len(report["acceptance_histogram"]) == 4
+
+
+def test_max_draft_caps_the_dflash_drafts(trained_tiny, capsys):
+    argv = ["--drafter", str(trained_tiny.result.export), "--target", "tiny", "--synthetic",
+            "2", "--prompt-length", "12", "--max-new-tokens", "32", "--device", "cpu",
+            "--json", "--max-draft", "1"]
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["lossless"] and report["acceptance_histogram"][2:] == []
+    assert len(report["acceptance_histogram"]) == 2 and report["tau"] <= 2.0
+
+
+# Runs main(argv) for each case in a fresh interpreter; reports rc, stderr and whether
+# torch was imported by then.
+PROBE = r"""
+import contextlib, io, json, sys
+from dflash.cli.evaluate import main
+out = []
+for argv in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rc = main(argv)
+    out.append({"rc": rc, "stderr": err.getvalue(), "torch": "torch" in sys.modules})
+print(json.dumps(out))
+"""
+
+
+def test_bad_drafter_specs_are_exit_2_before_torch_is_imported(tmp_path: Path):
+    config_only = tmp_path / "drafter"
+    config_only.mkdir()
+    (config_only / "config.json").write_text(json.dumps(published_config(tiny_drafter(),
+                                                                         "float32")))
+    base = ["--target", "tiny", "--synthetic", "2"]
+    cases = [
+        (["--drafter", "ngram:x", *base], "bad n-gram drafter 'ngram:x'"),
+        (["--drafter", "ngram:2:3", *base], "n_max must be >= n_min"),
+        (["--drafter", "ngram:0", *base], "n_min must be >= 1"),
+        (["--drafter", "ngram:1:2:3", *base], "expected ngram[:N_MAX[:N_MIN]]"),
+        (["--drafter", "ngram", "--untrained", *base], "--untrained needs a drafter folder"),
+        (["--drafter", "ngram", "--max-draft", "-1", *base], "--max-draft must be >= 0"),
+        (["--drafter", str(config_only), "--untrained", "--max-draft", "4", *base],
+         "block size 4 drafts at most 3 tokens"),
+        (["--drafter", str(config_only), *base], "model.safetensors"),  # weights needed
+    ]
+    proc = subprocess.run([sys.executable, "-c", PROBE, json.dumps([c for c, _ in cases])],
+                          cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(proc.stdout.splitlines()[-1])
+    for (_, expected), result in zip(cases, results, strict=True):
+        lines = result["stderr"].strip().splitlines()
+        assert result["rc"] == 2 and len(lines) == 1 and expected in lines[0], result
+        assert not result["torch"], result

@@ -74,7 +74,10 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path: Path):
         proc = subprocess.run([sys.executable, "-m", "dflash.cli.generate", *argv],
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2, proc.stderr
-        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        # One line says what is wrong; the lines before it are progress ("phase… [1.2 s]").
+        *progress, error = proc.stderr.strip().splitlines()
+        assert all(line.endswith(" s]") for line in progress), proc.stderr
+        assert not error.endswith(" s]"), proc.stderr
         assert "Traceback" not in proc.stderr
     assert out.read_text() == "precious\n"  # nothing the user had is lost
 
@@ -83,3 +86,66 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path: Path):
 def test_synthetic_rejects_empty(n: int):
     with pytest.raises(ValueError):
         synthetic_prompts(n, vocab_size=10, length=3, seed=0)
+
+
+def test_progress_callback_counts_every_prompt(tiny_target):
+    prompts = synthetic_prompts(5, vocab_size=512, length=7, seed=8, exclude=(511,))
+    prompts += synthetic_prompts(2, vocab_size=512, length=4, seed=9, exclude=(511,))
+    seen: list[tuple[int, int]] = []
+    generate_responses(tiny_target, prompts, max_new_tokens=3, batch_size=2,
+                       on_progress=lambda done, total: seen.append((done, total)))
+    assert seen[-1] == (7, 7) and all(total == 7 for _, total in seen)
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen) and len(seen) == 4
+
+
+def test_cli_progress_goes_to_stderr(tmp_path: Path, capsys):
+    out = tmp_path / "data.jsonl"
+    assert main(["--target", "tiny", "--synthetic", "3", "--prompt-length", "4", "--out",
+                 str(out), "--max-new-tokens", "4", "--device", "cpu",
+                 "--batch-size", "1"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.strip() == f"dflash-generate: wrote 3 rows to {out}"
+    err = captured.err
+    for phase in ("loading the target tiny", "reading the prompts", "generating up to 4",
+                  "prompt 1/3 (33 %)", "prompt 3/3 (100 %)", "writing"):
+        assert phase in err, err
+    assert main(["--target", "tiny", "--synthetic", "2", "--out", str(out),
+                 "--max-new-tokens", "2", "--device", "cpu", "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_progress_lines_every_tenth_when_piped():
+    import io
+
+    from dflash.decoding.progress import Progress
+
+    stream = io.StringIO()
+    progress = Progress("prog", stream=stream, terminal=False)
+    progress.phase("loading")
+    progress.start("prompt", 40)
+    for i in range(1, 41):
+        progress.update(i)
+    lines = stream.getvalue().splitlines()
+    assert lines[0].startswith("prog: loading… [")
+    assert [line.split(" [")[0] for line in lines[1:]] == [
+        f"prog: prompt {4 * k}/40 ({10 * k} %)" for k in range(1, 11)]
+
+
+def test_progress_bar_on_a_terminal_and_quiet():
+    import io
+
+    from dflash.decoding.progress import Progress
+
+    stream = io.StringIO()
+    with Progress("prog", stream=stream, terminal=True) as progress:
+        progress.start("prompt", 3)
+        for i in range(1, 4):
+            progress.update(i)
+        progress.say("done")
+    assert "prog: done" in stream.getvalue()
+    quiet = io.StringIO()
+    with Progress("prog", stream=quiet, quiet=True) as progress:
+        progress.phase("loading")
+        progress.start("prompt", 3)
+        progress.update(3)
+    assert quiet.getvalue() == ""

@@ -12,6 +12,8 @@ from dflash.decoding.generate import synthetic_prompts
 from dflash.decoding.speculative import (
     DraftStream,
     evaluate,
+    ngram_decoder,
+    ngram_greedy,
     speculative_greedy,
     target_greedy,
 )
@@ -114,3 +116,59 @@ def test_a_broken_verifier_is_caught(tiny_target, trained_tiny, monkeypatch):
     monkeypatch.setattr(spec, "target_greedy", off_by_one)
     bad = evaluate(tiny_target, trained_tiny.drafter, prompts, max_new_tokens=32, warmup=False)
     assert not bad.lossless and bad.mismatches[0].position == 5
+    # The speculative token is the target's true argmax there: the corrupted reference
+    # token scores lower, so the gap is negative (not a near-tie).
+    assert bad.mismatches[0].logit_gap is not None and bad.mismatches[0].logit_gap < 0
+
+
+def test_max_draft_caps_each_cycle_and_stays_lossless(tiny_target, trained_tiny):
+    prompt = _prompts(1, seed=5)[0]
+    ref = target_greedy(tiny_target, prompt, max_new_tokens=40)
+    for cap in (0, 1, 2):
+        got = speculative_greedy(tiny_target, trained_tiny.drafter, prompt,
+                                 max_new_tokens=40, max_draft=cap)
+        assert got.tokens == ref.tokens
+        assert max(got.accepted) <= cap + 1 and max(got.drafted) <= cap
+    with pytest.raises(ValueError, match="max_draft must be in"):
+        speculative_greedy(tiny_target, trained_tiny.drafter, prompt, max_new_tokens=4,
+                           max_draft=trained_tiny.drafter.cfg.block_size)
+
+
+def test_drafts_never_run_past_max_new_tokens(tiny_target, trained_tiny):
+    for max_new in (1, 2, 5, 17):
+        got = speculative_greedy(tiny_target, trained_tiny.drafter, _prompts(1, seed=6)[0],
+                                 max_new_tokens=max_new)
+        # The prefill's token, then every cycle's tokens: exactly max_new, none cut off.
+        assert len(got.tokens) == max_new == 1 + sum(got.accepted)
+
+
+def test_ngram_greedy_equals_target_greedy(tiny_target):
+    looping = [5, 9, 5, 9, 5, 9, 17, 3, 5, 9]
+    for prompt in (looping, *_prompts(2)):
+        ref = target_greedy(tiny_target, prompt, max_new_tokens=30)
+        got = ngram_greedy(tiny_target, prompt, max_new_tokens=30, max_draft=6)
+        assert got.tokens == ref.tokens
+        assert got.target_forwards == len(got.accepted) and got.seconds > 0
+        assert len(got.drafted) == len(got.accepted) and max(got.drafted) <= 6
+        assert 1 + sum(got.accepted) == len(got.tokens)
+
+
+def test_evaluate_takes_any_decoder(tiny_target):
+    prompts = [[5, 9, 5, 9, 5, 9, 17, 3, 5, 9], *_prompts(2)]
+    decode = ngram_decoder(tiny_target, max_draft=7)
+    phases: list[str] = []
+    done: list[tuple[int, int]] = []
+    report = evaluate(tiny_target, decode, prompts, max_new_tokens=24, max_draft=7,
+                      on_phase=phases.append, on_prompt=lambda i, n: done.append((i, n)))
+    assert report.lossless and report.tokens == report.target_tokens == 3 * 24
+    assert len(report.acceptance_histogram) == 8 and report.cycles == sum(
+        p["cycles"] for p in report.per_prompt)
+    assert report.tau >= 1.0 and 0 <= report.draft_acceptance <= 1
+    assert report.tokens_from_drafts == sum(report.acceptance_histogram[i] * i
+                                            for i in range(8))
+    assert phases[0] == "warming up" and phases[1].startswith("decoding 3")
+    assert done == [(1, 3), (2, 3), (3, 3)]
+    d = report.to_dict()
+    assert d["speculative_tokens_per_s"] > 0 and d["target_tokens_per_s"] > 0
+    with pytest.raises(ValueError, match="max_draft is needed"):
+        evaluate(tiny_target, decode, prompts, max_new_tokens=4, warmup=False)
