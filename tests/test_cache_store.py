@@ -79,11 +79,15 @@ def store() -> Path:
 
 
 def tree(root: Path) -> dict[str, tuple[str, int, str]]:
-    """Every entry under root: (type, mode, sha256 of a file or target of a link)."""
+    """Every entry under root: (type, mode, sha256 of a file or target of a link). The
+    provenance marker at the top is not cache content (save and restore write it; the
+    marker tests below check it)."""
     out: dict[str, tuple[str, int, str]] = {".": ("dir", stat.S_IMODE(root.stat().st_mode), "")}
     for folder, dirs, files in os.walk(root):
         for name in dirs + files:
             path = Path(folder) / name
+            if path == root / caches.MARKER_NAME:
+                continue
             rel = str(path.relative_to(root))
             st = path.lstat()
             if stat.S_ISLNK(st.st_mode):
@@ -266,23 +270,85 @@ def _status(python: Path) -> dict[str, dict[str, object]]:
     return {c["kind"]: c for c in doc["caches"]}
 
 
-def test_status_says_valid_stale_unknown_empty_missing(builds: Builds) -> None:
+def _marker_keys(root: Path) -> list[str]:
+    return [b["compat_key"] for b in json.loads((root / caches.MARKER_NAME).read_text())["builds"]]
+
+
+def _key(python: Path) -> str:
+    snap = json.loads(envguard("snapshot", "--json", "-q", "--python", python).stdout)
+    key = snap["torch"]["compat_key"]
+    assert isinstance(key, str)
+    return key
+
+
+def test_status_says_valid_seen_stale_unknown_empty_missing(builds: Builds) -> None:
     make_cache(inductor())
     triton().mkdir()
     rows = _status(builds.a.path)
     assert (rows["inductor"]["state"], rows["triton"]["state"], rows["cuda"]["state"]) == (
         "unknown", "empty", "missing")
     assert not (inductor() / caches.MARKER_NAME).exists()  # status never writes the marker
-    # A snapshot of build A records A in the cache's marker.
-    assert envguard("snapshot", "-q", "--json", "--python", builds.a.path).returncode == 0
+    # A snapshot of build A writes nothing into the cache: it only remembers, in envguard's
+    # own state, that it saw the cache under A. That is "seen", not "valid".
+    before = tree(inductor())
+    proc = envguard("snapshot", "-q", "--json", "--python", builds.a.path)
+    assert proc.returncode == 0, proc.stderr
+    assert not (inductor() / caches.MARKER_NAME).exists()
+    assert sorted(os.listdir(inductor())) == sorted(p for p in before if "/" not in p
+                                                    and p != ".")
+    sightings = json.loads((Path(os.environ["ENVGUARD_CACHE_DIR"])
+                            / "cache-sightings.json").read_text())
+    assert list(sightings["caches"]) == [os.path.realpath(inductor())]
+    assert _status(builds.a.path)["inductor"]["state"] == "seen"
+    assert _status(builds.b.path)["inductor"]["state"] == "unknown"  # seen under A only
+    # --no-cache-marker is accepted and changes nothing.
+    assert envguard("snapshot", "-q", "--json", "--no-cache-marker", "--python",
+                    builds.a.path).returncode == 0
+    assert not (inductor() / caches.MARKER_NAME).exists()
+    # envguard cache mark: the user says A filled it. Valid for A, stale for B.
+    marked = envguard("cache", "mark", "--python", builds.a.path)
+    assert marked.returncode == ExitCode.OK, marked.stderr
+    assert lines(marked.stdout) == [f"inductor: {inductor()}: marked under torch 2.11.0+cu128"]
+    assert _marker_keys(inductor()) == [_key(builds.a.path)]
     assert _status(builds.a.path)["inductor"]["state"] == "valid"
     stale = _status(builds.b.path)["inductor"]
     assert stale["state"] == "stale"
     assert stale["other_builds"] == [f"torch 2.11.0+cu128 (git {GIT_A[:12]})"]
-    # Once B has used the cache too, it is valid for B, with A named as another build.
+    # A snapshot of B does not make it B's; marking under B does, with A named as another.
     assert envguard("snapshot", "-q", "--json", "--python", builds.b.path).returncode == 0
+    assert _status(builds.b.path)["inductor"]["state"] == "stale"
+    assert envguard("cache", "mark", "--python", builds.b.path).returncode == 0
     both = _status(builds.b.path)["inductor"]
     assert both["state"] == "valid" and both["other_builds"] == stale["other_builds"]
+    again = envguard("cache", "mark", "--python", builds.b.path)
+    assert "already marked" in again.stdout
+
+
+def test_mark_with_nothing_to_mark_is_one_line_exit_2(builds: Builds) -> None:
+    proc = envguard("cache", "mark", "--python", builds.a.path)
+    assert proc.returncode == ExitCode.USAGE == 2
+    assert len(lines(proc.stderr)) == 1 and "nothing to mark" in proc.stderr
+
+
+def test_save_and_restore_record_provenance(builds: Builds) -> None:
+    make_cache(inductor())
+    assert _status(builds.a.path)["inductor"]["state"] == "unknown"
+    saved = envguard("cache", "save", "a1", "--python", builds.a.path)
+    assert saved.returncode == 0, saved.stderr
+    # The archive is labelled with A, so the cache it was saved from now says A too.
+    assert _marker_keys(inductor()) == [_key(builds.a.path)]
+    assert _status(builds.a.path)["inductor"]["state"] == "valid"
+    shutil.rmtree(inductor())
+    assert envguard("cache", "restore", "a1", "--force", "--python",
+                    builds.b.path).returncode == 0
+    # Restored under B with --force: the marker names the archive's build, A, so the
+    # restored cache is stale for B, not valid.
+    assert _marker_keys(inductor()) == [_key(builds.a.path)]
+    assert _status(builds.b.path)["inductor"]["state"] == "stale"
+    # Saving a stale cache under B labels the archive B but leaves the marker alone.
+    saved_b = envguard("cache", "save", "b1", "--python", builds.b.path)
+    assert saved_b.returncode == 0 and "marker names only other builds" in saved_b.stderr
+    assert _marker_keys(inductor()) == [_key(builds.a.path)]
 
 
 def _rewrite(folder: Path, member_tar: bytes) -> None:
@@ -463,7 +529,8 @@ def test_save_from_a_snapshot_records_it(builds: Builds, tmp_path: Path) -> None
     assert manifest["snapshot"] == {"created_at": snap["created_at"], "file": str(snap_path)}
     assert manifest["build"]["compat_key"] == snap["torch"]["compat_key"]
     assert manifest["build"]["torch_git_version"] == GIT_B
-    assert manifest["archives"][0]["state_at_save"] == "valid"  # the snapshot marked it
+    # The snapshot saw the cache under B but wrote nothing into it: seen, not valid.
+    assert manifest["archives"][0]["state_at_save"] == "seen"
 
 
 @pytest.mark.parametrize(

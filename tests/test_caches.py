@@ -16,8 +16,11 @@ from pathlib import Path
 import pytest
 
 import envguard
+import envguard.cache
+from envguard.cache import provenance
+from envguard.errors import InputError
 from envguard.model import CacheDir, ProbeIssue, TorchIdentity
-from envguard.probe import caches
+from envguard.probe import caches, sightings
 from tests.conftest import is_root
 
 BUILD_A = TorchIdentity(present=True, version="2.11.0+cu128", git_version="a" * 40,
@@ -32,9 +35,10 @@ def _env(root: Path) -> dict[str, str]:
             "TRITON_CACHE_DIR": str(root / "triton"), "CUDA_CACHE_PATH": str(root / "nv")}
 
 
-def _probe(root: Path, torch: TorchIdentity = BUILD_A, *, write_marker: bool = True,
+def _probe(root: Path, torch: TorchIdentity = BUILD_A, *, remember: bool = True,
            ) -> tuple[dict[str, CacheDir], list[ProbeIssue]]:
-    found, issues = caches.probe(_env(root), FACTS, torch, write_marker=write_marker, mounts=[])
+    found, issues = caches.probe(_env(root), FACTS, torch, remember=remember,
+                                 state_root=root / "state", mounts=[])
     return {c.kind: c for c in found}, issues
 
 
@@ -126,7 +130,7 @@ def test_symlinked_cache_root_is_walked_and_dangling_root_is_reported(tmp_path: 
     _write(real / "fxgraph" / "e", 5)
     os.symlink(real, tmp_path / "inductor")
     os.symlink(tmp_path / "gone", tmp_path / "triton")
-    found, issues = _probe(tmp_path, write_marker=False)
+    found, issues = _probe(tmp_path, remember=False)
     assert found["inductor"].exists and found["inductor"].files == 1
     assert not found["triton"].exists
     assert [(i.section, i.path) for i in issues] == [("caches", str(tmp_path / "triton"))]
@@ -137,7 +141,7 @@ def test_walk_stops_at_the_entry_limit(tmp_path: Path, monkeypatch: pytest.Monke
     for i in range(5):
         _write(tmp_path / "inductor" / "fxgraph" / f"e{i}", 1)
     monkeypatch.setattr(caches, "MAX_ENTRIES", 3)
-    inductor = _probe(tmp_path, write_marker=False)[0]["inductor"]
+    inductor = _probe(tmp_path, remember=False)[0]["inductor"]
     assert inductor.truncated and inductor.files == 3
 
 
@@ -146,10 +150,12 @@ def test_walk_stops_at_the_entry_limit(tmp_path: Path, monkeypatch: pytest.Monke
 _SNIPPET = """
 import json, sys
 from envguard.model import TorchIdentity
-from envguard.probe import caches
+from envguard.cache import provenance
+from envguard.errors import InputError
+from envguard.probe import caches, sightings
 env = {"TORCHINDUCTOR_CACHE_DIR": sys.argv[1], "TRITON_CACHE_DIR": sys.argv[1] + "/no",
        "CUDA_CACHE_PATH": sys.argv[1] + "/no"}
-found, issues = caches.probe(env, {}, TorchIdentity(present=False), write_marker=False, mounts=[])
+found, issues = caches.probe(env, {}, TorchIdentity(present=False), mounts=[])
 print(json.dumps({"files": found[0].files, "issues": [[i.message, i.path] for i in issues]}))
 """
 
@@ -239,7 +245,7 @@ def test_real_mount_table(tmp_path: Path) -> None:
         assert caches.filesystem_of("/dev/shm", mounts) == "tmpfs"
         assert caches.filesystem_of("/dev/shm/torchinductor_x", mounts) == "tmpfs"
     # probe() reads the real table by default; a missing cache reports its parent's filesystem.
-    found, _ = caches.probe(_env(tmp_path), FACTS, BUILD_A, write_marker=False)
+    found, _ = caches.probe(_env(tmp_path), FACTS, BUILD_A)
     assert all(c.filesystem == caches.filesystem_of(str(tmp_path), mounts) for c in found)
 
 
@@ -251,55 +257,100 @@ def _marker(root: Path) -> list[dict[str, object]]:
     return builds
 
 
-def test_marker_records_the_builds_a_cache_was_used_under(tmp_path: Path) -> None:
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+def test_a_snapshot_never_writes_into_a_cache_and_only_remembers_a_sighting(
+        tmp_path: Path) -> None:
     _write(tmp_path / "inductor" / "fxgraph" / "e", 10)
     _write(tmp_path / "triton" / "KEY" / "k.cubin", 10)
     _write(tmp_path / "nv" / "ptx", 10)
-
+    before = {kind: _tree(tmp_path / kind) for kind in ("inductor", "triton", "nv")}
     first, issues = _probe(tmp_path)
     assert issues == []
     for kind in ("inductor", "triton"):
-        assert (first[kind].marker, first[kind].populated_under) == ("created", [])
-        assert [b["compat_key"] for b in _marker(tmp_path / kind)] == [BUILD_A.compat_key]
-    assert first["cuda"].marker == "none"
-    assert not (tmp_path / "nv" / caches.MARKER_NAME).exists()
+        assert (first[kind].marker, first[kind].populated_under) == ("none", [])
+    assert {kind: _tree(tmp_path / kind) for kind in before} == before
+    # The sighting is envguard's own state, keyed by the cache's real path.
+    state = sightings.load(tmp_path / "state")
+    assert set(state) == {os.path.realpath(tmp_path / k) for k in ("inductor", "triton")}
+    assert sightings.seen_under(state, str(tmp_path / "inductor"), BUILD_A.compat_key)
+    assert not sightings.seen_under(state, str(tmp_path / "inductor"), BUILD_B.compat_key)
+    written = (tmp_path / "state" / sightings.FILE_NAME).stat().st_mtime_ns
+    _probe(tmp_path)  # nothing new: the state file is not rewritten
+    assert (tmp_path / "state" / sightings.FILE_NAME).stat().st_mtime_ns == written
+    _probe(tmp_path, BUILD_B)
+    state = sightings.load(tmp_path / "state")
+    assert [b["compat_key"] for b in state[os.path.realpath(tmp_path / "inductor")]] == [
+        BUILD_A.compat_key, BUILD_B.compat_key]
+    assert {kind: _tree(tmp_path / kind) for kind in before} == before
 
-    second, _ = _probe(tmp_path)
-    inductor = second["inductor"]
-    assert inductor.marker == "seen"
+
+def test_no_sighting_when_disabled_empty_or_without_torch(tmp_path: Path) -> None:
+    _write(tmp_path / "inductor" / "fxgraph" / "e", 10)
+    (tmp_path / "triton").mkdir()
+    _probe(tmp_path, remember=False)
+    assert sightings.load(tmp_path / "state") == {}
+    _probe(tmp_path, TorchIdentity(present=False))  # no torch, no compat key
+    assert sightings.load(tmp_path / "state") == {}
+    _probe(tmp_path)  # the empty triton cache was seen holding nothing: not remembered
+    assert set(sightings.load(tmp_path / "state")) == {os.path.realpath(tmp_path / "inductor")}
+
+
+@pytest.mark.parametrize("text", ["{not json", "[]", '{"caches": 3}', '{"caches": {"/x": 5}}',
+                                  "\udcff"])
+def test_corrupt_sightings_are_treated_as_empty_and_replaced(tmp_path: Path, text: str) -> None:
+    _write(tmp_path / "inductor" / "fxgraph" / "e", 10)
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / sightings.FILE_NAME).write_bytes(text.encode("utf-8",
+                                                                       "surrogateescape"))
+    assert sightings.load(tmp_path / "state") == {}
+    _, issues = _probe(tmp_path)
+    assert issues == []
+    assert set(sightings.load(tmp_path / "state")) == {os.path.realpath(tmp_path / "inductor")}
+
+
+def test_unwritable_state_does_not_fail_the_probe(tmp_path: Path) -> None:
+    _write(tmp_path / "inductor" / "fxgraph" / "e", 10)
+    (tmp_path / "state").write_text("a file where the folder should be")
+    found, issues = _probe(tmp_path)
+    assert issues == [] and found["inductor"].files == 1
+
+
+def test_mark_records_the_builds_that_filled_a_cache(tmp_path: Path) -> None:
+    _write(tmp_path / "inductor" / "fxgraph" / "e", 10)
+    assert provenance.mark_folder(tmp_path / "inductor",
+                                  provenance.stamp_of(BUILD_A)) == "created"
+    found, _ = _probe(tmp_path)
+    inductor = found["inductor"]
+    assert inductor.marker == "seen"  # the marker names the current build
     assert [s.compat_key for s in inductor.populated_under] == [BUILD_A.compat_key]
     stamp = inductor.populated_under[0]
     assert (stamp.torch_version, stamp.torch_git_version, stamp.triton_version) == (
         "2.11.0+cu128", "a" * 40, "3.5.0")
     assert stamp.first_seen and stamp.first_seen.endswith("Z")
     assert (inductor.files, inductor.total_bytes) == (1, 10)  # the marker is not an entry
-
-    third, _ = _probe(tmp_path, BUILD_B)
-    assert third["inductor"].marker == "added"
-    # Populated under another build: the diff can name the earlier one.
-    assert [s.torch_version for s in third["inductor"].populated_under] == ["2.11.0+cu128"]
+    other, _ = _probe(tmp_path, BUILD_B)
+    assert other["inductor"].marker == "none"
+    assert [s.torch_version for s in other["inductor"].populated_under] == ["2.11.0+cu128"]
+    assert provenance.mark_folder(tmp_path / "inductor",
+                                  provenance.stamp_of(BUILD_B)) == "added"
+    assert provenance.mark_folder(tmp_path / "inductor",
+                                  provenance.stamp_of(BUILD_B)) == "present"
     assert [b["compat_key"] for b in _marker(tmp_path / "inductor")] == [
         BUILD_A.compat_key, BUILD_B.compat_key]
 
-    fourth, _ = _probe(tmp_path, BUILD_B)
-    assert fourth["inductor"].marker == "seen"
-    assert len(fourth["inductor"].populated_under) == 2
 
-
-def test_no_marker_when_disabled_empty_or_without_torch(tmp_path: Path) -> None:
+def test_mark_for_a_trainer_takes_the_folder_and_the_snapshots_build(tmp_path: Path) -> None:
     _write(tmp_path / "inductor" / "fxgraph" / "e", 10)
-    (tmp_path / "triton").mkdir()
-    found, _ = _probe(tmp_path, write_marker=False)
-    assert found["inductor"].marker == "none"
-    assert not (tmp_path / "inductor" / caches.MARKER_NAME).exists()
-    # An empty cache was populated by nobody yet: stamping it would blame this build later.
-    assert found["triton"].marker == "none"
-    found, _ = _probe(tmp_path, TorchIdentity(present=False))  # no torch, no compat key
-    assert found["inductor"].marker == "none"
-    assert not (tmp_path / "inductor" / caches.MARKER_NAME).exists()
-    found, _ = _probe(tmp_path)
-    assert (found["inductor"].marker, found["triton"].marker) == ("created", "none")
-    assert not (tmp_path / "triton" / caches.MARKER_NAME).exists()
+    done = envguard.cache.mark(tmp_path / "inductor", torch=BUILD_A)
+    assert [(m.path, m.result) for m in done] == [(str(tmp_path / "inductor"), "created")]
+    with pytest.raises(InputError, match="torch is not installed"):
+        envguard.cache.mark(tmp_path / "inductor", torch=TorchIdentity(present=False))
+    with pytest.raises(InputError, match="not a compile-cache folder"):
+        envguard.cache.mark(tmp_path / "absent", torch=BUILD_A)
 
 
 @pytest.mark.parametrize("text", [
@@ -312,5 +363,7 @@ def test_corrupt_marker_is_tolerated(tmp_path: Path, text: str) -> None:
                                                                         "surrogateescape"))
     found, issues = _probe(tmp_path)
     assert issues == []
-    assert (found["inductor"].marker, found["inductor"].populated_under) == ("created", [])
+    assert (found["inductor"].marker, found["inductor"].populated_under) == ("none", [])
+    assert provenance.mark_folder(tmp_path / "inductor",
+                                  provenance.stamp_of(BUILD_A)) == "created"
     assert [b["compat_key"] for b in _marker(tmp_path / "inductor")] == [BUILD_A.compat_key]

@@ -183,7 +183,7 @@ def test_zsh_script(tmp_path: Path) -> None:
     (options,) = complete("envguard", "snapshot", "--")
     assert options.startswith("options: ") and "--verify" in options.split()
     assert complete("envguard", "snapshot", "--verify", "") == ["values: size hash none"]
-    assert complete("envguard", "cache", "") == ["commands: status save restore"]
+    assert complete("envguard", "cache", "") == ["commands: status save restore mark"]
     assert complete("envguard", "diff", "") == ["files"]
     assert complete("envguard", "run", "--", "") == ["command names"]
     assert complete("envguard", "completion", "") == ["values: bash zsh"]

@@ -40,6 +40,7 @@ from envguard.cache.manifest import (
     list_archives,
     validate_name,
 )
+from envguard.cache.provenance import Marked, mark_folder, mark_snapshot
 from envguard.cache.tar import (
     HashingWriter,
     add_tree,
@@ -49,7 +50,8 @@ from envguard.cache.tar import (
     swap_into_place,
 )
 from envguard.errors import InputError, OutputError
-from envguard.model import CacheDir, Snapshot
+from envguard.model import BuildStamp, CacheDir, Snapshot
+from envguard.probe import sightings
 
 VOLATILE_FS = ("tmpfs", "ramfs")
 _CHUNK = 1 << 20
@@ -66,7 +68,9 @@ class CacheState:
     path: str
     source: str
     state: str
-    """``valid``, ``stale``, ``unknown`` (no marker), ``empty`` or ``missing``."""
+    """``valid`` (the marker names this build: envguard filled or restored it), ``stale``
+    (the marker names only other builds), ``seen`` (no marker for this build, but a
+    snapshot saw it under this build), ``unknown``, ``empty`` or ``missing``."""
     files: int = 0
     total_bytes: int = 0
     entries: dict[str, int] = field(default_factory=dict)
@@ -101,28 +105,31 @@ class Restored:
     """Where the cache that was there is kept; None when there was none or it was empty."""
 
 
-def validity(c: CacheDir, key: str | None) -> str:
+def validity(c: CacheDir, key: str | None, *, seen: bool = False) -> str:
+    """``seen``: envguard's own state says a snapshot saw this folder under ``key``."""
     if not c.exists:
         return "missing"
     if not c.files:
         return "empty"
     if c.marker in ("created", "added"):
-        return "valid"  # a snapshot that wrote the marker has just recorded this build
-    if not c.populated_under:
-        return "unknown"
+        return "valid"  # snapshots of older envguard versions wrote the marker themselves
     if key is not None and any(s.compat_key == key for s in c.populated_under):
         return "valid"
-    return "stale"
+    if c.populated_under:
+        return "stale"
+    return "seen" if seen else "unknown"
 
 
-def cache_states(snapshot: Snapshot) -> list[CacheState]:
+def cache_states(snapshot: Snapshot, state_root: Path | None = None) -> list[CacheState]:
     key = snapshot.torch.compat_key
+    seen = sightings.load(state_root)
     out = []
     for c in snapshot.caches:
         others = [f"torch {s.torch_version} (git {(s.torch_git_version or 'unknown')[:12]})"
                   for s in c.populated_under if s.compat_key != key]
         out.append(CacheState(kind=c.kind, path=c.path, source=c.source,
-                              state=validity(c, key), files=c.files,
+                              state=validity(c, key, seen=sightings.seen_under(
+                                  seen, c.path, key)), files=c.files,
                               total_bytes=c.total_bytes, entries=dict(c.entries),
                               filesystem=c.filesystem, tmpfs=c.filesystem in VOLATILE_FS,
                               newest_mtime=c.newest_mtime, other_builds=sorted(set(others))))
@@ -197,8 +204,10 @@ def save(store: Path, snapshot: Snapshot, *, name: str | None = None, compress: 
         raise OutputError(f"cannot write to the archive store {store}: "
                           f"{exc.strerror or exc}") from None
     try:
-        parts = [_write_part(partial, c.kind, c.path, compress,
-                             validity(c, b.compat_key)) for c in chosen]
+        seen = sightings.load()
+        parts = [_write_part(partial, c.kind, c.path, compress, validity(
+            c, b.compat_key, seen=sightings.seen_under(seen, c.path, b.compat_key)))
+            for c in chosen]
         manifest = Manifest(schema=SCHEMA, name=name, created=now.strftime(
             "%Y-%m-%dT%H:%M:%S.%fZ"), envguard_version=__version__, build=b, archives=parts,
             snapshot=snapshot_ref)
@@ -287,3 +296,23 @@ def restore(folder: Path, manifest: Manifest, targets: dict[str, str]) -> list[R
                              previous=previous))
     return done
 
+
+# -- provenance ----------------------------------------------------------------------------
+
+def mark_saved(snapshot: Snapshot) -> list[Marked]:
+    """After ``save``: the saved caches now carry this build's label, so their marker says
+    so too; a cache whose marker names only other builds (stale) is left as it is."""
+    return mark_snapshot(snapshot, kinds=tuple(c.kind for c in to_save(snapshot)),
+                         skip_stale=True)
+
+
+def mark_restored(done: list[Restored], manifest: Manifest) -> list[Marked]:
+    """After ``restore``: each restored folder holds what the archive's build filled."""
+    b = manifest.build
+    if b.compat_key is None:
+        return []
+    stamp = BuildStamp(compat_key=b.compat_key, torch_version=b.torch_version,
+                       torch_git_version=b.torch_git_version, triton_version=b.triton_version,
+                       first_seen=manifest.created.split(".")[0].removesuffix("Z") + "Z")
+    return [Marked(kind=d.kind, path=d.target, result=mark_folder(d.target, stamp))
+            for d in done]

@@ -255,7 +255,8 @@ def add_probe_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--deep", action="store_true",
                         help="also import torch in a crash-isolated subprocess")
     parser.add_argument("--no-cache-marker", action="store_true",
-                        help="do not record the current build in the compile caches")
+                        help="accepted for compatibility; does nothing (snapshots never "
+                        "write into compile caches)")
     parser.add_argument("--no-project-config", action="store_true",
                         help="ignore [tool.envguard] in the nearest pyproject.toml")
 

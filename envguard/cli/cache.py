@@ -1,4 +1,4 @@
-"""``envguard cache status|save|restore``: the command-line side of compile-cache archives.
+"""``envguard cache status|save|restore|mark``: the command-line side of compile-cache archives.
 
 Part of the CLI layer (it prints and picks exit codes); the work is done by
 :mod:`envguard.cache.store` and the text by :mod:`envguard.render.cache_text`.
@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ from envguard.cli._common import StderrProgress, note, select_environment, show,
 from envguard.exitcodes import ExitCode
 
 if TYPE_CHECKING:
+    from envguard.cache.provenance import Marked
     from envguard.model import Snapshot
 
 
@@ -68,9 +70,17 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
                     help="restore into DIR/inductor and DIR/triton instead")
     rs.set_defaults(handler=cmd_restore)
 
+    mk = actions.add_parser("mark", help="record that this build filled the caches",
+                            description="Write the current build into the provenance "
+                            "marker of every non-empty inductor and triton cache, so cache "
+                            "status calls them valid. Use it after warming a cache yourself; "
+                            "snapshots never write into a cache.")
+    mk.add_argument("--python", metavar="PY", help=python_help)
+    mk.set_defaults(handler=cmd_mark)
+
 
 def _snapshot(python: str | None) -> Snapshot:
-    """The build and cache locations only: no integrity check, no git, no marker written."""
+    """The build and cache locations only: no integrity check, no git, nothing written."""
     from envguard.probe import collect
     from envguard.probe.options import locations_only
 
@@ -130,6 +140,7 @@ def cmd_save(args: argparse.Namespace) -> int:
                                     snapshot_ref=ref)
     for line in cache_text.save_warnings(manifest):
         _note(f"warning: {line}")
+    _mark(lambda: cache_store.mark_saved(snapshot))
     write_stdout("\n".join(cache_text.saved_lines(manifest, str(store / manifest.name),
                                           time.perf_counter() - started)) + "\n")
     return ExitCode.OK
@@ -161,6 +172,38 @@ def cmd_restore(args: argparse.Namespace) -> int:
         progress.step(f"verifying and restoring {chosen.name}")
         done = cache_store.restore(Path(chosen.path), manifest,
                                    cache_store.targets_of(snapshot, args.into))
+    _mark(lambda: cache_store.mark_restored(done, manifest))
     write_stdout("\n".join(cache_text.restored_lines(chosen.name, done,
                                              time.perf_counter() - started)) + "\n")
+    return ExitCode.OK
+
+
+def _mark(action: Callable[[], list[Marked]]) -> None:
+    """Provenance after save/restore: the archive work is done, so a marker that cannot
+    be written is a warning, not a failure."""
+    from envguard.errors import EnvguardError
+    from envguard.render.sanitize import clean
+
+    try:
+        action()
+    except EnvguardError as exc:
+        _note(f"warning: build provenance not recorded: {clean(str(exc))}")
+
+
+def cmd_mark(args: argparse.Namespace) -> int:
+    from envguard.cache.provenance import mark_snapshot
+    from envguard.render.sanitize import clean
+
+    snapshot = _snapshot(args.python)
+    done = mark_snapshot(snapshot)
+    if not done:
+        from envguard.errors import InputError
+
+        raise InputError("nothing to mark: the inductor and triton caches are missing or "
+                         "empty")
+    what = {"created": "marked", "added": "marked (it also names other builds)",
+            "present": "already marked"}
+    version = clean(snapshot.torch.version or "unknown")
+    write_stdout("".join(f"{m.kind}: {clean(m.path)}: {what.get(m.result, m.result)} "
+                         f"under torch {version}\n" for m in done))
     return ExitCode.OK

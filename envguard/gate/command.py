@@ -21,8 +21,8 @@ VERIFIED_ENV = "ENVGUARD_VERIFIED"
 def gate_snapshot_options(lock: Lock, project_root: Path, *, python: str | None = None,
                           fast: bool = True, for_lock: bool = False) -> SnapshotOptions:
     """What the gate records. ``fast``: RECORD checks for the locked packages and the
-    command's own distribution only, and no git. Only ``lock`` (``for_lock``) records the
-    current build in the compile caches."""
+    command's own distribution only, and no git. Nothing is written into the compile
+    caches (``write_cache_marker`` is ignored: docs/CACHE.md, Provenance)."""
     patterns = tuple(str(project_root / p) for p in lock.file_patterns)
     names = {p.name for e in lock.entries for p in e.packages} | {lock.distribution}
     return SnapshotOptions(

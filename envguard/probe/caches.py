@@ -9,25 +9,27 @@
 Walks never follow symlinks, so a symlink loop inside a cache cannot hang a snapshot;
 unreadable folders become recorded issues.
 
-envguard keeps a small marker file (``.envguard-builds.json``) at the top of the
-inductor and triton caches listing the builds it has seen them used under; nothing
-else in the cache can tell which torch build filled it. Another build's entries
-miss silently, so a later diff can say "populated under another build".
+A marker file (``.envguard-builds.json``) at the top of the inductor and triton caches
+lists the builds that filled them; nothing else in the cache can tell which torch build
+did. The probe only reads it: the marker is written where envguard itself fills or
+restores a cache (:mod:`envguard.cache.provenance`: ``envguard cache save``, ``restore``,
+``mark``, dflash-train's warm-up). Another build's entries miss silently, so a later diff
+can say "populated under another build". A snapshot writes nothing into a cache; with
+``remember`` it notes in envguard's own state that it saw the cache under this build
+(:mod:`envguard.probe.sightings`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
 import stat
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
-from envguard.atomic import write_text_atomic
-from envguard.errors import InputError, OutputError
+from envguard.errors import InputError
 from envguard.model import BuildStamp, CacheDir, ProbeIssue, TorchIdentity
 
 MARKER_NAME = ".envguard-builds.json"
@@ -146,7 +148,7 @@ def _walk(
     return total, files, entries, newest, False
 
 
-def _read_marker(root: str) -> list[BuildStamp] | None:
+def read_marker(root: str) -> list[BuildStamp] | None:
     from envguard.input_file import read_input
 
     try:  # a regular file of at most 1 MiB: a FIFO planted here must not hang the snapshot
@@ -169,35 +171,19 @@ def _read_marker(root: str) -> list[BuildStamp] | None:
     return stamps
 
 
+def _check_marker(root: str, issues: list[ProbeIssue]) -> None:
+    """A marker that is there but not a regular file (a FIFO, a folder) is never read."""
+    try:
+        mode = os.lstat(os.path.join(root, MARKER_NAME)).st_mode
+    except OSError:
+        return
+    if not stat.S_ISREG(mode):
+        issues.append(ProbeIssue(section="caches", message=f"marker not read: {MARKER_NAME} "
+                                 "is not a regular file", path=root))
+
+
 def _str_or_none(value: object) -> str | None:
     return value if isinstance(value, str) else None
-
-
-def _update_marker(
-    root: str, previous: list[BuildStamp], torch: TorchIdentity, issues: list[ProbeIssue]
-) -> str:
-    stamp = BuildStamp(
-        compat_key=torch.compat_key or "unknown",
-        torch_version=torch.version,
-        torch_git_version=torch.git_version,
-        triton_version=torch.triton_version,
-        first_seen=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-    )
-    doc = {"builds": [dataclasses.asdict(s) for s in [*previous, stamp]]}
-    try:
-        if not stat.S_ISREG(os.stat(os.path.join(root, MARKER_NAME)).st_mode):
-            issues.append(ProbeIssue(section="caches", message="marker not written: "
-                                     f"{MARKER_NAME} is not a regular file", path=root))
-            return "none"
-    except OSError:
-        pass  # none yet
-    try:
-        write_text_atomic(os.path.join(root, MARKER_NAME), json.dumps(doc, indent=1) + "\n")
-    except OutputError as exc:
-        issues.append(ProbeIssue(section="caches", message=f"marker not written: {exc}",
-                                 path=root))
-        return "none"
-    return "added" if previous else "created"
 
 
 def probe(
@@ -205,12 +191,17 @@ def probe(
     facts: Mapping[str, Any],
     torch: TorchIdentity,
     *,
-    write_marker: bool = True,
+    remember: bool = False,
+    state_root: Path | None = None,
     mounts: list[tuple[str, str]] | None = None,
 ) -> tuple[list[CacheDir], list[ProbeIssue]]:
+    """Every cache location, walked; the marker read, never written. ``remember``: note
+    each non-empty inductor/triton cache as seen under ``torch`` in envguard's own state
+    (``state_root``, default :func:`envguard.paths.user_dir`)."""
     mounts = read_mounts() if mounts is None else mounts
     issues: list[ProbeIssue] = []
     result: list[CacheDir] = []
+    sightings: list[tuple[str, str, str | None]] = []
     for kind, path, source in locations(env, facts):
         try:
             exists = os.path.isdir(path)
@@ -227,15 +218,13 @@ def probe(
         populated: list[BuildStamp] = []
         marker = "none"
         if kind in _MARKED_KINDS:
-            previous = _read_marker(path)
-            populated = previous or []
-            known = {s.compat_key for s in populated}
-            if torch.compat_key is not None and torch.compat_key in known:
-                marker = "seen"
-            elif torch.compat_key is not None and write_marker and files > 0:
-                # An empty cache was populated by no build yet: stamping it now would
-                # blame this build for whatever a later one writes.
-                marker = _update_marker(path, populated, torch, issues)
+            _check_marker(path, issues)
+            populated = read_marker(path) or []
+            if torch.compat_key is not None and torch.compat_key in {
+                    s.compat_key for s in populated}:
+                marker = "seen"  # the marker names the current build
+            if torch.compat_key is not None and files > 0:
+                sightings.append((path, torch.compat_key, torch.version))
         result.append(
             CacheDir(
                 kind=kind, path=path, source=source, exists=True, total_bytes=total,
@@ -244,4 +233,8 @@ def probe(
                 populated_under=populated, marker=marker,
             )
         )
+    if remember:
+        from envguard.probe import sightings as sightings_state
+
+        sightings_state.remember(sightings, state_root)
     return result, issues

@@ -160,7 +160,8 @@ def collect(options: SnapshotOptions, progress: Progress | None = None) -> Snaps
     torch = dataclasses.replace(torch, compat_key=torch_identity.compat_key(
         torch, torch_item, [g.name for g in sysinfo.gpus]))
     cache_dirs, cache_issues = caches.probe(env, target.facts, torch,
-                                            write_marker=options.write_cache_marker)
+                                            remember=options.remember_caches,
+                                            state_root=options.memo_root)
     issues.extend(cache_issues)
     lap("caches")
     if deep_task is not None and not deep_task.done():
