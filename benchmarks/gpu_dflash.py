@@ -2,7 +2,7 @@
 and the compile race. ``nox -s bench-gpu`` runs it; so can the device runner directly:
 
     python benchmarks/gpu_dflash.py --out $OUT --stages ceilings,train,dense
-    python benchmarks/gpu_dflash.py --out $OUT --stages start,race
+    python benchmarks/gpu_dflash.py --out $OUT --stages start,load
 
 Every stage writes ``OUT/<stage>.json`` as soon as it finishes, so a run cut short by a
 time limit still returns what it measured. Stages take a deadline from ``--budget``.
@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 from bench_results import NVLS_OFF, write  # noqa: E402
+from first_step import bytecode_state, first_step, load_speed  # noqa: E402
 
 from dflash.compilation.kernels import unseal  # noqa: E402
 from dflash.data import Example  # noqa: E402
@@ -200,72 +201,28 @@ def stage_smoke(out: Path, device: torch.device, peak: float) -> None:
 
 # -- cold vs warm start ----------------------------------------------------------------------
 
-def child_first_step(args: argparse.Namespace) -> int:
-    """One process: build, warm up, one step; times since the parent launched it."""
-    marks = {"import_s": time.time() - args.launched_at}
-    if args.load_mega:
-        t0 = time.perf_counter()
-        torch.compiler.load_cache_artifacts(Path(args.load_mega).read_bytes())
-        marks["mega_load_s"] = time.perf_counter() - t0
-    device = torch.device("cuda")
-    cfg = dataclasses.replace(PRESETS[args.preset](), steps=1, log_every=1, eval_every=0,
-                              save_every=0, held_out=1, peak_tflops=1.0,
-                              out=tempfile.mkdtemp(prefix="dflash-first-"))
-    target = load_target(cfg.target, device=device, dtype=torch.bfloat16)
-    examples = random_examples(target.vocab_size, cfg.buckets[0], 4, prompt=256,
-                               mask_id=target.mask_token_id)
-    trainer = Trainer(cfg, target=target, examples=examples)
-    marks["built_s"] = time.time() - args.launched_at
-    marks["warmup_s"] = trainer.warmup()
-    marks["warm_done_s"] = time.time() - args.launched_at
-    marks["warmup_phases_s"] = trainer.warmup_phases
-    if args.save_mega:
-        artifacts = torch.compiler.save_cache_artifacts()
-        if artifacts is not None:
-            Path(args.save_mega).write_bytes(artifacts[0])
-            marks["mega_bytes"] = len(artifacts[0])
-    trainer.run(None, final_save=False)
-    marks["first_step_s"] = time.time() - args.launched_at
-    marks["compile"] = compile_stats()
-    print("FIRST_STEP " + json.dumps(marks), flush=True)
-    return 0
-
-
-def _launch(extra: list[str], env: dict[str, str], timeout: float) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "child-first-step", "--launched-at", str(time.time()),
-           *extra]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timeout after {timeout:.0f} s"}
-    for line in proc.stdout.splitlines():
-        if line.startswith("FIRST_STEP "):
-            return dict(json.loads(line[len("FIRST_STEP "):]))
-    return {"error": f"exit {proc.returncode}: {proc.stderr.strip().splitlines()[-3:]}"}
-
-
 def cache_env(root: Path) -> dict[str, str]:
     return {**os.environ, **NVLS_OFF, "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
             "TRITON_CACHE_DIR": str(root / "triton")}
 
 
-def stage_start(out: Path, preset: str, timeout: float) -> None:
+def stage_start(out: Path, preset: str, deadline: float, mega: bool) -> None:
+    """dflash-train's own time to its first step (:mod:`first_step`): cold (empty compile
+    folders and Mega-Cache store), warm (a second process on the same folders and store,
+    as every later run on a machine), and with ``mega`` a third with empty folders and
+    the store the cold run filled (a new machine with the same build)."""
     base = Path(tempfile.mkdtemp(prefix="dflash-start-"))
-    mega = base / "mega.bin"
-    runs: dict[str, Any] = {"preset": preset}
-    runs["cold"] = _launch(["--preset", preset, "--save-mega", str(mega)],
-                           cache_env(base / "a"), timeout)
-    write(out, "start", runs)
-    runs["warm"] = _launch(["--preset", preset], cache_env(base / "a"), timeout)
-    write(out, "start", runs)
-    if mega.exists():
-        runs["mega"] = _launch(["--preset", preset, "--load-mega", str(mega)],
-                               cache_env(base / "b"), timeout)
-    cold, warm = runs["cold"].get("first_step_s"), runs["warm"].get("first_step_s")
-    if cold and warm:
-        runs["warm_over_cold"] = warm / cold
-    if cold and runs.get("mega", {}).get("first_step_s"):
-        runs["mega_over_cold"] = runs["mega"]["first_step_s"] / cold
+    store = f"--set=mega_cache={base / 'store'}"
+    runs: dict[str, Any] = {"preset": preset, "bytecode": bytecode_state()}
+    plan = [("cold", "a", 120.0), ("warm", "a", 60.0)] + ([("mega", "b", 60.0)] if mega else [])
+    for name, folders, limit in plan:
+        left = deadline - time.monotonic()
+        if left < 20:
+            runs[name] = {"skipped": "time"}
+            continue
+        runs[name] = first_step(preset, base / f"run-{name}", cache_env(base / folders),
+                                min(limit, left), (store,))
+        write(out, "start", runs)
     write(out, "start", runs)
 
 
@@ -303,9 +260,8 @@ def stage_race(out: Path, runs: int, timeout: float, seq: int, modes: list[str])
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("mode", nargs="?", default="bench", choices=["bench", "child-first-step"])
     p.add_argument("--out", default=os.environ.get("OUT", "bench-out"))
-    p.add_argument("--stages", default="ceilings,train,dense,start,race")
+    p.add_argument("--stages", default="ceilings,train,dense,start,load,race")
     p.add_argument("--budget", type=float, default=560.0, help="seconds for this call")
     p.add_argument("--steps", type=int, default=25)
     p.add_argument("--race-runs", type=int, default=5)
@@ -315,37 +271,45 @@ def main() -> int:
     p.add_argument("--dense-attn", default="sdpa,flex")
     p.add_argument("--dense-seqs", default="8192,16384,32768")
     p.add_argument("--start-preset", default="qwen3-8b-shape")
-    p.add_argument("--preset", default="qwen3-8b-shape")
-    p.add_argument("--launched-at", type=float, default=time.time())
-    p.add_argument("--save-mega")
-    p.add_argument("--load-mega")
+    p.add_argument("--start-mega", action="store_true",
+                   help="start: also a process with empty compile folders and the Mega-Cache")
+    p.add_argument("--load-preset", default="qwen3-8b-shape",
+                   help="load: the named shape saved with save_pretrained and loaded back")
+    p.add_argument("--load-reserve", type=float, default=90.0,
+                   help="seconds of the budget the start stage leaves to the load stage")
     args = p.parse_args()
-    if args.mode == "child-first-step":
-        return child_first_step(args)
     os.environ.update(NVLS_OFF)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + args.budget
     device = torch.device("cuda")
     stages = args.stages.split(",")
-    peak = None
+    peaks: list[float] = []
+
+    def peak() -> float:  # measured once, by the first stage that needs it
+        if not peaks:
+            peaks.append(measure_matmul_tflops(device, torch.bfloat16, size=8192))
+        return peaks[0]
+
     if "ceilings" in stages:
         ceil = stage_ceilings(device)
         write(out, "ceilings", ceil)
-        peak = ceil["matmul_bf16_tflops"]
-    peak = peak or measure_matmul_tflops(device, torch.bfloat16, size=8192)
+        peaks.append(ceil["matmul_bf16_tflops"])
+    later = stages[stages.index("start"):] if "start" in stages else []
+    reserve = args.load_reserve if "load" in later else 0.0
     runners = {
         "ceilings": lambda: None,
         "gpu-tests": lambda: stage_gpu_tests(out),
-        "smoke": lambda: stage_smoke(out, device, peak),
-        "train": lambda: stage_train(out, device, peak, args.steps, ["qwen3-8b-shape"]),
-        "train-1.7b": lambda: stage_train(out, device, peak, args.steps, ["qwen3-1.7b-shape"],
-                                          "train_1_7b"),
-        "dense": lambda: stage_dense(out, device, peak, deadline - 60,
+        "smoke": lambda: stage_smoke(out, device, peak()),
+        "train": lambda: stage_train(out, device, peak(), args.steps, ["qwen3-8b-shape"]),
+        "train-1.7b": lambda: stage_train(out, device, peak(), args.steps,
+                                          ["qwen3-1.7b-shape"], "train_1_7b"),
+        "dense": lambda: stage_dense(out, device, peak(), deadline - 60,
                                      args.dense_attn.split(","),
                                      [int(x) for x in args.dense_seqs.split(",")]),
-        "start": lambda: stage_start(out, args.start_preset,
-                                     timeout=max(60.0, (deadline - time.monotonic()) / 2)),
+        "start": lambda: stage_start(out, args.start_preset, deadline - reserve,
+                                     args.start_mega),
+        "load": lambda: write(out, "load", load_speed(args.load_preset, deadline)),
         "race": lambda: stage_race(out, args.race_runs, args.race_timeout, args.race_seq,
                                    args.race_modes.split(",")),
     }

@@ -243,6 +243,17 @@ def default_mask_token_id(vocab_size: int, tokenizer: PreTrainedTokenizerBase | 
     return vocab_size - 1
 
 
+def target_text(source: str) -> str:
+    """What building the target ``source`` does, for the progress display (no I/O
+    beyond a directory listing)."""
+    path = target_path(source)
+    if path is None:
+        return f"building the target ({source}, random weights)"
+    if path.is_dir() and _has_weights(path):
+        return f"loading the target ({path})"
+    return f"building the target ({path}, random weights)"
+
+
 def load_target(source: str, *, device: str | torch.device = "cpu",
                 dtype: torch.dtype = torch.float32, layer_ids: tuple[int, ...] | None = None,
                 num_features: int = 5, mask_token_id: int | None = None, seed: int = 0

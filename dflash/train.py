@@ -10,8 +10,10 @@ Order of events, which is what makes torch.compile race-free here:
 
 A step has fixed shapes and no host sync; metrics stay on the device and are read
 every ``log_every`` steps. What a checkpoint must hold to continue exactly (step,
-optimizer with the master weights, RNG, data position) is :class:`TrainState`;
-:mod:`dflash.checkpoint.resume` writes and reads it in either mode.
+optimizer with the master weights, RNG, data position) is :class:`TrainState`
+(:mod:`dflash.state`); :mod:`dflash.checkpoint.resume` writes and reads it in either
+mode. What happens before the first step, phase by phase and timed, is
+:mod:`dflash.startup`.
 """
 
 from __future__ import annotations
@@ -31,11 +33,10 @@ from dflash.checkpoint import resume as checkpoint
 from dflash.compilation.kernels import require_main_thread, seal
 from dflash.compilation.megacache import for_setting
 from dflash.config import DrafterConfig, TrainConfig
-from dflash.data import Example, drop_short, read_examples
-from dflash.decoding.generate import synthetic_examples
+from dflash.data import Example
 from dflash.distributed.roles import FeatureClient
 from dflash.distributed.world import World
-from dflash.errors import ConfigError, MegaCacheError
+from dflash.errors import MegaCacheError
 from dflash.flops import count_params, flop_model, visible_pairs
 from dflash.loss import LossOutput, block_inputs, block_targets, dflash_loss, sample_anchors
 from dflash.masks import (
@@ -48,50 +49,21 @@ from dflash.masks import (
     sdpa_attend,
 )
 from dflash.meter import Meter, MetricsLog, measure_matmul_tflops, sync_device
-from dflash.model import DFlashDrafter
 from dflash.optim import MasterAdamW, lr_at
 from dflash.parallelize import parallelize, resolve
-from dflash.target import TargetModel, drafter_config_for, load_target
+from dflash.startup import (
+    PhaseListener,
+    StartClock,
+    build_drafter,
+    data_text,
+    split_held_out,
+    training_examples,
+)
+from dflash.state import TrainState
+from dflash.target import TargetModel, drafter_config_for, load_target, target_text
 
 LogFn = Callable[[dict[str, Any]], None]
-
-
-@dataclass(slots=True)
-class TrainState:
-    """A run's progress: everything a checkpoint saves besides the model's shape, and
-    what a resume restores, so the run continues exactly."""
-
-    step: int
-    """Optimizer steps done."""
-    optimizer: MasterAdamW
-    """AdamW with the fp32 master weights."""
-    loader: BatchLoader | RankSlice
-    """This rank's batch stream."""
-    loader_state: dict[str, Any]
-    """The stream's position after the last batch the optimizer consumed (the prefetch
-    thread is ahead of it)."""
-    anchor_gen: torch.Generator
-    """This rank's anchor stream (fresh anchors every step)."""
-
-    def state_dict(self, cfg: TrainConfig, device: torch.device) -> dict[str, Any]:
-        """trainer.pt's content: step, optimizer, RNG states, data position, config."""
-        rng: dict[str, Any] = {"torch": torch.get_rng_state(),
-                               "anchor": self.anchor_gen.get_state()}
-        if device.type == "cuda":
-            rng["cuda"] = torch.cuda.get_rng_state(device)
-        return {"step": self.step, "optimizer": self.optimizer.state_dict(), "rng": rng,
-                "loader": self.loader_state, "config": cfg.to_dict()}
-
-    def continue_at(self, resumed: checkpoint.Resumed, fresh_seed: int) -> None:
-        """The step, this rank's anchor stream (``fresh_seed`` for a rank the checkpoint
-        did not have) and the data position of a resumed run."""
-        self.step = resumed.step
-        if resumed.anchor_rng is not None:
-            self.anchor_gen.set_state(resumed.anchor_rng)
-        else:
-            self.anchor_gen.manual_seed(fresh_seed)
-        self.loader.load_state_dict(resumed.loader)
-        self.loader_state = self.loader.state_dict()
+__all__ = ["StepResult", "TrainResult", "TrainState", "Trainer"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,39 +88,48 @@ class TrainResult:
 class Trainer:
     def __init__(self, cfg: TrainConfig, *, target: TargetModel | None = None,
                  examples: list[Example] | None = None, world: World | None = None,
-                 feature_server: int | None = None) -> None:
+                 feature_server: int | None = None, on_phase: PhaseListener | None = None,
+                 shapes_only: bool = False) -> None:
         """``feature_server``: with split roles, the global rank of this rank's target
         rank; features then come from there, and the local target keeps only its
-        embedding and LM head."""
+        embedding and LM head. ``on_phase`` hears each start phase (``start_phases``
+        keeps their seconds). ``shapes_only``: the run only warms up, so without a data
+        file no data is generated (:func:`dflash.startup.training_examples`)."""
         require_main_thread("building the trainer")
         self.cfg = cfg
         self.world = world or World()
         self.rt = resolve(cfg)
         self.out = Path(cfg.out)
+        self.clock = StartClock(self.rt.device, on_phase)
+        self.start_phases = self.clock.seconds
+        """Seconds per start phase: target, drafter, parallelize, data, then warmup (and
+        peak, when the run measures the matmul peak)."""
         torch.manual_seed(cfg.seed)
-        self.target = target or load_target(
-            cfg.target, device=self.rt.device, dtype=self.rt.dtype, layer_ids=cfg.layer_ids,
-            seed=cfg.seed)
-        self.dcfg: DrafterConfig = drafter_config_for(
-            self.target, num_layers=cfg.draft_layers, block_size=cfg.block_size,
-            gamma=cfg.gamma, mask_token_id=cfg.mask_token_id)
-        self.drafter = DFlashDrafter(self.dcfg)
-        self.kernels = parallelize(self.drafter, self.rt, self.world)
-        optimizer = MasterAdamW(self.drafter, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
-                                weight_decay=cfg.weight_decay)
-        if examples is None:
-            examples = (read_examples(cfg.data, tokenizer=self.target.tokenizer,
-                                      max_length=max(cfg.buckets))
-                        if cfg.data else synthetic_examples(self.target, cfg))
-        examples = drop_short(examples, 2 * cfg.block_size)
-        if len(examples) <= cfg.held_out:
-            raise ConfigError(f"only {len(examples)} usable examples (need more than "
-                              f"held_out={cfg.held_out}); each needs >= "
-                              f"{2 * cfg.block_size} loss tokens")
-        split = len(examples) - cfg.held_out
-        self.held_out = examples[split:]
-        batches = BatchLoader(examples[:split], batch_size=cfg.batch_size,
-                              buckets=cfg.buckets, seed=cfg.seed, pad_id=0)
+        if target is None:
+            with self.clock.phase("target", target_text(cfg.target)):
+                target = load_target(cfg.target, device=self.rt.device, dtype=self.rt.dtype,
+                                     layer_ids=cfg.layer_ids, seed=cfg.seed)
+        self.target = target
+        with self.clock.phase("drafter", f"building the drafter ({cfg.draft_layers} layers)"):
+            self.dcfg: DrafterConfig = drafter_config_for(
+                self.target, num_layers=cfg.draft_layers, block_size=cfg.block_size,
+                gamma=cfg.gamma, mask_token_id=cfg.mask_token_id)
+            self.drafter = build_drafter(self.dcfg, self.rt.device)
+        how = (f"sharding the drafter over {self.world.size} ranks (FSDP2)"
+               if self.world.distributed else f"placing the drafter on {self.rt.device}")
+        with self.clock.phase("parallelize", how):
+            self.kernels = parallelize(self.drafter, self.rt, self.world)
+            optimizer = MasterAdamW(self.drafter, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
+                                    weight_decay=cfg.weight_decay)
+        with self.clock.phase("data", data_text(cfg, shapes_only and examples is None)):
+            if examples is None:
+                train, self.held_out = training_examples(cfg, self.target,
+                                                         shapes_only=shapes_only,
+                                                         ranks=self.world.size)
+            else:
+                train, self.held_out = split_held_out(cfg, examples)
+            batches = BatchLoader(train, batch_size=cfg.batch_size, buckets=cfg.buckets,
+                                  seed=cfg.seed, pad_id=0)
         loader = RankSlice(batches, self.world) if self.world.distributed else batches
         anchor_gen = torch.Generator(device=self.rt.device).manual_seed(
             cfg.seed + self.world.rank)
@@ -157,6 +138,7 @@ class Trainer:
         layers = self.target.layers[: max(self.dcfg.target_layer_ids) + 1]
         self.flops = flop_model(self.dcfg, count_params(layers),
                                 count_params(self.drafter.layers[0]))
+        self._peak = cfg.peak_tflops
         self.warmup_seconds = 0.0
         self.warmup_phases: dict[str, float] = {}
         """Warm-up seconds per phase (compiles land in the first call of each)."""
@@ -224,10 +206,17 @@ class Trainer:
         compile-compat key is loaded first, and one is saved after a warm-up that had
         none, so the next process (or machine with the same build) starts warm."""
         require_main_thread("warm-up")
+        text = "compiling (warm-up)" if self.kernels.compiled else "warm-up (eager)"
+        with self.clock.phase("warmup", text):
+            return self._warm_up()
+
+    def _warm_up(self) -> float:
         start = time.perf_counter()
         mega = None
         if self.kernels.compiled:
             mega = for_setting(self.cfg.mega_cache)
+            if mega is not None and mega.local_is_warm():
+                mega = None  # this machine's inductor folder holds it already
             if mega is not None:
                 try:
                     self.mega_cache_loaded = mega.load()
@@ -262,6 +251,8 @@ class Trainer:
             seal()
         if mega is not None and self.mega_cache_loaded is None:
             self.mega_cache_saved = mega.save()
+        if mega is not None and (self.mega_cache_loaded is not None or self.mega_cache_saved):
+            mega.mark_local()
         self.warmup_seconds = time.perf_counter() - start
         return self.warmup_seconds
 
@@ -304,6 +295,14 @@ class Trainer:
                     f"{str(exc).splitlines()[0]}")
         return None
 
+    def peak_tflops(self) -> float:
+        """The MFU denominator: the recipe's ``peak_tflops``, else measured once (a start
+        phase)."""
+        if not self._peak:
+            with self.clock.phase("peak", "measuring the matmul peak (for MFU)"):
+                self._peak = measure_matmul_tflops(self.rt.device, self.rt.dtype)
+        return self._peak
+
     # -- the loop ---------------------------------------------------------------------------
     def run(self, on_log: LogFn | None = None, stop: threading.Event | None = None,
             final_save: bool = True) -> TrainResult:
@@ -313,7 +312,7 @@ class Trainer:
         cfg = self.cfg
         if self.warmup_seconds == 0.0 and self.kernels.compiled:
             self.warmup()
-        peak = cfg.peak_tflops or measure_matmul_tflops(self.rt.device, self.rt.dtype)
+        peak = self.peak_tflops()
         main = self.world.is_main
         log = MetricsLog(self.out / "metrics.jsonl") if main else None
         state = self.state

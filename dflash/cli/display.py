@@ -1,9 +1,56 @@
-"""dflash-train's progress on the terminal: a rich progress bar with the latest metrics,
-or one plain line per logged step when the output is not a terminal."""
+"""dflash-train's progress: what it is doing before its first step (:class:`StartPhases`,
+on stderr), then a rich progress bar with the latest metrics, or one plain line per
+logged step when the output is not a terminal (:class:`Display`, on stdout)."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
+
+PROG = "dflash-train"
+
+
+class StartPhases:
+    """Each start phase of the trainer (:mod:`dflash.startup`) on stderr: a rich status
+    line while it runs and a line with its time when it ends on a terminal; piped, a
+    plain line as it begins and one when it ends; with ``quiet``, nothing."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.console: Any = None
+        self._status: Any = None
+        if not quiet and sys.stderr.isatty():
+            from rich.console import Console
+
+            self.console = Console(stderr=True, highlight=False)
+
+    def begin(self, phase: str, text: str) -> None:
+        if self.quiet:
+            return
+        if self.console is not None:
+            self._status = self.console.status(f"{text}\N{HORIZONTAL ELLIPSIS}")
+            self._status.start()
+        else:
+            sys.stdout.flush()  # what went to stdout before stays before it in one log
+            print(f"{PROG}: {text}...", file=sys.stderr, flush=True)
+
+    def end(self, phase: str, text: str, seconds: float) -> None:
+        if self.quiet:
+            return
+        line = f"{PROG}: {text}: {seconds:.1f} s"
+        if self.console is not None:
+            if self._status is not None:
+                self._status.stop()
+                self._status = None
+            self.console.print(line, markup=False, soft_wrap=True)
+        else:
+            print(line, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        """Stop a status line left running by a phase that raised."""
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
 
 
 def format_record(r: dict[str, Any], total: int) -> str:

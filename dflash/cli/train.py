@@ -165,7 +165,14 @@ def _train(command: Command, args: argparse.Namespace, cfg: TrainConfig,
                          "drafter_ranks": roles.drafter_ranks}
         server = roles.server_of(world.rank)
         world = role_world
-    trainer = Trainer(cfg, world=world, feature_server=server)
+    from dflash.cli.display import StartPhases
+
+    phases = StartPhases(args.quiet or not world.is_main)
+    try:
+        trainer = Trainer(cfg, world=world, feature_server=server, on_phase=phases,
+                          shapes_only=args.warmup_only)
+    finally:
+        phases.close()
     if resume_from is not None:
         trainer.resume(resume_from)
         if world.is_main:
@@ -187,9 +194,16 @@ def _train(command: Command, args: argparse.Namespace, cfg: TrainConfig,
 
     signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        if args.warmup_only or trainer.rt.compile:
-            trainer.warmup()
-            _report_warmup(command, trainer)
+        try:
+            if args.warmup_only or trainer.rt.compile:
+                trainer.warmup()
+                _report_warmup(command, trainer)
+            if not args.warmup_only:
+                trainer.peak_tflops()
+        finally:
+            phases.close()
+        if world.is_main:  # now with the seconds of every start phase
+            _write_meta(Path(cfg.out), {**meta, "start_s": trainer.start_phases})
         if args.warmup_only:
             print(f"{PROG}: warm-up done in {trainer.warmup_seconds:.1f} s "
                   f"({'compiled' if trainer.rt.compile else 'eager'}); exiting")

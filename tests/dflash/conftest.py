@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +17,7 @@ from dflash.loss import block_inputs
 from dflash.masks import AttendFn, dense_mask, dflash_block_mask, flex_attend, sdpa_attend
 from dflash.model import DFlashDrafter
 from dflash.presets import tiny_drafter
+from tests.dflash import launch
 
 # Eager flex_attention on CPU warns that it is unfused; that is expected in tests.
 FLEX_EAGER = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
@@ -100,3 +104,53 @@ def trained_tiny(tiny_target, tmp_path_factory) -> TrainedTiny:
     result = trainer.run()
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     return TrainedTiny(trainer, trainer.drafter.eval(), result, records, untrained_tau, out)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_bytecode(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Where PYTHONDONTWRITEBYTECODE is set (this project's CI VMs set it), every child
+    process compiled torch and transformers from source again: 3.5 s of a 7.7 s tiny
+    dflash-train run. The children of these tests share one bytecode folder for the
+    session instead; nothing is written into the checkout or the venv."""
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
+        yield
+        return
+    saved = os.environ.pop("PYTHONDONTWRITEBYTECODE")
+    os.environ["PYTHONPYCACHEPREFIX"] = str(tmp_path_factory.mktemp("pycache"))
+    try:
+        yield
+    finally:
+        os.environ.pop("PYTHONPYCACHEPREFIX", None)
+        os.environ["PYTHONDONTWRITEBYTECODE"] = saved
+
+
+@pytest.fixture(scope="session")
+def colocated_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One torchrun job (2 ranks, ``launch.STEPS`` steps, a checkpoint every 2) that the
+    distributed and split-roles tests compare with and resume from. Copy it before
+    writing to it."""
+    out = tmp_path_factory.mktemp("colocated") / "run"
+    proc = launch.run(out, 2, launch.STEPS)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+@dataclass(frozen=True)
+class ColdRace:
+    result: dict[str, object]
+    root: Path
+    """``root/a/inductor``: the inductor folder it compiled into."""
+    store: Path
+    """The Mega-Cache folder it saved its artifact to."""
+
+
+@pytest.fixture(scope="session")
+def cold_guarded_race(tmp_path_factory: pytest.TempPathFactory) -> ColdRace:
+    """The guarded race harness once, cold: warm-up on the main thread, a Mega-Cache
+    artifact saved, then 3 threads x 3 calls and a late shape. The race test and the
+    Mega-Cache test both assert on it (each cold CPU compile costs 15-30 s)."""
+    root = tmp_path_factory.mktemp("race")
+    store = root / "store"
+    result = launch.guarded_race(root, "a", "--threads", "3", "--iters", "3", "--late-seq",
+                                 "384", "--mega-cache", str(store))
+    return ColdRace(result, root, store)

@@ -5,32 +5,21 @@ loaded by the next process with an empty inductor cache. Real torch.compile on C
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from dflash.compilation.megacache import MegaCache, current_compat_key
 from dflash.errors import MegaCacheError
+from tests.dflash import launch
+from tests.dflash.conftest import ColdRace
 
 
-def _guarded(tmp: Path, cache: str, store: Path) -> dict:
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp / cache / "inductor"),
-           "TRITON_CACHE_DIR": str(tmp / cache / "triton")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "dflash.compilation.race", "--mode", "guarded", "--threads", "1",
-         "--iters", "1", "--seq", "256", "--device", "cpu", "--timeout", "240",
-         "--mega-cache", str(store)], capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def test_artifact_is_saved_then_loaded_by_a_cold_process(tmp_path: Path):
-    store = tmp_path / "store"
-    first = _guarded(tmp_path, "a", store)
-    assert first["mega_cache_load_s"] is None and first["mega_cache_saved_bytes"] > 0
+@pytest.mark.slow
+def test_artifact_is_saved_then_loaded_by_a_cold_process(cold_guarded_race: ColdRace):
+    first, store = cold_guarded_race.result, cold_guarded_race.store
+    assert first["mega_cache_load_s"] is None
+    assert isinstance(first["mega_cache_saved_bytes"], int) and first["mega_cache_saved_bytes"] > 0
     key = current_compat_key()
     assert key is not None
     artifact = MegaCache(store, key).path
@@ -38,7 +27,9 @@ def test_artifact_is_saved_then_loaded_by_a_cold_process(tmp_path: Path):
     manifest = json.loads(artifact.with_suffix(".json").read_text())
     assert manifest["compat_key"] == key
 
-    second = _guarded(tmp_path, "b", store)  # empty inductor dir, same build
+    # Empty inductor dir, same build.
+    second = launch.guarded_race(cold_guarded_race.root, "b", "--threads", "1", "--iters", "1",
+                                 "--mega-cache", str(store))
     assert second["mega_cache_load_s"] is not None
     assert second["mega_cache_saved_bytes"] == 0  # loaded: nothing new to save
     assert second["ok"] == 1
@@ -53,3 +44,15 @@ def test_another_builds_key_finds_nothing_and_corruption_is_one_line(tmp_path: P
     with pytest.raises(MegaCacheError) as err:
         other.load()
     assert "\n" not in str(err.value) and str(other.path) in str(err.value)
+
+
+def test_a_folder_that_took_the_artifact_in_is_marked_warm(tmp_path: Path, monkeypatch):
+    # The trainer skips loading (seconds) into an inductor folder that already holds it.
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    mega = MegaCache(tmp_path / "store", "sha256:" + "cd" * 32)
+    assert not mega.local_is_warm()
+    mega.mark_local()
+    assert mega.local_is_warm()
+    assert not MegaCache(tmp_path / "store", "sha256:" + "ef" * 32).local_is_warm()
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "another"))
+    assert not mega.local_is_warm()  # a fresh folder: load again

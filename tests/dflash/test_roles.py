@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from dflash.distributed.world import Roles
-from tests.dflash.test_distributed import REPO, SMALL, _env, _losses, _run
+from tests.dflash.launch import REPO, SMALL, STEPS, env, losses, run
 
 
 def test_roles_put_drafters_first_and_spread_clients_over_target_ranks():
@@ -31,14 +31,13 @@ def test_roles_put_drafters_first_and_spread_clients_over_target_ranks():
             Roles(world_size=8, target_ranks=bad)
 
 
+@pytest.mark.slow
 def test_split_roles_train_exactly_like_colocated_ranks_and_resume_across_layouts(
-        tmp_path: Path):
-    colocated = _run(tmp_path / "colocated", 2, 6)
-    assert colocated.returncode == 0, colocated.stderr[-3000:]
+        colocated_run: Path, tmp_path: Path):
     # 3 processes: ranks 0-1 train (FSDP2 over their own group), rank 2 runs the target.
-    split = _run(tmp_path / "split", 3, 6, "--target-ranks", "1", "--set=stop_after=4")
+    split = run(tmp_path / "split", 3, STEPS, "--target-ranks", "1", "--set=stop_after=4")
     assert split.returncode == 0, split.stderr[-3000:]
-    a, b = _losses(tmp_path / "colocated"), _losses(tmp_path / "split")
+    a, b = losses(colocated_run), losses(tmp_path / "split")
     assert len(b) == 4
     # Same drafter ranks, data, anchors and target weights: only where the target runs
     # differs, so the losses agree to float rounding.
@@ -56,17 +55,18 @@ def test_split_roles_train_exactly_like_colocated_ranks_and_resume_across_layout
 
     # The split run's checkpoint (written by the drafter group) resumes colocated.
     shutil.copytree(tmp_path / "split", tmp_path / "resumed")
-    resumed = _run(tmp_path / "resumed", 2, 6, "--resume")
+    resumed = run(tmp_path / "resumed", 2, STEPS, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "at step 4" in resumed.stdout
-    c = _losses(tmp_path / "resumed")
-    assert len(c) == 6
+    c = losses(tmp_path / "resumed")
+    assert len(c) == STEPS
     for x, y in zip(a, c, strict=True):
         assert abs(x - y) <= 1e-5 * max(1.0, abs(x)), (a, c)
 
 
+@pytest.mark.slow
 def test_target_ranks_outside_the_world_is_one_line_and_no_hang(tmp_path: Path):
-    proc = _run(tmp_path / "bad", 2, 4, "--target-ranks", "2")
+    proc = run(tmp_path / "bad", 2, 4, "--target-ranks", "2")
     assert proc.returncode != 0
     # Both ranks refuse alike, before joining the process group; torchrun reports exit 2.
     lines = [line for line in proc.stderr.splitlines() if line.startswith("dflash-train:")]
@@ -83,6 +83,7 @@ def test_target_ranks_without_torchrun_is_refused(tmp_path: Path):
     assert main(["--target-ranks", "1", "--out", str(tmp_path / "x"), "--unguarded"]) == 2
 
 
+@pytest.mark.slow
 def test_sigterm_with_split_roles_checkpoints_and_resumes(tmp_path: Path):
     # torchrun forwards SIGTERM to every rank: the drafter ranks finish their step,
     # checkpoint and close their feature streams; the target rank keeps answering until
@@ -92,7 +93,7 @@ def test_sigterm_with_split_roles_checkpoints_and_resumes(tmp_path: Path):
             "--target-ranks", "1", *SMALL]
     proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone",
                              "--nproc-per-node", "3", "-m", "dflash.cli.train", "--steps=100000",
-                             *args], cwd=REPO, env=_env(), stdout=subprocess.PIPE,
+                             *args], cwd=REPO, env=env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     metrics = out / "metrics.jsonl"
     deadline = time.monotonic() + 200
@@ -106,7 +107,7 @@ def test_sigterm_with_split_roles_checkpoints_and_resumes(tmp_path: Path):
     step = int(stdout.split("stopped by SIGTERM at step ")[1].split(";")[0])
     assert (out / "checkpoints" / f"step-{step:08d}").is_dir()
 
-    resumed = _run(out, 3, step + 2, "--target-ranks", "1", "--resume")
+    resumed = run(out, 3, step + 2, "--target-ranks", "1", "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"at step {step}" in resumed.stdout
     assert [json.loads(x)["step"] for x in metrics.read_text().splitlines()][-2:] == [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,10 +19,11 @@ from dflash.checkpoint.export import load_drafter
 from dflash.checkpoint.layout import latest_checkpoint
 from dflash.presets import tiny
 from dflash.train import Trainer
+from tests.dflash import launch
 
 SMALL = {"steps": 10, "log_every": 1, "save_every": 0, "eval_every": 0,
          "synthetic_prompts": 40, "synthetic_response_tokens": 40, "held_out": 4,
-         "batch_size": 4, "buckets": (64,), "anchors": 8}
+         "batch_size": 4, "buckets": (64,), "anchors": 8, "peak_tflops": 1.0}
 
 
 def test_tiny_preset_learns(trained_tiny):
@@ -98,17 +99,19 @@ def test_resume_matches_an_uninterrupted_run(tiny_target, tmp_path: Path):
         torch.testing.assert_close(t, load_drafter(full.export).state_dict()[name])
 
 
-def _cli(out: Path, *extra: str) -> list[str]:
+def _cli(out: Path, *extra: str, quiet: bool = True) -> list[str]:
     sets = [f"--set={k}={v}" for k, v in SMALL.items() if k not in ("steps", "buckets")]
     return [sys.executable, "-m", "dflash.cli.train", "--preset", "tiny", "--unguarded",
-            "--quiet", "--out", str(out), "--set=buckets=64", *sets, *extra]
+            *(["--quiet"] if quiet else []), "--out", str(out), "--set=buckets=64", *sets,
+            *extra]
 
 
+@pytest.mark.slow
 def test_sigterm_saves_a_checkpoint_and_resume_finishes(tmp_path: Path):
     out = tmp_path / "run"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**launch.env(), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(_cli(out, "--steps", "100000"), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+                            stderr=subprocess.PIPE, text=True, env=env)  # --quiet
     metrics = out / "metrics.jsonl"
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and proc.poll() is None:
@@ -120,6 +123,7 @@ def test_sigterm_saves_a_checkpoint_and_resume_finishes(tmp_path: Path):
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 0, stderr
     assert "stopped by SIGTERM" in stdout
+    assert "dflash-train: building" not in stderr  # --quiet: no start phases either
     ckpt = latest_checkpoint(out)
     assert ckpt is not None
     step = int(ckpt.name.split("-")[-1])
@@ -135,12 +139,30 @@ def test_sigterm_saves_a_checkpoint_and_resume_finishes(tmp_path: Path):
     assert meta["torch"]["git"] and meta["unguarded"] in (True, False)
 
 
-def test_warmup_only_compiles_nothing_it_does_not_need(tmp_path: Path):
-    ok = subprocess.run(_cli(tmp_path / "w", "--warmup-only"), capture_output=True, text=True,
-                        timeout=300)
+PHASE_END = re.compile(r"^dflash-train: (.+): \d+\.\d s$")
+
+
+@pytest.mark.slow
+def test_warmup_only_says_each_start_phase_and_compiles_nothing_it_does_not_need(
+        tmp_path: Path):
+    # Piped (not a terminal): one plain line on stderr as each start phase begins and one
+    # with its time when it ends; a warm-up-only run generates no data.
+    ok = subprocess.run(_cli(tmp_path / "w", "--warmup-only", quiet=False),
+                        capture_output=True, text=True, timeout=300, env=launch.env())
     assert ok.returncode == 0, ok.stderr
     assert "warm-up done" in ok.stdout
     assert not (tmp_path / "w" / "checkpoints").exists()
+    lines = [line for line in ok.stderr.splitlines() if line.startswith("dflash-train: ")]
+    begun = [line.removeprefix("dflash-train: ").removesuffix("...") for line in lines
+             if line.endswith("...")]
+    ended = [m.group(1) for m in map(PHASE_END.match, lines) if m]
+    assert begun == ended, ok.stderr
+    assert [text.split(" (")[0] for text in begun] == [
+        "building the target", "building the drafter", "placing the drafter on cpu",
+        "making random batches of every shape", "warm-up"], ok.stderr
+    assert len(lines) == 2 * len(begun), ok.stderr  # nothing else, and no generation
+    meta = json.loads((tmp_path / "w" / "metadata.json").read_text())
+    assert list(meta["start_s"]) == ["target", "drafter", "parallelize", "data", "warmup"]
 
 
 @pytest.mark.parametrize("extra", [["--set", "steps=many"], ["--set", "no_such_key=1"],

@@ -1,0 +1,76 @@
+"""The trainer's start phases: timed and told to a listener, the same CPU build as
+before, fast synthetic data on a GPU, and no data generated for a warm-up-only run."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import torch
+
+from dflash.decoding import generate
+from dflash.model import DFlashDrafter
+from dflash.presets import qwen3_8b_shape, tiny, tiny_drafter
+from dflash.startup import build_drafter, generation_batch, synthetic_examples
+from dflash.target import load_target
+from dflash.train import Trainer
+
+SMALL = {"steps": 2, "synthetic_prompts": 24, "synthetic_response_tokens": 24, "held_out": 2,
+         "batch_size": 2, "buckets": (64,), "anchors": 4, "peak_tflops": 1.0}
+
+
+class Heard:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, float | None]] = []
+
+    def begin(self, phase: str, text: str) -> None:
+        self.events.append(("begin", phase, None))
+
+    def end(self, phase: str, text: str, seconds: float) -> None:
+        self.events.append(("end", phase, seconds))
+
+
+def test_each_phase_is_timed_and_heard_in_order(tmp_path: Path):
+    heard = Heard()
+    cfg = dataclasses.replace(tiny(), out=str(tmp_path), **SMALL)
+    trainer = Trainer(cfg, on_phase=heard)
+    trainer.warmup()
+    phases = ["target", "drafter", "parallelize", "data", "warmup"]
+    assert [(kind, phase) for kind, phase, _ in heard.events] == [
+        (kind, p) for p in phases for kind in ("begin", "end")]
+    assert list(trainer.start_phases) == phases
+    assert all(s is None or s >= 0 for _, _, s in heard.events)
+    assert trainer.peak_tflops() == 1.0 and "peak" not in trainer.start_phases
+
+
+def test_the_cpu_build_and_data_are_what_they_were(tiny_target):
+    # The drafter made on its device is, on CPU, the build from the same random stream;
+    # the synthetic data keeps the 64-prompt batches of the decoding module's own path.
+    torch.manual_seed(3)
+    made = build_drafter(tiny_drafter(), torch.device("cpu"))
+    torch.manual_seed(3)
+    before = DFlashDrafter(tiny_drafter())
+    for (name, a), (_, b) in zip(made.state_dict().items(), before.state_dict().items(),
+                                 strict=True):
+        assert torch.equal(a, b), name
+    cfg = dataclasses.replace(tiny(), synthetic_prompts=80, synthetic_response_tokens=12)
+    assert generation_batch(tiny_target, cfg) == 64
+    assert synthetic_examples(tiny_target, cfg) == generate.synthetic_examples(tiny_target, cfg)
+
+
+def test_a_gpu_generates_in_batches_a_memory_budget_holds():
+    target = load_target("qwen3-8b-shape", device="meta", dtype=torch.bfloat16)
+    cfg = qwen3_8b_shape()
+    # 112 tokens x 144 KiB of KV each, plus 16 prefill rows of fp32 + bf16 logits: 8 GiB
+    # holds 276 prompts, so the default 512 need 2 decode loops instead of 8.
+    assert generation_batch(target, cfg) == 276
+    assert generation_batch(target, dataclasses.replace(cfg, synthetic_prompts=100)) == 100
+
+
+def test_warmup_only_makes_every_shape_without_generating(tiny_target, tmp_path: Path):
+    cfg = dataclasses.replace(tiny(), out=str(tmp_path), **{**SMALL, "buckets": (64, 128)})
+    trainer = Trainer(cfg, target=tiny_target, shapes_only=True)
+    assert trainer.state.loader.shapes() == [(2, 64), (2, 128)]
+    assert len(trainer.held_out) == cfg.held_out
+    batch = trainer.state.loader.next_batch()
+    assert not (batch.input_ids_BS == tiny_target.mask_token_id).any()
