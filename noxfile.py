@@ -32,6 +32,16 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session
+def integrations(session: nox.Session) -> None:
+    """The W&B and MLflow helpers against the real libraries (W&B offline, MLflow with a
+    file store): envguard depends on neither, so the default suite runs stand-ins."""
+    _install_project(session, with_torch=False)
+    session.install("pytest", "hypothesis", "uv", "wandb", "mlflow-skinny")
+    session.run("pytest", "tests/test_integrations.py", "-m", "real_library", "-rs",
+                *session.posargs)
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     session.install("ruff")
     session.run("ruff", "check", "envguard", "dflash", "tests", "benchmarks", "noxfile.py")

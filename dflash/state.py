@@ -32,14 +32,19 @@ class TrainState:
     anchor_gen: torch.Generator
     """This rank's anchor stream (fresh anchors every step)."""
 
-    def state_dict(self, cfg: TrainConfig, device: torch.device) -> dict[str, Any]:
-        """trainer.pt's content: step, optimizer, RNG states, data position, config."""
+    def state_dict(self, cfg: TrainConfig, device: torch.device,
+                   environment: dict[str, str] | None = None) -> dict[str, Any]:
+        """trainer.pt's content: step, optimizer, RNG states, data position, config, and
+        ``environment`` (env.json's digest) when the run recorded its environment."""
         rng: dict[str, Any] = {"torch": torch.get_rng_state(),
                                "anchor": self.anchor_gen.get_state()}
         if device.type == "cuda":
             rng["cuda"] = torch.cuda.get_rng_state(device)
-        return {"step": self.step, "optimizer": self.optimizer.state_dict(), "rng": rng,
-                "loader": self.loader_state, "config": cfg.to_dict()}
+        state = {"step": self.step, "optimizer": self.optimizer.state_dict(), "rng": rng,
+                 "loader": self.loader_state, "config": cfg.to_dict()}
+        if environment is not None:
+            state["environment"] = dict(environment)
+        return state
 
     def continue_at(self, resumed: checkpoint.Resumed, fresh_seed: int) -> None:
         """The step, this rank's anchor stream (``fresh_seed`` for a rank the checkpoint

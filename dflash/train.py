@@ -139,6 +139,9 @@ class Trainer:
         self.flops = flop_model(self.dcfg, count_params(layers),
                                 count_params(self.drafter.layers[0]))
         self._peak = cfg.peak_tflops
+        self.environment: dict[str, str] | None = None
+        """``{"file": "env.json", "sha256": ...}``: the snapshot of the environment this run
+        was started in (``dflash-train`` sets it); every checkpoint's trainer.pt names it."""
         self.warmup_seconds = 0.0
         self.warmup_phases: dict[str, float] = {}
         """Warm-up seconds per phase (compiles land in the first call of each)."""
@@ -273,7 +276,8 @@ class Trainer:
 
     # -- checkpoints (dflash.checkpoint.resume does the work, in either mode) ---------------
     def save(self) -> Path:
-        return checkpoint.save(self.out, self.state.state_dict(self.cfg, self.rt.device),
+        return checkpoint.save(self.out, self.state.state_dict(self.cfg, self.rt.device,
+                                                               self.environment),
                                self.drafter, self.state.optimizer, self.world,
                                self.cfg.keep_checkpoints)
 

@@ -1,5 +1,8 @@
 """envguard: record the environment a training run worked in, and explain what changed.
 
+The public Python API is :mod:`envguard.api`, re-exported here (``envguard.snapshot()``,
+``envguard.diff()``, ...; docs/API.md). The rest of the package is internal.
+
 The package is layered collect -> analyse -> render, as pip-audit is; each layer imports
 only the layers below it:
 
@@ -8,7 +11,8 @@ only the layers below it:
   is the one place an output format is chosen;
 * the commands' cores: :mod:`envguard.gate` (lockfiles, check, run), :mod:`envguard.restore`,
   :mod:`envguard.cache` (compile-cache archives), :mod:`envguard.fleet`;
-* :mod:`envguard.explain` (rules that explain a diff) and :mod:`envguard.diff`;
+* :mod:`envguard.explain` (rules that explain a diff) and :mod:`envguard.changes` (what
+  differs between two snapshots);
 * :mod:`envguard.probe` collects facts about an interpreter's environment without
   importing torch; its memo files live in :mod:`envguard.probe.memo`;
 * the ground: :mod:`envguard.model` (the snapshot as frozen dataclasses),
@@ -19,6 +23,33 @@ only the layers below it:
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["__version__"]
+from envguard.version import __version__
+
+if TYPE_CHECKING:
+    from envguard.api import (
+        GateResult,
+        Report,
+        Snapshot,
+        check,
+        diff,
+        format_report,
+        read_snapshot,
+        snapshot,
+    )
+
+__all__ = ["GateResult", "Report", "Snapshot", "__version__", "check", "diff",
+           "format_report", "read_snapshot", "snapshot"]
+
+_API = frozenset(__all__) - {"__version__"}
+
+
+def __getattr__(name: str) -> Any:
+    """The public API (:mod:`envguard.api`), loaded on first use: the command line, which
+    imports this package first, never pays for it."""
+    if name in _API:
+        from envguard import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'envguard' has no attribute {name!r}")

@@ -11,6 +11,7 @@ one place. Anything else that escapes is a bug (ExitCode.INTERNAL_ERROR).
     ├── ProbeError (4)                  the target interpreter cannot be probed
     ├── RestoreError (4)                uv missing, failed or stopped
     ├── GatherError (4)                 the ranks of a fleet cannot exchange snapshots
+    ├── IntegrationError (2)            an optional integration's library is missing or idle
     └── OutputError (5)                 a result cannot be written
 """
 
@@ -83,3 +84,10 @@ class GatherError(EnvguardError):
     """The ranks could not exchange their snapshots (timeout, no transport)."""
 
     exit_code = ExitCode.ENVIRONMENT_ERROR
+
+
+class IntegrationError(EnvguardError):
+    """An optional integration (W&B, MLflow) cannot log: its library is not installed, or
+    there is no run to log to."""
+
+    exit_code = ExitCode.USAGE

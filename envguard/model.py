@@ -9,9 +9,12 @@ path, as packaging's ``pylock`` does: ``expected str, got int in 'packages[3].ve
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from envguard.errors import SnapshotValidationError, UnsupportedSchemaError
@@ -295,6 +298,19 @@ class Snapshot:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def write(self, path: str | os.PathLike[str]) -> Path:
+        """Write :meth:`to_json` to ``path`` atomically (through a symlink, keeping an
+        existing file's mode; :mod:`envguard.atomic`) and return the path written."""
+        from envguard.atomic import write_text_atomic
+
+        return write_text_atomic(path, self.to_json())
+
+    @property
+    def sha256(self) -> str:
+        """``sha256:<hex>`` of :meth:`to_json`: what ``sha256sum`` prints for a file
+        :meth:`write` wrote (and what ``envguard run`` passes in ``ENVGUARD_VERIFIED``)."""
+        return "sha256:" + hashlib.sha256(self.to_json().encode()).hexdigest()
 
     def to_json(self) -> str:
         """Deterministic JSON: sorted keys, two-space indent, trailing newline."""

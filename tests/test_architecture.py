@@ -146,9 +146,10 @@ def test_no_file_or_folder_named_utils(package: str) -> None:
 
 LOWER = ("envguard.errors", "envguard.exitcodes", "envguard.paths", "envguard.atomic",
          "envguard.validation", "envguard.model", "envguard.units", "envguard.snapshot_file",
-         "envguard.toml_write", "envguard.diff", "envguard.probe", "envguard.explain",
+         "envguard.toml_write", "envguard.changes", "envguard.probe", "envguard.explain",
          "envguard.input_file", "envguard.redact")
-UPPER = ("envguard.cli", "envguard.gate", "envguard.restore", "envguard.cache",
+UPPER = ("envguard.cli", "envguard.api", "envguard.integrations", "envguard.gate",
+         "envguard.restore", "envguard.cache",
          "envguard.fleet", "envguard.render")
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from envguard.diff import diff
+from envguard.changes import diff
 from envguard.exitcodes import ExitCode
 from envguard.explain import explain
 from envguard.render import diff_json, diff_markdown

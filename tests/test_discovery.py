@@ -289,7 +289,7 @@ def test_selected_by_is_optional_and_never_compared() -> None:
     """A snapshot written before the field loads (``null``); diff ignores the field."""
     import dataclasses
 
-    from envguard.diff import diff
+    from envguard.changes import diff
     from envguard.model import Snapshot
 
     text = (Path(__file__).parent / "data" / "h200-snapshot.json").read_text()

@@ -20,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -504,12 +505,29 @@ def test_dflash_train_passes_a_lock_of_this_environment(dflash_project: Path) ->
     assert direct.returncode == 0, direct.stdout + direct.stderr
     meta = json.loads((out / "metadata.json").read_text())
     assert meta["unguarded"] is False and meta["guard"] == f"checked {path}"
+    _assert_env_json(out, meta)
     shutil.rmtree(out)
     via_run = envguard("run", "--", REPO_DFLASH, "--check", "--out", out, cwd=dflash_project,
                        timeout=120)
     assert via_run.returncode == 0, via_run.stderr
-    guard = json.loads((out / "metadata.json").read_text())["guard"]
+    meta = json.loads((out / "metadata.json").read_text())
+    guard = meta["guard"]
     assert guard.startswith("verified by envguard run (dflash-train:here:"), guard
+    # the very snapshot envguard run's gate took, handed over in a private file
+    assert guard.endswith(f":{_assert_env_json(out, meta)})")
+    assert not any(Path(tempfile.gettempdir()).glob("envguard-run-*/snapshot.json"))
+
+
+def _assert_env_json(out: Path, meta: dict[str, Any]) -> str:
+    """The run folder's env.json is a snapshot of this .venv, and metadata.json names its
+    sha256; returns it."""
+    from envguard.snapshot_file import read_snapshot
+
+    digest = "sha256:" + hashlib.sha256((out / "env.json").read_bytes()).hexdigest()
+    assert meta["environment"] == {"file": "env.json", "sha256": digest}
+    snap = read_snapshot(out / "env.json")
+    assert Path(snap.interpreter.prefix).resolve() == REPO_PYTHON.parent.parent.resolve()
+    return digest
 
 
 def test_dflash_train_refuses_an_edited_lock(dflash_project: Path) -> None:
@@ -534,6 +552,7 @@ def test_dflash_train_refuses_an_edited_lock(dflash_project: Path) -> None:
     meta = json.loads((out / "metadata.json").read_text())
     assert meta["unguarded"] is True
     assert meta["guard"] == f"checked {path}"
+    _assert_env_json(out, meta)  # the drifted environment is recorded too
 
 
 def _ci_difference() -> str | None:

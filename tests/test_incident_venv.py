@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from envguard.diff import diff
+from envguard.changes import diff
 from envguard.explain import explain
 from envguard.probe import SnapshotOptions, collect
 from tests.wheelfactory import VenvFactory, build_wheel, fake_torch_files

@@ -257,7 +257,7 @@ def test_install_tree_is_the_prefix_of_the_site_folder(site: str, tree: str) -> 
 
 def test_special_files_are_explained_in_the_diff(torch_env: Venv) -> None:
     """The new problems reach ``envguard diff``: named in the evidence, explained."""
-    from envguard.diff import diff
+    from envguard.changes import diff
     from envguard.explain import explain
     from envguard.probe import SnapshotOptions, collect
 

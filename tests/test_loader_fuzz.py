@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from envguard.diff import diff
+from envguard.changes import diff
 from envguard.errors import EnvguardError, InputError, UnsupportedSchemaError
 from envguard.exitcodes import ExitCode
 from envguard.explain import explain

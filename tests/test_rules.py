@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from envguard.diff import diff
+from envguard.changes import diff
 from envguard.explain import ALL_RULES, Finding, Severity, explain, matches_symptom
 from envguard.explain.interface import short
 from envguard.model import (

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from envguard.diff import diff
+from envguard.changes import diff
 from envguard.explain import explain
 from envguard.model import ProbeIssue, Snapshot, System
 from envguard.probe import SnapshotOptions, collect, commands, system

@@ -9,8 +9,10 @@ drifted rank stops all of them, before any training collective, so nobody waits 
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from dflash.distributed.world import World, gather_gate
 from dflash.errors import InputError, RefusedError
@@ -25,18 +27,47 @@ class Gate:
     """``[rule] title`` of each mismatch (``rank R: ...`` under torchrun)."""
     how: str
     """How it was checked, for metadata.json: ``checked LOCK`` or ``verified by ...``."""
+    snapshot_json: str | None = None
+    """The snapshot the gate took (``env.json`` of the run folder), when there is one."""
+
+    @property
+    def snapshot_sha256(self) -> str | None:
+        """``sha256:<hex>`` of :attr:`snapshot_json`: what checkpoints name."""
+        if self.snapshot_json is None:
+            return None
+        return "sha256:" + hashlib.sha256(self.snapshot_json.encode()).hexdigest()
 
 
 def verify_environment() -> Gate:
     """The gate for this interpreter's environment."""
-    from envguard.gate import VERIFIED_ENV, check_command
+    from envguard.gate import SNAPSHOT_ENV, VERIFIED_ENV, check_command
 
     verified = os.environ.get(VERIFIED_ENV, "")
     if verified.split(":", 1)[0] == LOCK_NAME:
-        return Gate(True, [], f"verified by envguard run ({verified})")
+        return Gate(True, [], f"verified by envguard run ({verified})",
+                    _verified_snapshot(os.environ.get(SNAPSHOT_ENV, ""), verified))
     result = check_command(LOCK_NAME)
     mismatch = [] if result.passed else [f"[{f.rule}] {f.title}" for f in result.findings]
-    return Gate(result.passed, mismatch, f"checked {result.lock_path}")
+    return Gate(result.passed, mismatch, f"checked {result.lock_path}",
+                result.snapshot.to_json())
+
+
+def _verified_snapshot(path: str, verified: str) -> str | None:
+    """The snapshot ``envguard run`` handed over, if it is the one its digest names (a
+    file that is missing, unreadable or another one is no snapshot, not an error)."""
+    from envguard.errors import EnvguardError
+    from envguard.input_file import read_input
+
+    digest = verified.split(":", 2)[-1]
+    if not path:
+        return None
+    try:
+        data = read_input(Path(path), what="snapshot")
+    except (EnvguardError, OSError):
+        return None
+    if "sha256:" + hashlib.sha256(data).hexdigest() != digest:
+        return None
+    return data.decode("utf-8", errors="replace")
 
 
 def check_gate(world: World) -> Gate:
@@ -73,4 +104,4 @@ def gather(world: World, gate: Gate, unguarded: bool) -> Gate:
                          "--unguarded starts anyway)")
         raise RefusedError("\n".join(lines))
     return Gate(not failed, [f"rank {r}: {x}" for r, found in failed for x in found],
-                gate.how)
+                gate.how, gate.snapshot_json)

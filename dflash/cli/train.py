@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     from dflash.train import Trainer
 
 PROG = "dflash-train"
+ENV_FILE = "env.json"
+"""The run folder's copy of the snapshot the environment gate took."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -137,8 +139,12 @@ def _start(command: Command, args: argparse.Namespace, cfg: TrainConfig,
                             "guard": gate.how, "unguarded": not gate.passed,
                             "mismatch": gate.findings}
     state = "environment verified" if gate.passed else "UNGUARDED: environment does not match"
+    if gate.snapshot_json is not None:
+        meta["environment"] = {"file": ENV_FILE, "sha256": gate.snapshot_sha256}
     if world.is_main:
         print(f"{PROG}: {state} ({gate.how})")
+        if gate.snapshot_json is not None:
+            _write_env(Path(cfg.out), gate.snapshot_json)
     if args.check:
         if world.is_main:
             _write_meta(Path(cfg.out), meta)
@@ -173,6 +179,7 @@ def _train(command: Command, args: argparse.Namespace, cfg: TrainConfig,
                           shapes_only=args.warmup_only)
     finally:
         phases.close()
+    trainer.environment = meta.get("environment")  # each checkpoint names env.json's digest
     if resume_from is not None:
         trainer.resume(resume_from)
         if world.is_main:
@@ -260,6 +267,14 @@ def _torch_build() -> dict[str, Any]:
 
     return {"version": torch.__version__, "git": torch.version.git_version,
             "cuda": torch.version.cuda}
+
+
+def _write_env(out: Path, text: str) -> None:
+    """The gate's snapshot as the run folder's env.json (``envguard diff RUN_A/env.json
+    RUN_B/env.json`` compares two runs' environments)."""
+    from envguard.atomic import write_text_atomic
+
+    write_text_atomic(out / ENV_FILE, text)
 
 
 def _write_meta(out: Path, meta: dict[str, Any]) -> None:

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from envguard import __version__
 from envguard.atomic import write_text_atomic
 from envguard.cache.manifest import (
     ARCHIVED_KINDS,
@@ -52,6 +51,7 @@ from envguard.cache.tar import (
 from envguard.errors import InputError, OutputError
 from envguard.model import BuildStamp, CacheDir, Snapshot
 from envguard.probe import sightings
+from envguard.version import __version__
 
 VOLATILE_FS = ("tmpfs", "ramfs")
 _CHUNK = 1 << 20

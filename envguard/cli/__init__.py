@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import argparse
 
-from envguard import __version__
 from envguard.cli import cache, completion, diff, fleet, gate, restore, runs, snapshot
 from envguard.cli._common import Parser, run_command
+from envguard.version import __version__
 
 __all__ = ["build_parser", "main"]
 

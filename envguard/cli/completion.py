@@ -15,9 +15,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from envguard import __version__
 from envguard.cli._common import write_stdout
 from envguard.exitcodes import ExitCode
+from envguard.version import __version__
 
 SHELLS = ("bash", "zsh")
 _TOKEN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$|^--?[A-Za-z0-9][A-Za-z0-9._-]*$")

@@ -100,7 +100,7 @@ def _now(other: Side | None) -> Side:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from envguard.diff import diff
+    from envguard.changes import diff
     from envguard.explain import explain
     from envguard.render.report import DiffReport
 

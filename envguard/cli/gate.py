@@ -6,8 +6,10 @@ Part of the CLI layer (it prints); the decisions live in :mod:`envguard.gate`.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -142,7 +144,7 @@ def lock_choice(name: str, lock: str | None) -> tuple[str, str | None]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from envguard.gate import VERIFIED_ENV, check_command
+    from envguard.gate import SNAPSHOT_ENV, VERIFIED_ENV, check_command
     from envguard.gate.runner import run_child
     from envguard.render import render
     from envguard.runs.store import now_iso
@@ -180,12 +182,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         sys.stderr.write(render(result, OutputFormat.TEXT, screen=StreamScreen(sys.stderr)))
     sys.stderr.flush()
     env = dict(os.environ)
-    if result.passed:
-        from envguard.gate.lockfile import snapshot_digest
-
-        env[VERIFIED_ENV] = f"{lock.name}:{entry}:{snapshot_digest(snapshot)}"
-    started = now_iso()
-    ended = run_child(argv, env)
+    for stale in (VERIFIED_ENV, SNAPSHOT_ENV):  # an outer envguard run's, not this gate's
+        env.pop(stale, None)
+    with tempfile.TemporaryDirectory(prefix="envguard-run-") as private:  # 0700
+        if result.passed:
+            text = snapshot.to_json()
+            digest = "sha256:" + hashlib.sha256(text.encode()).hexdigest()  # = snapshot.sha256
+            env[VERIFIED_ENV] = f"{lock.name}:{entry}:{digest}"
+            env[SNAPSHOT_ENV] = _private_copy(Path(private), text)
+        started = now_iso()
+        ended = run_child(argv, env)
     # From here on nothing changes the child's status: a record that cannot be written, or
     # a comparison that fails, is one line on stderr.
     record = _record(snapshot, meta, started_at=started, ended_at=now_iso(),
@@ -193,6 +199,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     if record is not None and record.failed:
         _explain_failure(shown, record, snapshot)
     return ended.status
+
+
+def _private_copy(folder: Path, text: str) -> str:
+    """The gate's snapshot in a file only this user reads, for the child (SNAPSHOT_ENV)."""
+    path = folder / "snapshot.json"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    return str(path)
 
 
 def _record(snapshot: Snapshot, meta: dict[str, Any], **outcome: Any) -> RunRecord | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from envguard.diff import SnapshotDiff, diff
+from envguard.changes import SnapshotDiff, diff
 from envguard.explain import caches, environment, packages, torch
 from envguard.explain.interface import Context, Finding, Rule, Severity
 from envguard.model import Snapshot

@@ -6,7 +6,7 @@ import re
 import shlex
 from collections.abc import Iterator
 
-from envguard.diff import ADDED, MASKED, REMOVED, Change
+from envguard.changes import ADDED, MASKED, REMOVED, Change
 from envguard.explain.interface import Context, Finding, Rule, Severity
 from envguard.model import Snapshot
 

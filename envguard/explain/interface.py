@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from envguard.diff import Change, SnapshotDiff
+from envguard.changes import Change, SnapshotDiff
 from envguard.model import Snapshot
 
 

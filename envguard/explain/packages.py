@@ -6,7 +6,7 @@ import contextlib
 import re
 from collections.abc import Iterator
 
-from envguard.diff import ADDED, REMOVED, Change
+from envguard.changes import ADDED, REMOVED, Change
 from envguard.explain.interface import (
     Context,
     Finding,

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from envguard.diff import SnapshotDiff, diff
+from envguard.changes import SnapshotDiff, diff
 from envguard.errors import InputError, SnapshotValidationError
 from envguard.explain import Finding, explain
 from envguard.model import Files, Snapshot, TrackedFile

@@ -10,10 +10,16 @@
 from __future__ import annotations
 
 from envguard.gate.check import EntryComparison, GateResult, check, compare
-from envguard.gate.command import VERIFIED_ENV, check_command, gate_snapshot_options
+from envguard.gate.command import (
+    SNAPSHOT_ENV,
+    VERIFIED_ENV,
+    check_command,
+    gate_snapshot_options,
+)
 from envguard.gate.lookup import bundled_lock_dirs, find_lock, project_root_of, read_lock
 from envguard.gate.shebang import interpreter_of
 
-__all__ = ["VERIFIED_ENV", "EntryComparison", "GateResult", "bundled_lock_dirs", "check",
+__all__ = ["SNAPSHOT_ENV", "VERIFIED_ENV", "EntryComparison", "GateResult", "bundled_lock_dirs",
+           "check",
            "check_command", "compare", "find_lock", "gate_snapshot_options", "interpreter_of",
            "project_root_of", "read_lock"]

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from envguard.diff import SnapshotDiff, diff
+from envguard.changes import SnapshotDiff, diff
 from envguard.errors import InputError
 from envguard.explain import Finding, Severity, explain
 from envguard.explain.packages import FOREIGN_STACKS

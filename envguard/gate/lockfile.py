@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import hashlib
 import re
 import sys
 from dataclasses import dataclass, field
@@ -108,7 +107,7 @@ class Lock:
 # ---------------------------------------------------------------------------- build
 
 def snapshot_digest(snapshot: Snapshot) -> str:
-    return "sha256:" + hashlib.sha256(snapshot.to_json().encode()).hexdigest()
+    return snapshot.sha256
 
 
 def default_entry_id(snapshot: Snapshot) -> str:

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from envguard import __version__
 from envguard.errors import InputError
 from envguard.model import SCHEMA, Integrity, Options, ProbeIssue, Snapshot
 from envguard.paths import memo_dir
@@ -37,6 +36,7 @@ from envguard.probe.memo.records import RecordMemo
 from envguard.probe.options import SnapshotOptions
 from envguard.probe.progress import NullProgress, Progress
 from envguard.redact import redact_snapshot
+from envguard.version import __version__
 
 COMMAND_TIMEOUT_S = 20.0
 

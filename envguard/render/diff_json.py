@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from envguard.diff import Change
+from envguard.changes import Change
 from envguard.explain import Finding
 from envguard.render.report import DIFF_SCHEMA, DiffReport
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from envguard.diff import Change
+from envguard.changes import Change
 from envguard.render.report import DiffReport
 from envguard.render.sanitize import clean, display_value
 

@@ -11,7 +11,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from envguard.diff import Change
+from envguard.changes import Change
 from envguard.explain import Finding, Severity
 from envguard.render.report import DiffReport
 from envguard.render.sanitize import clean, display_value

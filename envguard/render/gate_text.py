@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from envguard.diff import SnapshotDiff
+from envguard.changes import SnapshotDiff
 from envguard.errors import InputError
 from envguard.render.report import DiffReport
 from envguard.render.sanitize import clean

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from envguard.diff import SnapshotDiff
+from envguard.changes import SnapshotDiff
 from envguard.explain import Finding, Severity
 
 DIFF_SCHEMA = "envguard.diff/1"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from envguard.diff import ADDED, REMOVED, Change, diff
+from envguard.changes import ADDED, REMOVED, Change, diff
 from envguard.explain import Finding, explain
 from envguard.model import Snapshot
 

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from envguard.diff import ADDED, REMOVED, Change, diff
+from envguard.changes import ADDED, REMOVED, Change, diff
 from envguard.errors import InputError
 from envguard.explain import explain
 from envguard.model import Snapshot

@@ -74,3 +74,14 @@ def test_warmup_only_makes_every_shape_without_generating(tiny_target, tmp_path:
     assert len(trainer.held_out) == cfg.held_out
     batch = trainer.state.loader.next_batch()
     assert not (batch.input_ids_BS == tiny_target.mask_token_id).any()
+
+
+def test_each_checkpoint_names_the_environment_snapshot(tiny_target, tmp_path: Path):
+    from dflash.checkpoint.local import read_trainer_state
+
+    cfg = dataclasses.replace(tiny(), out=str(tmp_path), **SMALL)
+    trainer = Trainer(cfg, target=tiny_target)
+    assert "environment" not in read_trainer_state(trainer.save())
+    trainer.environment = {"file": "env.json", "sha256": "sha256:" + "ab" * 32}
+    state = read_trainer_state(trainer.save())
+    assert state["environment"] == trainer.environment

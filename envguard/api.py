@@ -1,0 +1,172 @@
+"""envguard's public Python API: snapshot, read, compare and gate from a training script.
+
+Everything here is also reachable as ``envguard.NAME`` (:mod:`envguard` loads this module
+on first use, so the command line never pays for it). It is typed, stable within the
+snapshot schema's major version (``envguard.snapshot/1``), never prints, and never writes
+into a compile cache. Errors are :class:`envguard.errors.EnvguardError` subclasses with a
+one-line message (``InputError`` for bad input, ``ProbeError`` for an interpreter that
+cannot be probed, ``OutputError`` for a result that cannot be written).
+
+    import envguard
+
+    snap = envguard.snapshot()                     # the environment this script runs in
+    snap.write("runs/42/env.json")
+    report = envguard.diff(envguard.read_snapshot("good.json"), snap)
+    if not report.equivalent:
+        print(report.to_markdown())
+    gate = envguard.check("dflash-train")          # lockfiles/dflash-train.toml
+    assert gate.passed, envguard.format_report(gate)
+
+docs/API.md describes each function.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from envguard.changes import SnapshotDiff
+from envguard.errors import InputError
+from envguard.explain.interface import Finding
+from envguard.gate.check import GateResult
+from envguard.model import Snapshot
+from envguard.render.report import DiffReport
+
+Verify = Literal["none", "size", "hash"]
+Format = Literal["text", "json", "markdown"]
+
+__all__ = ["Format", "GateResult", "Report", "Snapshot", "Verify", "check", "diff",
+           "format_report", "read_snapshot", "snapshot"]
+
+
+def snapshot(python: str | os.PathLike[str] | None = None, *,
+             files: Iterable[str] = (), verify: Verify = "size", deep: bool = False,
+             cwd: str | os.PathLike[str] | None = None,
+             env: Mapping[str, str] | None = None) -> Snapshot:
+    """A snapshot of an environment, as ``envguard snapshot`` takes it.
+
+    ``python``: an interpreter or an environment folder; None chooses as the command line
+    does (``ENVGUARD_PYTHON``, ``VIRTUAL_ENV``, ``CONDA_PREFIX``, ``.venv`` in ``cwd`` or a
+    parent), falling back to the interpreter running this code, so a training script
+    records its own environment. ``files``: globs whose content is hashed, relative to
+    ``cwd``; ``[tool.envguard] files`` of the nearest pyproject.toml are added. ``verify``:
+    how installed files are checked against RECORD. ``deep``: also import torch, in a
+    child process. ``env``: the environment variables to record (default: this process's).
+    """
+    from envguard.probe import SnapshotOptions, collect
+    from envguard.probe.discovery import discover
+
+    if verify not in ("none", "size", "hash"):
+        raise InputError(f"verify={verify!r}: expected 'none', 'size' or 'hash'")
+    where = Path(cwd) if cwd is not None else Path.cwd()
+    variables = os.environ if env is None else env
+    selection = discover(os.fspath(python) if python is not None else None,
+                         env=variables, cwd=where)
+    options = SnapshotOptions(python=selection.python, selected_by=selection.selected_by,
+                              verify=verify,
+                              deep=deep, file_patterns=tuple(files), cwd=where, env=env)
+    return collect(options)
+
+
+def read_snapshot(path: str | os.PathLike[str]) -> Snapshot:
+    """A snapshot file written by ``envguard snapshot`` or :meth:`Snapshot.write`, checked
+    against the schema (``InputError`` naming the file and field when it does not fit,
+    ``UnsupportedSchemaError`` for a newer major). Credentials in an old file are masked."""
+    from envguard.snapshot_file import read_snapshot as read
+
+    return read(Path(path))
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """What :func:`diff` found: every change, and the findings that explain them, most
+    likely cause first. Plain data; the ``to_*`` methods render it."""
+
+    old: Snapshot
+    new: Snapshot
+    detail: DiffReport
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        """Explained causes, most likely first (rule id, severity, evidence, remedy)."""
+        return self.detail.findings
+
+    @property
+    def changes(self) -> SnapshotDiff:
+        """Every difference, material or not."""
+        return self.detail.diff
+
+    @property
+    def equivalent(self) -> bool:
+        """No difference that changes behaviour (``envguard diff`` exits 0)."""
+        return self.detail.equivalent
+
+    @property
+    def verdict(self) -> str:
+        """The headline, one sentence."""
+        return self.detail.verdict
+
+    def to_text(self, *, width: int = 80, show_all: bool = False) -> str:
+        return format_report(self, "text", width=width, show_all=show_all)
+
+    def to_markdown(self, *, show_all: bool = False) -> str:
+        return format_report(self, "markdown", show_all=show_all)
+
+    def to_json(self) -> str:
+        """The ``envguard.diff/1`` document (docs/DIFF.md), as ``--format json`` prints it."""
+        return format_report(self, "json")
+
+    def to_dict(self) -> dict[str, Any]:
+        """:meth:`to_json` as a dict."""
+        document: dict[str, Any] = json.loads(self.to_json())
+        return document
+
+
+def diff(old: Snapshot, new: Snapshot, *, symptom: str | None = None,
+         old_name: str = "old", new_name: str = "new") -> Report:
+    """Compare two snapshots and explain the differences. ``symptom``: an error line; the
+    findings it points at come first. The names label the sides in the rendered report."""
+    from envguard.changes import diff as compare
+    from envguard.explain import explain
+
+    changes = compare(old, new)
+    findings = tuple(explain(old, new, changes, symptom))
+    return Report(old=old, new=new, detail=DiffReport(
+        old_name=old_name, new_name=new_name, diff=changes, findings=findings,
+        symptom=symptom))
+
+
+def check(lock: str | os.PathLike[str], *, python: str | os.PathLike[str] | None = None,
+          cwd: str | os.PathLike[str] | None = None, strict: bool = False) -> GateResult:
+    """Does an environment match a lock? ``lock`` is a lock name (``lockfiles/NAME.toml``
+    in ``cwd`` or a parent, else the bundled one) or a path (it has a ``/`` or ends in
+    ``.toml``). ``python`` as for :func:`snapshot`. ``GateResult.passed`` is the verdict,
+    ``GateResult.findings`` the reasons; :func:`format_report` renders it."""
+    from envguard.gate.command import check_command
+    from envguard.probe.discovery import discover
+
+    where = Path(cwd) if cwd is not None else Path.cwd()
+    text = os.fspath(lock)
+    is_path = isinstance(lock, os.PathLike) or "/" in text or os.sep in text \
+        or text.endswith(".toml")
+    name = Path(text).stem if is_path else text
+    selection = discover(os.fspath(python) if python is not None else None,
+                         env=os.environ, cwd=where)
+    path = where / text if is_path else None  # an absolute ``text`` replaces ``where``
+    return check_command(name, lock=path, python=selection.python, cwd=where, strict=strict)
+
+
+def format_report(report: Report | GateResult, fmt: Format = "text", *, width: int = 80,
+                  show_all: bool = False) -> str:
+    """A report as ``envguard diff`` / ``envguard check`` print it with ``--format fmt``
+    (text without colour, ``width`` columns)."""
+    from envguard.render import PlainScreen, render
+
+    if fmt not in ("text", "json", "markdown"):
+        raise InputError(f"format={fmt!r}: expected 'text', 'json' or 'markdown'")
+    inner = report.detail if isinstance(report, Report) else report
+    return render(inner, fmt, show_all=show_all, screen=PlainScreen(width=width))
