@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from envguard.diff import diff  # noqa: E402
+from envguard.changes import diff  # noqa: E402
 from envguard.explain import explain  # noqa: E402
 from envguard.model import Distribution, Snapshot  # noqa: E402
 from tests.incident import incident_pair  # noqa: E402
