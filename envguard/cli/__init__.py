@@ -10,15 +10,37 @@ with its ``add_parsers``; what they share is in :mod:`envguard.cli._common`. Exi
 from __future__ import annotations
 
 import argparse
+import importlib
+import sys
+from types import ModuleType
 
-from envguard.cli import cache, completion, diff, fleet, gate, restore, runs, snapshot
 from envguard.cli._common import Parser, run_command
 from envguard.version import __version__
 
 __all__ = ["build_parser", "main"]
 
+MODULES = ("snapshot", "diff", "gate", "restore", "cache", "fleet", "runs", "completion")
+"""The command modules, in the order ``--help`` lists their commands."""
+COMMANDS = {"snapshot": "snapshot", "diff": "diff", "lock": "gate", "check": "gate",
+            "run": "gate", "restore": "restore", "cache": "cache", "fleet": "fleet",
+            "runs": "runs", "completion": "completion"}
+"""Which module defines each command."""
 
-def build_parser() -> argparse.ArgumentParser:
+
+def _modules_for(argv: list[str] | None) -> list[ModuleType]:
+    """The command modules the parser needs: only the one of the command named in
+    ``argv`` (the gate in front of every launch should not import the other seven), all of
+    them for ``--help``, ``-V``, no command or an unknown one (argparse lists them)."""
+    words = sys.argv[1:] if argv is None else argv
+    first = next((w for w in words if not w.startswith("-")), None)
+    names = [COMMANDS[first]] if first in COMMANDS and "completion" not in words else MODULES
+    return [importlib.import_module(f"envguard.cli.{name}") for name in names]
+
+
+def build_parser(argv: list[str] | None = None, *, every_command: bool = True
+                 ) -> argparse.ArgumentParser:
+    """The parser. ``every_command=False``: only the command ``argv`` names (see
+    :func:`_modules_for`)."""
     parser = Parser(
         prog="envguard",
         description="Record the environment a training run worked in; explain what changed.",
@@ -28,11 +50,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.set_defaults(root_parser=parser)  # for envguard completion
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
-    for command in (snapshot, diff, gate, restore, cache, fleet, runs, completion):
+    modules = ([importlib.import_module(f"envguard.cli.{name}") for name in MODULES]
+               if every_command else _modules_for(argv))
+    for command in modules:
         command.add_parsers(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run envguard; returns the exit status (``__main__`` passes it to sys.exit)."""
-    return run_command(build_parser(), argv)
+    return run_command(build_parser(argv, every_command=False), argv)

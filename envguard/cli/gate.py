@@ -26,6 +26,7 @@ from envguard.exitcodes import ExitCode
 from envguard.render.formats import OutputFormat
 
 if TYPE_CHECKING:
+    from envguard.gate.check import GateResult
     from envguard.model import Snapshot
     from envguard.runs.store import RunRecord
 
@@ -146,7 +147,6 @@ def lock_choice(name: str, lock: str | None) -> tuple[str, str | None]:
 def cmd_run(args: argparse.Namespace) -> int:
     from envguard.gate import SNAPSHOT_ENV, VERIFIED_ENV, check_command
     from envguard.gate.runner import run_child
-    from envguard.render import render
     from envguard.runs.store import now_iso
 
     argv = list(args.argv)
@@ -167,7 +167,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "findings": [f.rule for f in result.findings]}
     shown = os.path.basename(argv[0])
     if not result.passed and not args.force:
-        sys.stderr.write(render(result, OutputFormat.TEXT, screen=StreamScreen(sys.stderr)))
+        _show_on_stderr(result)
         why = ("this machine is new to" if result.new_machine is not None
                else "the environment does not match")
         sys.stderr.write(f"envguard: refused to run {shown}: {why} {path} (use --force to run "
@@ -179,7 +179,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"envguard: --force: running {shown} although the environment does "
                          f"not match {path}\n")
     elif result.findings:
-        sys.stderr.write(render(result, OutputFormat.TEXT, screen=StreamScreen(sys.stderr)))
+        _show_on_stderr(result)
     sys.stderr.flush()
     env = dict(os.environ)
     for stale in (VERIFIED_ENV, SNAPSHOT_ENV):  # an outer envguard run's, not this gate's
@@ -199,6 +199,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if record is not None and record.failed:
         _explain_failure(shown, record, snapshot)
     return ended.status
+
+
+def _show_on_stderr(result: GateResult) -> None:
+    """The gate's report as text on stderr (renderers imported only when there is one)."""
+    from envguard.render import render
+
+    sys.stderr.write(render(result, OutputFormat.TEXT, screen=StreamScreen(sys.stderr)))
 
 
 def _private_copy(folder: Path, text: str) -> str:

@@ -14,13 +14,12 @@ import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from envguard.changes import SnapshotDiff, diff
 from envguard.errors import InputError
-from envguard.explain import Finding, Severity, explain
-from envguard.explain.packages import FOREIGN_STACKS
+from envguard.explain.interface import Finding, Severity
 from envguard.gate.lockfile import Lock, LockEntry, closure, project_requires
-from envguard.gate.machine import NewMachine, new_machine, new_machine_finding
 from envguard.model import (
     Distribution,
     Files,
@@ -30,6 +29,9 @@ from envguard.model import (
     TorchIdentity,
     TrackedFile,
 )
+
+if TYPE_CHECKING:
+    from envguard.gate.machine import NewMachine
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -77,6 +79,8 @@ class GateResult:
         base = () if self.matched is not None else (
             self.closest.findings if self.closest else ())
         if self.new_machine is not None:
+            from envguard.gate.machine import new_machine_finding
+
             base = (new_machine_finding(self.new_machine, self.lock_path),
                     *(f for f in base if f.rule in _WRONG_ANYWHERE))
         note = self.cache_note
@@ -173,6 +177,12 @@ def compare(entry: LockEntry, lock: Lock, current: Snapshot, project_root: Path,
         cuda_wheel_family=now.torch.cuda_wheel_family, cuda_wheels=now.torch.cuda_wheels,
         location=now.torch.location))
     changes = diff(reference, now)
+    if changes.equivalent:  # a match: its findings are never shown (GateResult.findings)
+        return EntryComparison(entry=entry, diff=changes, findings=())
+    # Only a mismatch needs the rules (the gate's happy path does not import them).
+    from envguard.explain import explain
+    from envguard.explain.packages import FOREIGN_STACKS
+
     findings = explain(reference, now, changes)
     custom = [n for n in lock.forbidden_installed(current) if not FOREIGN_STACKS.match(n)]
     if custom:
@@ -252,6 +262,8 @@ def check(snapshot: Snapshot, lock: Lock, lock_path: str, project_root: Path, *,
     result = GateResult(lock=lock, lock_path=lock_path, snapshot=snapshot,
                         comparisons=comparisons, cache_note=_cache_note(lock, snapshot))
     if result.matched is None and result.closest is not None:
+        from envguard.gate.machine import new_machine
+
         new = new_machine(lock, lock_dir, snapshot, result.closest.entry)
         result = dataclasses.replace(result, new_machine=new)
     return result
