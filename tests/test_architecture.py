@@ -148,7 +148,8 @@ LOWER = ("envguard.errors", "envguard.exitcodes", "envguard.paths", "envguard.at
          "envguard.validation", "envguard.model", "envguard.units", "envguard.snapshot_file",
          "envguard.toml_write", "envguard.changes", "envguard.probe", "envguard.explain",
          "envguard.input_file", "envguard.redact")
-UPPER = ("envguard.cli", "envguard.api", "envguard.integrations", "envguard.gate",
+UPPER = ("envguard.cli", "envguard.api", "envguard.integrations", "envguard.doctor",
+         "envguard.history", "envguard.gate",
          "envguard.restore", "envguard.cache",
          "envguard.fleet", "envguard.render")
 

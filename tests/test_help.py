@@ -105,7 +105,8 @@ def bash_complete(script: Path, *words: str, cwd: Path | None = None) -> list[st
 
 def test_bash_completes_commands_options_and_choices(bash_script: Path, tmp_path: Path) -> None:
     assert bash_complete(bash_script, "envguard", "") == [
-        "snapshot", "diff", "lock", "check", "run", "restore", "cache", "fleet", "runs",
+        "snapshot", "diff", "doctor", "history", "lock", "check", "run", "restore", "cache",
+        "fleet", "runs",
         "completion"]
     assert bash_complete(bash_script, "envguard", "sn") == ["snapshot"]
     assert bash_complete(bash_script, "envguard", "-") == ["-h", "--help", "-V", "--version"]

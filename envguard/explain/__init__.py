@@ -11,6 +11,7 @@ import re
 from envguard.changes import SnapshotDiff, diff
 from envguard.explain import caches, environment, packages, torch
 from envguard.explain.interface import Context, Finding, Rule, Severity
+from envguard.explain.symptoms import table_score
 from envguard.model import Snapshot
 
 __all__ = ["ALL_RULES", "Finding", "Rule", "Severity", "explain", "matches_symptom",
@@ -22,11 +23,13 @@ _RULES_BY_ID = {rule.id: rule for rule in ALL_RULES}
 
 
 def symptom_score(finding: Finding, symptom: str) -> int:
-    """How many distinct keywords of the finding (and its rule) occur in ``symptom``."""
+    """How strongly ``symptom`` points at the finding: the weight of the rows of the
+    symptom table (:mod:`envguard.explain.symptoms`) that name its rule, plus one for each
+    distinct keyword of the finding (and its rule) that occurs in ``symptom``."""
     text = re.sub(r"\s+", " ", symptom.lower())
     rule = _RULES_BY_ID.get(finding.rule)
     words = {w.lower() for w in (*(rule.keywords if rule else ()), *finding.keywords) if w}
-    return sum(1 for w in words if w in text)
+    return table_score(finding, symptom) + sum(1 for w in words if w in text)
 
 
 def matches_symptom(finding: Finding, symptom: str) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from envguard.explain.interface import Context, Finding, Rule, Severity, short
-from envguard.model import CacheDir
+from envguard.model import CacheDir, Snapshot
 from envguard.units import human_bytes
 
 _COMPILED = ("inductor", "triton")
@@ -67,28 +67,55 @@ def compile_cache_cold(ctx: Context) -> Iterator[Finding]:
         changes += ctx.diff.find("caches", kind)
     if not evidence:
         return
+    title_tail, explanation = cold_story(ctx.new)
     yield Finding(
         rule="compile-cache-cold",
         severity=Severity.CRITICAL,
         title="the torch.compile cache that held data is now "
-              + ("gone" if "missing" in evidence[0] else "empty")
-              + ", so every process compiles flex_attention cold at its first step",
-        explanation=(
-            "With a warm cache, compiles hit the FX-graph and AOTAutograd caches and skip "
-            "tracing. Cold, every graph is traced again: the first flex_attention forward and "
-            "backward took 8.3 s on the H200. Tracing sets a process-wide flag "
-            "(torch.fx._symbolic_trace._is_fx_tracing_flag), so first-time compiles in several "
-            "threads of one process can hang or fail: measured, 3 threads compiling "
-            "flex_attention at once on an empty cache hung (> 110 s, 2 of 2 processes), and "
-            "threads that compile while another calls a compiled function raise 'Detected that "
-            "you are using FX to symbolically trace a dynamo-optimized function'. A warm cache "
-            "hid this race for days in the incident; deleting the cache exposed it."
-        ),
+              + ("gone" if "missing" in evidence[0] else "empty") + title_tail,
+        explanation=explanation,
         evidence=tuple(evidence),
         remedy=COLD_REMEDY,
         changes=tuple(changes),
         weight=98,
     )
+
+
+def _has_flex(snapshot: Snapshot) -> bool:
+    """flex_attention is in torch from 2.5, and the bundled trainer uses it."""
+    if snapshot.package("envguard") is not None and snapshot.package("torch") is not None:
+        return True
+    version = (snapshot.torch.version or "").split("+")[0].split(".")
+    return len(version) >= 2 and version[0].isdigit() and version[1].isdigit() \
+        and (int(version[0]), int(version[1])) >= (2, 5)
+
+
+def cold_story(snapshot: Snapshot) -> tuple[str, str]:
+    """(title tail, explanation) of a cold compile cache, quoting only facts that apply
+    here: flex_attention's figures where torch has it, GPU timings only on a GPU host."""
+    if not snapshot.torch.present:
+        return (", so the next torch.compile starts cold",
+                "With a warm cache, compiles hit the FX-graph and AOTAutograd caches and skip "
+                "tracing; cold, every graph is traced and compiled again. (torch is not "
+                "installed in this environment, so nothing here compiles today.)")
+    flex = _has_flex(snapshot)
+    gpu = bool(snapshot.system.gpus)
+    parts = ["With a warm cache, compiles hit the FX-graph and AOTAutograd caches and skip "
+             "tracing. Cold, every graph is traced again"
+             + (": the first flex_attention forward and backward took 8.3 s on the H200."
+                if flex and gpu else ".")]
+    parts.append("Tracing sets a process-wide flag (torch.fx._symbolic_trace."
+                 "_is_fx_tracing_flag), so first-time compiles in several threads of one "
+                 "process can hang or fail"
+                 + (": measured, 3 threads compiling flex_attention at once on an empty "
+                    "cache hung (> 110 s, 2 of 2 processes), and threads that compile while "
+                    "another calls a compiled function raise 'Detected that you are using FX "
+                    "to symbolically trace a dynamo-optimized function'." if flex else "."))
+    parts.append("A warm cache hid this race for days in the incident; deleting the cache "
+                 "exposed it.")
+    tail = (", so every process compiles flex_attention cold at its first step" if flex
+            else ", so every process compiles cold at its first step")
+    return tail, " ".join(parts)
 
 
 def compile_cache_stale(ctx: Context) -> Iterator[Finding]:

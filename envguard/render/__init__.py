@@ -15,6 +15,8 @@ report                        text                        json / markdown
 ``CacheStatus`` (cache)       :mod:`.cache_text`           json only
 ``RestoreReport`` (restore)   :mod:`.restore_text`         json only
 ``RunList`` (runs)            :mod:`.runs_text`            json only
+``DoctorReport`` (doctor)     :mod:`.doctor_views`         :mod:`.doctor_views`
+``Timeline`` (history)        :mod:`.doctor_views`         :mod:`.doctor_views`
 ============================  ==========================  =====================
 
 A report's type is recognised by name, so that rendering one kind of report imports
@@ -35,13 +37,16 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from envguard.cache.store import CacheStatus
+    from envguard.doctor import DoctorReport
     from envguard.fleet.analyse import FleetReport
     from envguard.gate.check import GateResult
+    from envguard.history import Timeline
     from envguard.render.report import DiffReport
     from envguard.restore.report import RestoreReport
     from envguard.runs.store import RunList
 
-    Report = DiffReport | GateResult | FleetReport | CacheStatus | RestoreReport | RunList
+    Report = (DiffReport | GateResult | FleetReport | CacheStatus | RestoreReport | RunList
+              | DoctorReport | Timeline)
 
 __all__ = ["PLAIN", "OutputFormat", "PlainScreen", "Screen", "json_text", "render", "to_text"]
 
@@ -166,7 +171,28 @@ def _runs(report: RunList, fmt: OutputFormat, show_all: bool) -> str | Renderabl
     return runs_text.render(report)
 
 
+def _doctor(report: DoctorReport, fmt: OutputFormat, show_all: bool) -> str | RenderableType:
+    from envguard.render import doctor_views
+
+    if fmt is OutputFormat.JSON:
+        return doctor_views.doctor_json(report)
+    if fmt is OutputFormat.MARKDOWN:
+        return doctor_views.doctor_markdown(report)
+    return doctor_views.doctor_text(report)
+
+
+def _history(timeline: Timeline, fmt: OutputFormat, show_all: bool) -> str | RenderableType:
+    from envguard.render import doctor_views
+
+    if fmt is OutputFormat.JSON:
+        return doctor_views.history_json(timeline)
+    if fmt is OutputFormat.MARKDOWN:
+        return doctor_views.history_markdown(timeline)
+    return doctor_views.history_text(timeline)
+
+
 _KINDS: dict[str, Callable[[Any, OutputFormat, bool], str | RenderableType | None]] = {
     "DiffReport": _diff, "GateResult": _gate, "FleetReport": _fleet,
     "CacheStatus": _cache_status, "RestoreReport": _restore, "RunList": _runs,
+    "DoctorReport": _doctor, "Timeline": _history,
 }

@@ -21,7 +21,8 @@ _STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "bold yellow",
 MAX_CHANGES = 40
 
 
-def _finding(f: Finding) -> RenderableType:
+def finding_view(f: Finding) -> RenderableType:
+    """One finding: severity, title and rule id, explanation, evidence, remedy."""
     head = Text()
     head.append(f"{f.severity.value.upper():9}", style=_STYLE[f.severity])
     head.append(clean(f.title, 400), style="bold")
@@ -63,7 +64,7 @@ def render(report: DiffReport, *, show_all: bool = False) -> RenderableType:
     parts: list[RenderableType] = [verdict, Text("")]
     if report.symptom:
         parts.insert(1, Text(f"symptom: {clean(report.symptom, 300)}", style="dim"))
-    parts += [_finding(f) for f in report.findings]
+    parts += [finding_view(f) for f in report.findings]
     pool = report.diff.changes if show_all else report.diff.material
     if pool:
         shown = pool if show_all else pool[:MAX_CHANGES]

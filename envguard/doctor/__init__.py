@@ -1,0 +1,63 @@
+"""``envguard doctor``: what is wrong with one environment, with no earlier snapshot.
+
+collect (:func:`envguard.doctor.facts.gather`: the snapshot, the history read from the
+disk, the CUDA libraries on the loader's path) → analyse (:func:`diagnose`: every rule in
+:data:`ALL_RULES`, an explicit tuple) → render (:mod:`envguard.render`, the same finding
+renderers as ``diff``). Rule ids are a public contract (docs/DOCTOR.md); findings have the
+diff's shape (rule id, severity, evidence, remedy), and ``--symptom`` re-ranks them by
+the same table (:mod:`envguard.explain.symptoms`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from envguard.doctor import caches, cuda, packages
+from envguard.doctor.interface import DoctorRule, Scene
+from envguard.explain import symptom_score
+from envguard.explain.interface import Finding, Severity
+from envguard.model import Snapshot
+
+__all__ = ["ALL_RULES", "DoctorReport", "DoctorRule", "Scene", "diagnose"]
+
+ALL_RULES: tuple[DoctorRule, ...] = (*packages.RULES, *cuda.RULES, *caches.RULES)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DoctorReport:
+    """The findings about one environment, most likely trouble first."""
+
+    environment: str
+    """How the environment was chosen: ``~/t/.venv (VIRTUAL_ENV)``."""
+    snapshot: Snapshot
+    findings: tuple[Finding, ...]
+    symptom: str | None = None
+
+    @property
+    def healthy(self) -> bool:
+        """No finding at warning or above (``envguard doctor`` exits 0)."""
+        return not any(f.severity is not Severity.INFO for f in self.findings)
+
+    @property
+    def verdict(self) -> str:
+        if not self.findings:
+            return "healthy: no known problem found in this environment"
+        if self.healthy:
+            return f"healthy: {len(self.findings)} note(s)"
+        top = self.findings[0]
+        serious = sum(1 for f in self.findings if f.severity is not Severity.INFO)
+        lead = "most likely trouble" + (" behind the symptom" if self.symptom else "")
+        return f"{lead}: {top.title} ({serious} finding(s) at warning or above)"
+
+
+def diagnose(scene: Scene, *, environment: str = "", symptom: str | None = None
+             ) -> DoctorReport:
+    """Run every rule on ``scene``; findings by symptom match, then severity, then weight."""
+    findings = [f for rule in ALL_RULES for f in rule.check(scene)]
+
+    def rank(f: Finding) -> tuple[int, int, int, str]:
+        score = symptom_score(f, symptom) if symptom else 0
+        return (-score, f.severity.rank, -f.weight, f.rule)
+
+    return DoctorReport(environment=environment, snapshot=scene.snapshot,
+                        findings=tuple(sorted(findings, key=rank)), symptom=symptom)

@@ -1,0 +1,66 @@
+"""The facts a doctor needs beyond the snapshot: the CUDA libraries the dynamic loader
+finds through ``LD_LIBRARY_PATH`` and ``LD_PRELOAD`` (one directory listing each), and
+the history read from the disk (:mod:`envguard.history.collect`)."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+from envguard.doctor.interface import LibraryCopy, Scene
+from envguard.history.collect import read_timeline
+from envguard.model import Snapshot
+
+WATCHED = ("cudart", "cublas", "cublasLt", "cudnn", "nccl", "cufft", "cusparse", "nvrtc")
+_SONAME = re.compile(r"^lib(" + "|".join(WATCHED) + r")\.so(?:\.(\d+))?(?:\.[\d.]+)?$")
+MAX_ENTRIES = 10_000
+"""Names read per folder at most (a huge folder on LD_LIBRARY_PATH is not scanned whole)."""
+
+
+def _parse(file: str) -> tuple[str, int | None] | None:
+    found = _SONAME.match(file)
+    if not found:
+        return None
+    return found.group(1), int(found.group(2)) if found.group(2) else None
+
+
+def cuda_libraries(env: Mapping[str, str]) -> Iterator[LibraryCopy]:
+    """CUDA libraries in the folders of ``LD_LIBRARY_PATH`` (in order) and the files of
+    ``LD_PRELOAD``; unreadable folders are skipped."""
+    for folder in env.get("LD_LIBRARY_PATH", "").split(":"):
+        if not folder:
+            continue
+        try:
+            with os.scandir(folder) as entries:
+                names = []
+                for n, entry in enumerate(entries):
+                    if n >= MAX_ENTRIES:
+                        break
+                    names.append(entry.name)
+        except OSError:
+            continue
+        for name in sorted(names):
+            parsed = _parse(name)
+            if parsed is not None:
+                yield LibraryCopy(variable="LD_LIBRARY_PATH", folder=folder, file=name,
+                                  library=parsed[0], major=parsed[1])
+    for item in re.split(r"[:\s]+", env.get("LD_PRELOAD", "")):
+        if not item:
+            continue
+        parsed = _parse(os.path.basename(item))
+        if parsed is not None:
+            yield LibraryCopy(variable="LD_PRELOAD", folder=os.path.dirname(item),
+                              file=os.path.basename(item), library=parsed[0],
+                              major=parsed[1])
+
+
+def gather(snapshot: Snapshot, *, env: Mapping[str, str] | None = None,
+           cwd: Path | None = None) -> Scene:
+    """Everything the doctor's rules read, for ``snapshot``'s environment. ``env``: the
+    variables the job would run with (default: this process's)."""
+    variables = os.environ if env is None else env
+    return Scene(snapshot=snapshot, timeline=read_timeline(snapshot, cwd=cwd),
+                 libraries=tuple(cuda_libraries(variables)),
+                 gpus_present=bool(snapshot.system.gpus))

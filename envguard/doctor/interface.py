@@ -1,0 +1,61 @@
+"""What a doctor rule sees and what it is: :class:`Scene`, :class:`DoctorRule`.
+
+A rule is a pure function of one environment's facts: the snapshot (what
+``envguard snapshot`` records), the :class:`~envguard.history.Timeline` read from the
+disk, and the CUDA libraries the dynamic loader would find first
+(:class:`LibraryCopy`). It returns the same :class:`~envguard.explain.interface.Finding`
+s as the diff rules, so the renderers and the symptom table serve both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from envguard.explain.interface import Finding
+from envguard.history import Timeline
+from envguard.model import Snapshot
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LibraryCopy:
+    """A CUDA library file in a folder of ``LD_LIBRARY_PATH``, or named by ``LD_PRELOAD``."""
+
+    variable: str
+    """``LD_LIBRARY_PATH`` or ``LD_PRELOAD``."""
+    folder: str
+    file: str
+    """``libcudart.so.12``."""
+    library: str
+    """``cudart``, ``cublas``, ``cudnn``, ``nccl``."""
+    major: int | None
+    """The soname's major (``12`` for ``libcudart.so.12``); None when it has none."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Scene:
+    snapshot: Snapshot
+    timeline: Timeline
+    libraries: tuple[LibraryCopy, ...] = ()
+    gpus_present: bool = field(default=False)
+    """NVIDIA GPUs were seen (nvidia-smi listed some)."""
+
+
+Check = Callable[[Scene], Iterable[Finding]]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DoctorRule:
+    id: str
+    title: str
+    check: Check
+
+
+def ago(scene: Scene, at: float) -> str:
+    """``38 min before this check`` / ``3 days before this check``."""
+    seconds = max(0.0, scene.timeline.taken_at - at)
+    for unit, size in (("day", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            n = int(seconds // size)
+            return f"{n} {unit}{'s' if unit == 'day' and n > 1 else ''} before this check"
+    return "just before this check"

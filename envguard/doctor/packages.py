@@ -1,0 +1,259 @@
+"""Doctor rules about the installed distributions, one environment alone."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from envguard.doctor.interface import DoctorRule, Scene, ago
+from envguard.explain.interface import Finding, Severity, shell_word, shell_words
+from envguard.explain.packages import FOREIGN_STACKS
+from envguard.explain.torch import index_url_for
+from envguard.model import Distribution, Snapshot
+
+_TORCH_OWNED = frozenset({"torch", "triton", "pytorch-triton", "numpy"})
+_LABEL_TORCH = (re.compile(r"(?:^|[^a-z])pt(\d)(\d{1,2})(?![0-9])"),
+                re.compile(r"torch-?(\d+)\.?(\d+)"))
+"""Local version labels that name the torch an extension was built for: ``+pt210cu128``
+(torch 2.10), ``+cu12torch2.6cxx11abiFALSE`` (flash-attn's release wheels)."""
+_CHANGED = ("size", "hash", "missing", "not-a-regular-file", "outside-install-tree")
+
+
+def marker_environment(snapshot: Snapshot) -> dict[str, str]:
+    """PEP 508 marker values for the snapshot's interpreter (``extra`` empty: only what is
+    required without extras)."""
+    from packaging.markers import default_environment
+
+    env: dict[str, str] = {k: str(v) for k, v in default_environment().items()}
+    version = snapshot.interpreter.version
+    impl = snapshot.interpreter.implementation
+    env.update({
+        "python_version": ".".join(version.split(".")[:2]), "python_full_version": version,
+        "implementation_name": impl,
+        "platform_python_implementation": {"cpython": "CPython", "pypy": "PyPy"}.get(
+            impl, impl.capitalize()),
+        "platform_machine": snapshot.system.machine or env["platform_machine"],
+        "extra": ""})
+    plat = snapshot.interpreter.platform
+    if plat.startswith("linux"):
+        env.update({"sys_platform": "linux", "platform_system": "Linux", "os_name": "posix"})
+    elif plat.startswith("macosx") or plat.startswith("darwin"):
+        env.update({"sys_platform": "darwin", "platform_system": "Darwin", "os_name": "posix"})
+    elif plat.startswith("win"):
+        env.update({"sys_platform": "win32", "platform_system": "Windows", "os_name": "nt"})
+    return env
+
+
+def _unsatisfied(snapshot: Snapshot) -> Iterator[tuple[Distribution, str, str]]:
+    """(requiring distribution, requirement, what is wrong)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+    from packaging.version import InvalidVersion, Version
+
+    env = marker_environment(snapshot)
+    for dist in snapshot.packages:
+        for text in dist.requires:
+            try:
+                req = Requirement(text)
+                if req.marker is not None and not req.marker.evaluate(env):
+                    continue
+            except (InvalidRequirement, ValueError, KeyError):
+                continue
+            name = canonicalize_name(req.name)
+            if name == dist.name:
+                continue
+            installed = snapshot.package(name)
+            if installed is None:
+                yield dist, text.split(";")[0].strip(), "not installed"
+                continue
+            if not req.specifier or installed.version is None:
+                continue
+            try:
+                ok = req.specifier.contains(Version(installed.version), prereleases=True)
+            except InvalidVersion:
+                continue
+            if not ok:
+                yield dist, text.split(";")[0].strip(), f"{installed.version} is installed"
+
+
+def requirements_unsatisfied(scene: Scene) -> Iterator[Finding]:
+    found = list(_unsatisfied(scene.snapshot))
+    if not found:
+        return
+    core = any(req.split("=")[0].split("<")[0].split(">")[0].split("~")[0].strip().lower()
+               in _TORCH_OWNED or why == "not installed" for _, req, why in found)
+    requirers = sorted({d.name for d, _, _ in found})
+    yield Finding(
+        rule="requirements-unsatisfied",
+        severity=Severity.CRITICAL if core else Severity.WARNING,
+        title=f"{len(found)} requirement(s) of installed packages are not met "
+              f"({', '.join(requirers[:4])}{' ...' if len(requirers) > 4 else ''})",
+        explanation="An installed package needs a version of another that is not the one "
+                    "installed, or one that is missing: what `pip check` reports. A package "
+                    "pinned to another torch usually fails at import with undefined symbols "
+                    "or runs against an API it was not built for.",
+        evidence=tuple(f"{d.name} {d.version} requires {req}: {why}" for d, req, why in found),
+        remedy=(f"uv pip install {' '.join(shell_word(r) for _, r, _ in found[:6])}  "
+                "(or reinstall the requiring packages at versions made for what is installed)",
+                "pip check lists the same conflicts"),
+        weight=80, keywords=("ImportError", "undefined symbol", "requires", "No module named"))
+
+
+def _labelled_torch(version: str) -> tuple[int, int] | None:
+    local = version.partition("+")[2].lower()
+    for pattern in _LABEL_TORCH:
+        found = pattern.search(local)
+        if found:
+            return int(found.group(1)), int(found.group(2))
+    return None
+
+
+def _compiled(dist: Distribution) -> bool:
+    return any(not tag.endswith("-none-any") for tag in dist.wheel_tags) or not dist.wheel_tags
+
+
+def extension_built_for_other_torch(scene: Scene) -> Iterator[Finding]:
+    torch = scene.snapshot.package("torch")
+    if torch is None or torch.version is None:
+        return
+    public = torch.version.partition("+")[0]
+    major_minor = tuple(int(x) for x in public.split(".")[:2] if x.isdigit())
+    evidence: list[str] = []
+    names: list[Distribution] = []
+    for dist in scene.snapshot.packages:
+        if dist.name in ("torch", "triton", "pytorch-triton") or not dist.version:
+            continue
+        pins = [r for r in dist.requires if re.match(r"^\s*torch\s*===?\s*[0-9]", r)]
+        pinned = [p for p in pins if p.split("=")[-1].split(";")[0].strip()
+                  .partition("+")[0] != public]
+        label = _labelled_torch(dist.version)
+        wrong_label = label is not None and label != major_minor
+        if not _compiled(dist) or not (pinned or wrong_label):
+            continue
+        names.append(dist)
+        if pinned:
+            evidence.append(f"{dist.name} {dist.version} pins {pinned[0].split(';')[0]}")
+        if wrong_label and label is not None:
+            evidence.append(f"{dist.name} {dist.version}: its version label names torch "
+                            f"{label[0]}.{label[1]}")
+    if not names:
+        return
+    evidence.append(f"installed: torch {torch.version}")
+    yield Finding(
+        rule="extension-built-for-other-torch", severity=Severity.CRITICAL,
+        title=f"compiled extensions built for another torch: "
+              f"{', '.join(d.name for d in names)} (torch {torch.version} is installed)",
+        explanation="Packages with compiled code that links libtorch (flash-attn, "
+                    "torchvision, torchaudio, xformers, apex, custom ops) only load against "
+                    "the torch they were built for; against another one they fail with "
+                    "`undefined symbol` at import, or crash later.",
+        evidence=tuple(evidence),
+        remedy=(f"reinstall them built for torch {public}: uv pip install --reinstall "
+                f"{shell_words(d.name for d in names)} (from the index that serves torch "
+                f"{torch.version})", "or put back the torch they were built for"),
+        weight=90, keywords=("undefined symbol", "ImportError", "_C.so", "libc10", "libtorch"))
+
+
+def duplicate_distribution(scene: Scene) -> Iterator[Finding]:
+    dupes = [d for d in scene.snapshot.packages if d.shadowed]
+    if not dupes:
+        return
+    core = any(d.name in _TORCH_OWNED for d in dupes)
+    yield Finding(
+        rule="duplicate-distribution", severity=Severity.CRITICAL if core else Severity.WARNING,
+        title=f"{len(dupes)} distribution(s) installed twice on sys.path: "
+              f"{', '.join(d.name for d in dupes[:5])}",
+        explanation="Two copies of one distribution sit in different sys.path folders (a "
+                    "user-site copy from `pip install --user`, a PYTHONPATH folder, a second "
+                    "site-packages). Python imports the first; tools that inspect the "
+                    "environment may report the other.",
+        evidence=tuple(f"{d.name} {d.version}: used from {d.location}; also in "
+                       f"{', '.join(d.shadowed)}" for d in dupes),
+        remedy=("remove the copy you do not want, e.g. python -m pip uninstall --user NAME "
+                "for a user-site copy, or unset PYTHONPATH",),
+        weight=70, keywords=("version mismatch", "AttributeError", "has no attribute"))
+
+
+def foreign_stack_installed(scene: Scene) -> Iterator[Finding]:
+    snap = scene.snapshot
+    foreign = sorted(d.name for d in snap.packages if FOREIGN_STACKS.match(d.name))
+    if not foreign or snap.package("torch") is None:
+        return
+    evidence = [f"installed: {', '.join(foreign)}"]
+    episode = scene.timeline.episode_of(foreign[0])
+    if episode is not None:
+        others = len(episode.events) - 1
+        evidence.append(f"{foreign[0]} was installed at {_clock(episode.start)}, "
+                        f"{ago(scene, episode.start)}, in one install with {others} other "
+                        "event(s) (envguard history shows it)")
+    yield Finding(
+        rule="foreign-stack-installed", severity=Severity.WARNING,
+        title=f"inference packages share this training environment: {', '.join(foreign)}",
+        explanation="Serving stacks pin their own torch, CUDA wheels and triton and "
+                    "JIT-compile kernels against them; installed into a training venv they "
+                    "replace or mix what the trainer was built and tested with.",
+        evidence=tuple(evidence),
+        remedy=("keep serving and training in separate venvs",
+                f"remove them here: uv pip uninstall {shell_words(foreign)}, then run "
+                "envguard doctor again"),
+        weight=75, keywords=("sglang", "vllm", "flashinfer"))
+
+
+def _clock(at: float) -> str:
+    from envguard.history.collect import utc
+
+    return utc(at)
+
+
+def installed_files_modified(scene: Scene) -> Iterator[Finding]:
+    issues = scene.snapshot.integrity.issues
+    changed = [i for i in issues if i.problem in _CHANGED]
+    newer = [i for i in issues if i.problem == "modified-after-install"]
+    if not changed and not newer:
+        return
+    packages = sorted({i.package for i in (*changed, *newer)})
+    mode = scene.snapshot.integrity.mode
+    confirmed = bool(changed)
+    evidence = [f"{i.package}: {i.path} ({i.problem})" for i in (*changed, *newer)][:12]
+    hint = ("--verify hash confirms an edit and clears an exact revert (a file copied "
+            "back byte for byte)")
+    yield Finding(
+        rule="installed-files-modified",
+        severity=Severity.CRITICAL if confirmed else Severity.WARNING,
+        title=(f"installed files differ from their RECORD in {', '.join(packages)}" if confirmed
+               else f"installed files were written after install in {', '.join(packages)}"),
+        explanation="Files inside site-packages were edited, replaced or deleted after the "
+                    "package was installed (a monkey-patch while debugging, a half-finished "
+                    "install). pip and uv still report the package as installed. An edit "
+                    "to a torch .py file also changes torch's source hash, so every "
+                    "compile-cache entry misses."
+                    + ("" if confirmed else f" Seen by modification time only ({mode} "
+                       "check): " + hint + "."),
+        evidence=tuple(evidence),
+        remedy=(*(_reinstall(scene, n) for n in packages[:4]),
+                f"envguard snapshot --verify hash: {hint}"),
+        weight=92, keywords=("symbolically trace", "_symbolic_trace", "AttributeError"))
+
+
+def _reinstall(scene: Scene, name: str) -> str:
+    """``uv pip install --reinstall --no-deps "torch==2.11.0+cu128" --index-url ...``."""
+    dist = scene.snapshot.package(name)
+    version = dist.version if dist and dist.version else "VERSION"
+    index = index_url_for(version)
+    return (f"uv pip install --reinstall --no-deps {shell_word(f'{name}=={version}')}"
+            + (f" --index-url {index}" if index else "") + "  (envguard doctor --fix does it)")
+
+
+RULES = (
+    DoctorRule(id="requirements-unsatisfied", title="an installed requirement is not met",
+               check=requirements_unsatisfied),
+    DoctorRule(id="extension-built-for-other-torch",
+               title="compiled extension built for another torch",
+               check=extension_built_for_other_torch),
+    DoctorRule(id="duplicate-distribution", title="two copies of one distribution",
+               check=duplicate_distribution),
+    DoctorRule(id="foreign-stack-installed", title="inference stack in a training env",
+               check=foreign_stack_installed),
+    DoctorRule(id="installed-files-modified", title="site-packages files differ from RECORD",
+               check=installed_files_modified),
+)

@@ -1,0 +1,159 @@
+"""``envguard history``: what happened to an environment, reconstructed from the disk.
+
+No earlier snapshot is needed. Installers leave times behind: each distribution's
+``.dist-info`` (its ``RECORD`` and ``INSTALLER``) is written when it is installed, a file
+edited after that is newer than its ``RECORD``, a compile cache's entries carry the times
+they were written, conda keeps ``conda-meta/history``, and envguard keeps its own run
+records. :func:`read_timeline` gathers them (:mod:`.collect`) into :class:`Event` s, and
+:func:`group` puts the events that happened together into one :class:`Episode`
+("14:02 one install: sglang, flashinfer-python and 31 others").
+
+What it cannot see: a removed package leaves nothing on disk (only a recorded snapshot
+or conda's history names it), and an install that replaced files keeps only its own time.
+docs/HISTORY.md says more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+GAP_S = 120.0
+"""Events closer than this to the previous one belong to the same episode (one install
+writes its packages within seconds; a large one within a minute or two)."""
+
+INSTALLED = "installed"
+REINSTALLED = "reinstalled"
+FILE_MODIFIED = "file-modified"
+CACHE_CREATED = "cache-created"
+CACHE_WRITTEN = "cache-written"
+CONDA = "conda"
+RUN = "run"
+CREATED = "environment-created"
+
+BLIND_SPOTS = (
+    "removed packages leave no trace on disk (a recorded snapshot, `envguard runs`, or "
+    "conda's history names them)",
+    "an install that replaced an older one keeps only its own time; the version it "
+    "replaced is known only from a recorded snapshot",
+    "uv links files from its cache, so a file's own time can be older than its install; "
+    "install times come from the .dist-info folder instead",
+)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Event:
+    at: float
+    """Unix time."""
+    kind: str
+    """:data:`INSTALLED`, :data:`REINSTALLED`, :data:`FILE_MODIFIED`, :data:`CACHE_CREATED`,
+    :data:`CACHE_WRITTEN`, :data:`CONDA`, :data:`RUN` or :data:`CREATED`."""
+    subject: str
+    """A distribution's name, a file, a cache folder or a run id."""
+    detail: str = ""
+    """Version and installer, the package a file belongs to, the run's outcome, ..."""
+    evidence: str = ""
+    """Where the time comes from (``torch-2.11.0.dist-info/RECORD``)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"at": self.at, "kind": self.kind, "subject": self.subject,
+                "detail": self.detail, "evidence": self.evidence}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Episode:
+    """Events that happened together, oldest first."""
+
+    events: tuple[Event, ...]
+
+    @property
+    def start(self) -> float:
+        return self.events[0].at
+
+    @property
+    def end(self) -> float:
+        return self.events[-1].at
+
+    def of_kind(self, *kinds: str) -> list[Event]:
+        return [e for e in self.events if e.kind in kinds]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Timeline:
+    environment: str
+    """The environment's folder."""
+    created_at: float | None
+    """When the environment was made (``pyvenv.cfg``, conda's first history entry)."""
+    taken_at: float
+    events: tuple[Event, ...]
+    """Oldest first."""
+    episodes: tuple[Episode, ...] = field(default=())
+    blind_spots: tuple[str, ...] = BLIND_SPOTS
+
+    def installed_at(self, name: str) -> float | None:
+        """When distribution ``name`` was last (re)installed, if the disk says."""
+        times = [e.at for e in self.events
+                 if e.subject == name and e.kind in (INSTALLED, REINSTALLED)]
+        return max(times) if times else None
+
+    def episode_of(self, name: str) -> Episode | None:
+        """The episode in which ``name`` was last (re)installed."""
+        at = self.installed_at(name)
+        return next((ep for ep in self.episodes if ep.start <= (at or -1) <= ep.end), None)
+
+    def since(self, cutoff: float) -> Timeline:
+        """Only the events at or after ``cutoff``."""
+        kept = tuple(e for e in self.events if e.at >= cutoff)
+        return Timeline(environment=self.environment, created_at=self.created_at,
+                        taken_at=self.taken_at, events=kept, episodes=group(kept),
+                        blind_spots=self.blind_spots)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": "envguard.history/1", "environment": self.environment,
+                "created_at": self.created_at, "taken_at": self.taken_at,
+                "events": [e.to_dict() for e in self.events],
+                "episodes": [{"start": ep.start, "end": ep.end, "summary": summarize(ep),
+                              "events": len(ep.events)} for ep in self.episodes],
+                "blind_spots": list(self.blind_spots)}
+
+
+def group(events: tuple[Event, ...], gap_s: float = GAP_S) -> tuple[Episode, ...]:
+    """Consecutive events no more than ``gap_s`` apart, as episodes."""
+    episodes: list[list[Event]] = []
+    for event in sorted(events, key=lambda e: (e.at, e.kind, e.subject)):
+        if episodes and event.at - episodes[-1][-1].at <= gap_s:
+            episodes[-1].append(event)
+        else:
+            episodes.append([event])
+    return tuple(Episode(events=tuple(ep)) for ep in episodes)
+
+
+def _names(events: list[Event], limit: int = 4) -> str:
+    shown = [f"{e.subject} {e.detail.split(' ')[0]}".strip() for e in events[:limit]]
+    more = len(events) - limit
+    text = ", ".join(shown)
+    return f"{text} and {more} other{'s' if more > 1 else ''}" if more > 0 else text
+
+
+def summarize(episode: Episode) -> str:
+    """One line: ``one install: sglang 0.5.0, flashinfer-python 0.4.0 and 31 others;
+    torch 2.11.0 reinstalled (...)``."""
+    parts: list[str] = []
+    created = episode.of_kind(CREATED)
+    if created:
+        parts.append("environment created")
+    installed = episode.of_kind(INSTALLED)
+    if installed:
+        parts.append(f"{'one install' if len(installed) > 1 else 'installed'}: "
+                     f"{_names(installed)}")
+    for event in episode.of_kind(REINSTALLED):
+        parts.append(f"{event.subject} {event.detail}")
+    modified = episode.of_kind(FILE_MODIFIED)
+    if modified:
+        parts.append(f"{len(modified)} installed file(s) modified: "
+                     + ", ".join(f"{e.subject} ({e.detail})" for e in modified[:3])
+                     + (" ..." if len(modified) > 3 else ""))
+    for event in episode.of_kind(CACHE_CREATED, CACHE_WRITTEN, CONDA, RUN):
+        parts.append(f"{event.kind.replace('-', ' ')}: {event.subject}"
+                     + (f" ({event.detail})" if event.detail else ""))
+    return "; ".join(parts)
