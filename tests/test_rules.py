@@ -744,3 +744,20 @@ def test_env_var_remedy_never_cuts_an_export_line() -> None:
     assert shown[-1].startswith("… and ") and shown[-1].endswith(" more"), shown[-1]
     assert set(shown[:-1]) <= whole and len(shown) > 2, shown  # every export shown is whole
     assert len(shown) - 1 + int(shown[-1].split()[2]) == len(names)
+
+
+def test_a_file_newer_than_its_record_is_a_warning_that_names_verify_hash() -> None:
+    """Same size, written after install: an edit or an exact revert; only --verify hash
+    can tell, so it is not CRITICAL and the remedy says how to confirm."""
+    good = base()
+    touched = replace(good, integrity=replace(good.integrity, issues=[
+        IntegrityIssue(package="torch", path="torch/fx/_symbolic_trace.py",
+                       problem="modified-after-install")]))
+    (finding,) = [f for f in explain(good, touched) if f.rule == "installed-files-modified"]
+    assert finding.severity is Severity.WARNING
+    assert "--verify hash" in finding.explanation and "--verify hash" in finding.remedy[-1]
+    sized = replace(touched, integrity=replace(good.integrity, issues=[
+        IntegrityIssue(package="torch", path="torch/fx/_symbolic_trace.py", problem="size",
+                       expected="1", actual="2")]))
+    (finding,) = [f for f in explain(good, sized) if f.rule == "installed-files-modified"]
+    assert finding.severity is Severity.CRITICAL

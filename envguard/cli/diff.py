@@ -20,6 +20,7 @@ from envguard.exitcodes import ExitCode
 from envguard.render.formats import OutputFormat
 
 if TYPE_CHECKING:
+    from envguard.explain.interface import Finding
     from envguard.model import Snapshot
     from envguard.runs.store import RunRecord
 
@@ -99,6 +100,24 @@ def _now(other: Side | None) -> Side:
     return Side(snapshot=snapshot, label="@now (this environment)")
 
 
+def _with_install_times(findings: list[Finding], snapshot: Snapshot) -> list[Finding]:
+    """Each finding about packages gains when the disk says they were (re)installed."""
+    import dataclasses
+    import time
+
+    from envguard.history import install_evidence
+    from envguard.history.collect import read_timeline
+
+    timeline = read_timeline(snapshot, cwd=Path.cwd())
+    out = []
+    for f in findings:
+        names = sorted({"torch" if c.section == "torch" else c.key.split(" ")[0]
+                        for c in f.changes if c.section in ("torch", "packages", "integrity")})
+        extra = install_evidence(timeline, names[:3], time.time())
+        out.append(dataclasses.replace(f, evidence=(*f.evidence, *extra)) if extra else f)
+    return out
+
+
 def cmd_diff(args: argparse.Namespace) -> int:
     from envguard.changes import diff
     from envguard.explain import explain
@@ -113,9 +132,10 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if new is None:
         new = _now(old)
     changes = diff(old.snapshot, new.snapshot)
+    findings = explain(old.snapshot, new.snapshot, changes, args.symptom)
+    if args.new == NOW:  # this machine, now: its disk says when things were installed
+        findings = _with_install_times(findings, new.snapshot)
     report = DiffReport(old_name=old.label, new_name=new.label, diff=changes,
-                        findings=tuple(explain(old.snapshot, new.snapshot, changes,
-                                               args.symptom)),
-                        symptom=args.symptom)
+                        findings=tuple(findings), symptom=args.symptom)
     show(report, args.format, show_all=args.all)
     return ExitCode.OK if report.equivalent else ExitCode.DRIFT

@@ -42,8 +42,11 @@ def compile_cache_cold(scene: Scene) -> Iterator[Finding]:
                         f"({ago(scene, torch_at)}): it was deleted or emptied since, and "
                         f"holds {cache.files:,} files ({human_bytes(cache.total_bytes)}) now")
     tail, explanation = cold_story(snap)
+    recreated = cache.exists and bool(cache.files)
     yield Finding(
-        rule="compile-cache-cold", severity=Severity.WARNING,
+        # A missing or empty cache is how every machine starts: a note. One recreated after
+        # torch was installed was deleted on the way: that is news.
+        rule="compile-cache-cold", severity=Severity.WARNING if recreated else Severity.INFO,
         title="the torch.compile cache is "
               + ("missing" if not cache.exists else "empty" if not cache.files
                  else "recent: recreated after torch was installed") + tail,

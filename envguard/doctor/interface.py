@@ -53,9 +53,7 @@ class DoctorRule:
 
 def ago(scene: Scene, at: float) -> str:
     """``38 min before this check`` / ``3 days before this check``."""
-    seconds = max(0.0, scene.timeline.taken_at - at)
-    for unit, size in (("day", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            n = int(seconds // size)
-            return f"{n} {unit}{'s' if unit == 'day' and n > 1 else ''} before this check"
-    return "just before this check"
+    from envguard.history import ago_text
+
+    seconds = scene.timeline.taken_at - at
+    return "just before this check" if seconds < 60 else f"{ago_text(seconds)} before this check"

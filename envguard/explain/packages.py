@@ -216,9 +216,14 @@ def installed_files_modified(ctx: Context) -> Iterator[Finding]:
         return
     packages = sorted({c.key for c in new_issues})
     versions = {p: _version(ctx, p) for p in packages}
+    # Written after install, same size: only the time says so (an exact revert also looks
+    # like this); --verify hash tells an edit from a revert.
+    by_time_only = all(c.new == "modified-after-install" for c in new_issues)
+    verify_hint = ("envguard snapshot --verify hash confirms an edit (content against "
+                   "RECORD's hash) and clears a file copied back byte for byte")
     yield Finding(
         rule="installed-files-modified",
-        severity=Severity.CRITICAL,
+        severity=Severity.WARNING if by_time_only else Severity.CRITICAL,
         title=f"{len(new_issues)} installed file(s) no longer match their RECORD, in "
               + ", ".join(packages[:5]) + (" …" if len(packages) > 5 else ""),
         explanation=(
@@ -227,12 +232,14 @@ def installed_files_modified(ctx: Context) -> Iterator[Finding]:
             "as installed and unchanged. An edit to a torch .py file also changes torch's "
             "source hash, so every compile-cache entry misses."
             + (_SPECIAL_FILES if any(c.new in _SPECIAL_KINDS for c in new_issues) else "")
+            + (" Seen by modification time only, with sizes unchanged: " + verify_hint + "."
+               if by_time_only else "")
         ),
         evidence=tuple(f"{c.key}: {c.field} ({c.new})" for c in new_issues[:20])
         + ((f"… and {len(new_issues) - 20} more",) if len(new_issues) > 20 else ()),
         remedy=tuple("uv pip install --reinstall --no-deps " + shell_word(f"{p}=={versions[p]}")
                      for p in packages[:5] if versions[p])
-        or ("reinstall the affected packages",),
+        + ((verify_hint,) if by_time_only else ()) or ("reinstall the affected packages",),
         changes=tuple(new_issues),
         weight=97,
         keywords=(*packages, *{c.field.rsplit("/", 1)[-1].removesuffix(".py")

@@ -157,3 +157,32 @@ def summarize(episode: Episode) -> str:
         parts.append(f"{event.kind.replace('-', ' ')}: {event.subject}"
                      + (f" ({event.detail})" if event.detail else ""))
     return "; ".join(parts)
+
+
+def ago_text(seconds: float) -> str:
+    """``38 min``, ``5 h``, ``3 days``."""
+    seconds = max(0.0, seconds)
+    for unit, size in (("day", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            n = int(seconds // size)
+            return f"{n} {unit}{'s' if unit == 'day' and n > 1 else ''}"
+    return "seconds"
+
+
+def install_evidence(timeline: Timeline, names: list[str], reference: float) -> list[str]:
+    """``torch was reinstalled at 2026-12-04 14:02 UTC, 38 min before this snapshot`` for
+    each of ``names`` whose install time the disk holds (``reference``: the snapshot's
+    time)."""
+    from envguard.history.collect import utc
+
+    lines = []
+    for name in names:
+        event = max((e for e in timeline.events if e.subject == name
+                     and e.kind in (INSTALLED, REINSTALLED)), key=lambda e: e.at, default=None)
+        if event is None:
+            continue
+        verb = "reinstalled" if event.kind == REINSTALLED else "installed"
+        lines.append(f"{name} was {verb} at {utc(event.at)}, "
+                     f"{ago_text(reference - event.at)} before this snapshot "
+                     f"(from {event.evidence or 'the disk'})")
+    return lines

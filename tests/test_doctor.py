@@ -1,0 +1,247 @@
+"""Every doctor rule: a hit and a near miss, built from the real H200 snapshot.
+
+The tables are keyed by rule id and the tests iterate ``ALL_RULES``, so a rule added
+without cases fails here. The real snapshot itself (197 distributions, torch
+2.11.0+cu130, driver 580.159.04, one H200) is the common near miss: it meets every
+requirement, has one CUDA family and a new enough driver. Its own finding, certifi's CA
+bundle appended by the image, is kept out by clearing integrity issues in the base.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from envguard.doctor import ALL_RULES, diagnose
+from envguard.doctor.interface import LibraryCopy, Scene
+from envguard.explain.interface import Severity
+from envguard.history import CACHE_CREATED, INSTALLED, Event, Timeline, group
+from envguard.model import CacheDir, Distribution, Gpu, Integrity, IntegrityIssue, Snapshot
+from tests.incident import real_h200
+
+NOW = 1_800_000_000.0
+
+
+@functools.cache
+def base() -> Snapshot:
+    s = real_h200()
+    return replace(s, integrity=Integrity(mode="size"), caches=[
+        CacheDir(kind="inductor", path="/cache/inductor", source="TORCHINDUCTOR_CACHE_DIR",
+                 exists=True, files=500, total_bytes=10**8, filesystem="ext4")])
+
+
+def scene(s: Snapshot | None = None, *, events: tuple[Event, ...] = (),
+          libraries: tuple[LibraryCopy, ...] = ()) -> Scene:
+    snap = s or base()
+    return Scene(snapshot=snap, libraries=libraries, gpus_present=bool(snap.system.gpus),
+                 timeline=Timeline(environment="/venv", created_at=None, taken_at=NOW,
+                                   events=events, episodes=group(events)))
+
+
+def with_package(s: Snapshot, name: str, **kw: Any) -> Snapshot:
+    assert s.package(name) is not None, name
+    return replace(s, packages=[replace(p, **kw) if p.name == name else p for p in s.packages])
+
+
+def add(s: Snapshot, name: str, version: str, *, requires: tuple[str, ...] = (),
+        tags: tuple[str, ...] = ("cp312-cp312-manylinux_2_28_x86_64",)) -> Snapshot:
+    dist = Distribution(name=name, version=version, location="/venv/site-packages",
+                        metadata_dir=f"{name}-{version}.dist-info", installer="uv",
+                        requires=list(requires), wheel_tags=list(tags))
+    return replace(s, packages=sorted([*s.packages, dist], key=lambda d: d.name))
+
+
+def cudart(variable: str, major: int) -> LibraryCopy:
+    return LibraryCopy(variable=variable, folder="/usr/local/cuda/lib64",
+                       file=f"libcudart.so.{major}", library="cudart", major=major)
+
+
+Case = Callable[[], Scene]
+
+HITS: dict[str, list[Case]] = {
+    "requirements-unsatisfied": [
+        lambda: scene(add(base(), "torchvision", "0.26.0", requires=("torch==2.10.0",))),
+        lambda: scene(add(base(), "acme", "1.0", requires=("missing-lib>=1",))),
+    ],
+    "extension-built-for-other-torch": [
+        lambda: scene(add(base(), "torchvision", "0.26.0", requires=("torch==2.10.0",))),
+        lambda: scene(add(base(), "flash-attn", "2.7.4+cu12torch2.6cxx11abifalse",
+                          requires=("torch",))),
+        lambda: scene(add(base(), "torch-scatter", "2.1.2+pt210cu128")),
+    ],
+    "cuda-wheels-mixed": [
+        lambda: scene(replace(base(), torch=replace(
+            base().torch, cuda_wheel_family="mixed",
+            cuda_wheels=["nvidia-cudnn-cu12==9.1.0", "nvidia-cublas==13.0.0"]))),
+    ],
+    "cuda-driver-too-old": [
+        lambda: scene(replace(base(), system=replace(base().system,
+                                                     driver_version="550.54.14"))),
+        lambda: scene(replace(base(), torch=replace(base().torch, cuda="12.8"),
+                              system=replace(base().system, driver_version="560.35.03"))),
+    ],
+    "cuda-library-shadowed": [
+        lambda: scene(libraries=(cudart("LD_LIBRARY_PATH", 12),)),
+        lambda: scene(libraries=(cudart("LD_PRELOAD", 13),)),
+    ],
+    "duplicate-distribution": [
+        lambda: scene(with_package(base(), "numpy",
+                                   shadowed=["/root/.local/lib/python3.12/site-packages"])),
+    ],
+    "torch-cpu-build-on-gpu-host": [
+        lambda: scene(replace(base(), torch=replace(base().torch, cuda=None,
+                                                    version="2.11.0+cpu"))),
+    ],
+    "foreign-stack-installed": [lambda: scene(add(base(), "sglang", "0.5.6", tags=()))],
+    "installed-files-modified": [
+        lambda: scene(replace(base(), integrity=Integrity(mode="size", issues=[
+            IntegrityIssue(package="torch", path="torch/fx/_symbolic_trace.py",
+                           problem="size", expected="51874", actual="52233")]))),
+        lambda: scene(replace(base(), integrity=Integrity(mode="size", issues=[
+            IntegrityIssue(package="torch", path="torch/fx/_symbolic_trace.py",
+                           problem="modified-after-install")]))),
+    ],
+    "compile-cache-cold": [
+        lambda: scene(replace(base(), caches=[replace(base().caches[0], exists=False,
+                                                      files=0)])),
+        lambda: scene(events=(
+            Event(at=NOW - 86400, kind=INSTALLED, subject="torch", detail="2.11.0+cu130"),
+            Event(at=NOW - 600, kind=CACHE_CREATED, subject="inductor /cache/inductor"))),
+    ],
+    "compile-cache-stale": [
+        lambda: scene(replace(base(), caches=[replace(base().caches[0], populated_under=[
+            replace_stamp("sha256:" + "9" * 64)])])),
+    ],
+    "compile-cache-volatile": [
+        lambda: scene(replace(base(), caches=[replace(base().caches[0],
+                                                      filesystem="tmpfs")])),
+    ],
+}
+
+MISSES: dict[str, list[Case]] = {
+    "requirements-unsatisfied": [
+        lambda: scene(),  # 197 real distributions, every requirement met
+        lambda: scene(add(base(), "torchvision", "0.26.0",
+                          requires=("torch==2.11.0", "pillow; python_version < '3.0'"))),
+    ],
+    "extension-built-for-other-torch": [
+        lambda: scene(add(base(), "torchvision", "0.26.0", requires=("torch==2.11.0",))),
+        lambda: scene(add(base(), "flash-attn", "2.8.0+cu12torch2.11cxx11abitrue")),
+        lambda: scene(add(base(), "pure-helper", "1.0+pt210", tags=("py3-none-any",))),
+    ],
+    "cuda-wheels-mixed": [lambda: scene()],
+    "cuda-driver-too-old": [
+        lambda: scene(),
+        lambda: scene(replace(base(), system=replace(base().system, driver_version=None))),
+    ],
+    "cuda-library-shadowed": [
+        lambda: scene(),
+        lambda: scene(replace(base(), torch=replace(base().torch, cuda=None)),
+                      libraries=(cudart("LD_LIBRARY_PATH", 12),)),
+    ],
+    "duplicate-distribution": [lambda: scene()],
+    "torch-cpu-build-on-gpu-host": [
+        lambda: scene(),
+        lambda: scene(replace(base(), torch=replace(base().torch, cuda=None),
+                              system=replace(base().system, gpus=[]))),
+    ],
+    "foreign-stack-installed": [
+        lambda: scene(),
+        lambda: scene(replace(add(base(), "vllm", "0.9.0", tags=()),
+                              packages=[p for p in add(base(), "vllm", "0.9.0").packages
+                                        if p.name != "torch"])),
+    ],
+    "installed-files-modified": [lambda: scene()],
+    "compile-cache-cold": [
+        lambda: scene(),
+        lambda: scene(events=(
+            Event(at=NOW - 600, kind=INSTALLED, subject="torch", detail="2.11.0+cu130"),
+            Event(at=NOW - 590, kind=CACHE_CREATED, subject="inductor /cache/inductor"))),
+    ],
+    "compile-cache-stale": [
+        lambda: scene(),
+        lambda: scene(replace(base(), caches=[replace(base().caches[0], populated_under=[
+            replace_stamp(base().torch.compat_key or "")])])),
+    ],
+    "compile-cache-volatile": [lambda: scene()],
+}
+
+
+def replace_stamp(key: str) -> Any:
+    from envguard.model import BuildStamp
+
+    return BuildStamp(compat_key=key, torch_version="2.10.0+cu128",
+                      torch_git_version="a" * 40, first_seen="2026-11-01T00:00:00Z")
+
+
+def _fired(rule_id: str, case: Case) -> list[Any]:
+    rule = next(r for r in ALL_RULES if r.id == rule_id)
+    return list(rule.check(case()))
+
+
+@pytest.mark.parametrize("rule_id", [r.id for r in ALL_RULES])
+def test_every_rule_has_a_hit_and_a_miss(rule_id: str) -> None:
+    assert HITS.get(rule_id), f"{rule_id}-NO-CASES"
+    assert MISSES.get(rule_id), f"{rule_id}-NO-CASES"
+    for i, case in enumerate(HITS[rule_id]):
+        found = _fired(rule_id, case)
+        assert found, f"{rule_id}: hit {i} did not fire"
+        assert all(f.rule == rule_id and f.evidence and f.remedy for f in found)
+    for i, case in enumerate(MISSES[rule_id]):
+        assert not _fired(rule_id, case), f"{rule_id}: miss {i} fired"
+
+
+def test_severities_say_how_sure_the_evidence_is() -> None:
+    def severity(rule_id: str, case: Case) -> Severity:
+        return _fired(rule_id, case)[0].severity
+
+    driver = HITS["cuda-driver-too-old"]
+    assert severity("cuda-driver-too-old", driver[0]) is Severity.CRITICAL  # below 13.x floor
+    assert severity("cuda-driver-too-old", driver[1]) is Severity.WARNING  # minor-version compat
+    lib = HITS["cuda-library-shadowed"]
+    assert severity("cuda-library-shadowed", lib[0]) is Severity.CRITICAL  # other major
+    assert severity("cuda-library-shadowed", lib[1]) is Severity.WARNING  # same major
+    edits = HITS["installed-files-modified"]
+    assert severity("installed-files-modified", edits[0]) is Severity.CRITICAL
+    soft = _fired("installed-files-modified", edits[1])[0]
+    assert soft.severity is Severity.WARNING and "--verify hash" in soft.explanation
+    cold = HITS["compile-cache-cold"]
+    assert severity("compile-cache-cold", cold[0]) is Severity.INFO  # a fresh machine
+    assert severity("compile-cache-cold", cold[1]) is Severity.WARNING  # deleted since
+
+
+def test_the_real_h200_environment_is_healthy_apart_from_its_ca_bundle() -> None:
+    report = diagnose(scene(real_h200()))
+    assert [f.rule for f in report.findings if f.severity is not Severity.INFO] == [
+        "installed-files-modified"]
+    assert "certifi" in report.findings[0].title
+    assert diagnose(scene()).healthy
+
+
+def test_a_symptom_lifts_the_rule_it_points_at() -> None:
+    s = replace(base(), torch=replace(base().torch, cuda_wheel_family="mixed",
+                                      cuda_wheels=["nvidia-cudnn-cu12==9.1.0"]),
+                system=replace(base().system, driver_version="550.54.14"))
+    plain = diagnose(scene(s))
+    assert plain.findings[0].rule == "cuda-driver-too-old"  # the higher weight
+    lifted = diagnose(scene(s), symptom="ImportError: libcudnn.so.9: cannot open shared "
+                                        "object file: No such file or directory")
+    assert lifted.findings[0].rule == "cuda-wheels-mixed"
+
+
+def test_cuda_explanations_only_where_torch_and_gpus_are() -> None:
+    cpu_host = replace(base(), system=replace(base().system, gpus=[]))
+    cold = replace(cpu_host, caches=[replace(base().caches[0], exists=False, files=0)])
+    (finding,) = _fired("compile-cache-cold", lambda: scene(cold))
+    assert "H200" not in finding.explanation
+    with_gpu = replace(cold, system=replace(cold.system, gpus=[Gpu(index=0,
+                                                                  name="NVIDIA H200")]))
+    (finding,) = _fired("compile-cache-cold", lambda: scene(with_gpu))
+    assert "8.3 s on the H200" in finding.explanation
+    no_torch = replace(cold, torch=replace(cold.torch, present=False),
+                       packages=[p for p in cold.packages if p.name != "torch"])
+    assert not _fired("compile-cache-cold", lambda: scene(no_torch))
