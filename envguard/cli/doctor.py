@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 import time
 from pathlib import Path
 from typing import Any
@@ -110,12 +111,12 @@ def _fix(report: Any, *, dry_run: bool, quiet: bool) -> int:
     if not steps:
         note("--fix: nothing here has a safe automatic fix; the remedies above say what to do")
         return ExitCode.OK if report.healthy else ExitCode.DRIFT
-    console.print(f"fix plan ({len(steps)} step(s)):", markup=False)
+    console.print(f"fix plan ({len(steps)} step(s)):", markup=False, soft_wrap=True)
     for i, step in enumerate(steps, 1):
-        console.print(f"  {i}. {step.action}", markup=False, highlight=False)
-        console.print(f"     {' '.join(step.argv) if step.argv else 'rm ' + str(step.path)}",
-                      markup=False, highlight=False)
-        console.print(f"     undo: {step.undo}", markup=False, highlight=False)
+        console.print(f"  {i}. {step.action}", markup=False, highlight=False, soft_wrap=True)
+        console.print(f"     {shlex.join(step.argv) if step.argv else 'rm ' + shlex.quote(str(step.path))}",
+                      markup=False, highlight=False, soft_wrap=True)
+        console.print(f"     undo: {step.undo}", markup=False, highlight=False, soft_wrap=True)
     if dry_run:
         note("--dry-run: nothing changed")
         return ExitCode.OK if report.healthy else ExitCode.DRIFT

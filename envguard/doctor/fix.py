@@ -3,7 +3,8 @@
 Only two kinds qualify:
 
 - a package whose installed files differ from its RECORD (size, content, missing) is
-  reinstalled at the version installed now, without touching its dependencies: the
+  reinstalled at the version installed now (from the wheel file or URL it came from, when
+  it did not come from an index), without touching its dependencies: the
   files come back as the wheel has them (to undo: reinstall whatever you had; the plan
   names the files that will be replaced, so an edit you want can be copied first);
 - envguard's own build marker in a compile cache that holds nothing else is removed
@@ -19,9 +20,11 @@ import os
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
+from urllib.parse import unquote, urlparse
 
 from envguard.doctor import DoctorReport
 from envguard.explain.torch import index_url_for
+from envguard.model import DirectUrl
 from envguard.probe.caches import MARKER_NAME
 
 _CHANGED = frozenset({"size", "hash", "missing"})
@@ -46,6 +49,20 @@ class FixResult:
     message: str
 
 
+def _source(direct: DirectUrl | None, name: str, version: str) -> str | None:
+    """What to reinstall from: ``name==version`` from the index, the wheel file or URL it
+    was installed from (its exact build), or None (a folder, a VCS checkout, a wheel file
+    that is gone)."""
+    if direct is None:
+        return f"{name}=={version}"
+    if direct.editable or direct.vcs or not direct.url.endswith(".whl"):
+        return None
+    if direct.url.startswith("file://"):
+        path = unquote(urlparse(direct.url).path)
+        return path if os.path.isfile(path) else None
+    return direct.url
+
+
 def plan(report: DoctorReport, python: str, uv: str = "uv") -> tuple[FixStep, ...]:
     """The safe fixes for ``report``'s environment (``python``: its interpreter)."""
     snap = report.snapshot
@@ -56,12 +73,14 @@ def plan(report: DoctorReport, python: str, uv: str = "uv") -> tuple[FixStep, ..
             broken.setdefault(issue.package, []).append(issue.path)
     for name in sorted(broken):
         dist = snap.package(name)
-        if dist is None or not dist.version or dist.direct_url is not None or dist.editable:
-            continue  # not from an index: nothing exact to reinstall from
-        argv = [uv, "pip", "install", "--python", python, "--reinstall", "--no-deps",
-                f"{name}=={dist.version}"]
+        if dist is None or not dist.version or dist.editable:
+            continue
+        source = _source(dist.direct_url, name, dist.version)
+        if source is None:
+            continue  # from a folder or a VCS checkout: nothing exact to reinstall from
+        argv = [uv, "pip", "install", "--python", python, "--reinstall", "--no-deps", source]
         index = index_url_for(dist.version)
-        if index:
+        if index and dist.direct_url is None:
             argv += ["--index-url", index]
         files = broken[name]
         steps.append(FixStep(

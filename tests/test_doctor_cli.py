@@ -1,0 +1,132 @@
+"""envguard doctor and history through the real CLI, on real uv venvs: exit codes, --fix,
+libraries on LD_LIBRARY_PATH, conda's history, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from envguard.history.collect import conda_history
+from tests.wheelfactory import Venv, VenvFactory, build_wheel, fake_torch_files
+
+
+def run(*args: str | Path, cwd: Path, extra: dict[str, str] | None = None
+        ) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("VIRTUAL_ENV", "CONDA_PREFIX", "LD_LIBRARY_PATH", "LD_PRELOAD")}
+    env.update(extra or {})
+    return subprocess.run([sys.executable, "-m", "envguard", *map(str, args)], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=180, check=False)
+
+
+@pytest.fixture
+def env(venvs: VenvFactory, wheel_dir: Path, tmp_path: Path) -> Venv:
+    made = venvs.create("job")
+    venvs.uv_install(made, build_wheel(wheel_dir, "torch", "2.11.0+cu130",
+                                       fake_torch_files(version="2.11.0+cu130", cuda="13.0")),
+                     build_wheel(wheel_dir, "helperlib", "1.0",
+                                 {"helperlib/__init__.py": "V = 1\n"}))
+    return made
+
+
+def _cache_env(tmp_path: Path) -> dict[str, str]:
+    cache = tmp_path / "inductor"
+    cache.mkdir(exist_ok=True)
+    return {"TORCHINDUCTOR_CACHE_DIR": str(cache)}
+
+
+def test_a_healthy_environment_exits_0_and_a_sick_one_1(env: Venv, clean_cwd: Path,
+                                                        tmp_path: Path) -> None:
+    healthy = run("doctor", "--python", env.python, "--format", "json", cwd=clean_cwd,
+                  extra=_cache_env(tmp_path))
+    assert healthy.returncode == 0, healthy.stdout + healthy.stderr
+    doc = json.loads(healthy.stdout)
+    assert doc["schema"] == "envguard.doctor/1" and doc["healthy"]
+    assert [f["severity"] for f in doc["findings"]] == ["info"]  # the empty compile cache
+    assert "envguard: environment:" in healthy.stderr
+    libs = tmp_path / "cuda-12" / "lib64"
+    libs.mkdir(parents=True)
+    for name in ("libcudart.so.12", "libcudart.so.12.8.90", "libcublas.so.12", "README"):
+        (libs / name).write_bytes(b"")
+    sick = run("doctor", "--python", env.python, "--format", "markdown", cwd=clean_cwd,
+               extra={**_cache_env(tmp_path), "LD_LIBRARY_PATH": f"/nonexistent:{libs}"})
+    assert sick.returncode == 1, sick.stderr
+    assert "(`cuda-library-shadowed`)" in sick.stdout
+    doc = json.loads(run("doctor", "--python", env.python, "--format", "json", "-q",
+                         cwd=clean_cwd, extra={**_cache_env(tmp_path),
+                                               "LD_LIBRARY_PATH": f"/nonexistent:{libs}"}
+                         ).stdout)
+    (shadowed,) = [f for f in doc["findings"] if f["rule"] == "cuda-library-shadowed"]
+    assert shadowed["severity"] == "critical"
+    assert shadowed["evidence"] == [
+        f"LD_LIBRARY_PATH: {libs}/libcublas.so.12 (torch's is cublas 13)",
+        f"LD_LIBRARY_PATH: {libs}/libcudart.so.12 (torch's is cudart 13)",
+        f"LD_LIBRARY_PATH: {libs}/libcudart.so.12.8.90 (torch's is cudart 13)"]
+
+
+def test_fix_reinstalls_an_edited_package_after_showing_the_plan(
+        env: Venv, wheel_dir: Path, clean_cwd: Path, tmp_path: Path) -> None:
+    edited = env.site_packages() / "helperlib" / "__init__.py"
+    edited.unlink()  # a new file: uv hard-links installed files to its cache
+    edited.write_text("V = 1  # patched while debugging\n")
+    offline = {**_cache_env(tmp_path), "UV_OFFLINE": "1", "UV_FIND_LINKS": str(wheel_dir),
+               "UV_NO_CONFIG": "1"}
+    plan = run("doctor", "--python", env.python, "--fix", "--dry-run", "-q", cwd=clean_cwd,
+               extra=offline)
+    assert plan.returncode == 1, plan.stderr
+    assert "reinstall helperlib 1.0" in plan.stderr
+    # installed from a wheel file: that file is the exact build to reinstall
+    assert f"--no-deps {wheel_dir / 'helperlib-1.0-py3-none-any.whl'}" in plan.stderr
+    assert "--dry-run: nothing changed" in plan.stderr
+    assert "patched" in edited.read_text()
+    fixed = run("doctor", "--python", env.python, "--fix", "-q", cwd=clean_cwd, extra=offline)
+    assert fixed.returncode == 0, fixed.stderr
+    assert edited.read_text() == "V = 1\n"
+    again = run("doctor", "--python", env.python, "-q", cwd=clean_cwd, extra=offline)
+    assert again.returncode == 0, again.stdout
+
+
+def test_bad_input_is_one_line_exit_2(env: Venv, clean_cwd: Path) -> None:
+    for args in (("history", "--since", "soon"), ("doctor", "--dry-run"),
+                 ("doctor", "--python", str(clean_cwd / "nope"))):
+        proc = run(*args, cwd=clean_cwd)
+        assert proc.returncode in (2, 4), (args, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert "Traceback" not in proc.stderr
+
+
+def test_history_text_names_the_environment_and_its_blind_spots(env: Venv,
+                                                                clean_cwd: Path) -> None:
+    proc = run("history", "--python", env.python, cwd=clean_cwd)
+    assert proc.returncode == 0, proc.stderr
+    assert "environment created; one install: " in " ".join(proc.stdout.split())
+    assert "removed packages leave no trace" in " ".join(proc.stdout.split())
+
+
+CONDA_HISTORY = """\
+==> 2024-03-01 10:00:00 <==
+# cmd: /opt/conda/bin/conda create -n train python=3.11
++defaults::python-3.11.8-h955ad1f_0
++defaults::pip-24.0-py311h06a4308_0
+==> 2024-03-05 16:30:12 <==
+# cmd: /opt/conda/bin/conda install -c nvidia cudnn=8
+-defaults::cudnn-9.1.0-cuda12_0
++nvidia::cudnn-8.9.7-cuda12_0
+garbage line \x00 ignored
+"""
+
+
+def test_conda_history_becomes_one_event_per_transaction(tmp_path: Path) -> None:
+    (tmp_path / "conda-meta").mkdir()
+    (tmp_path / "conda-meta" / "history").write_text(CONDA_HISTORY)
+    first, second = conda_history(tmp_path)
+    assert first.subject.endswith("conda create -n train python=3.11")
+    assert first.detail.startswith("+2: python-3.11.8")
+    assert second.detail == "+1 -1: cudnn-8.9.7-cuda12_0, cudnn-9.1.0-cuda12_0"
+    assert second.at - first.at == 4 * 86400 + 6 * 3600 + 30 * 60 + 12
+    assert conda_history(tmp_path / "nowhere") == []
