@@ -114,8 +114,8 @@ def _fix(report: Any, *, dry_run: bool, quiet: bool) -> int:
     console.print(f"fix plan ({len(steps)} step(s)):", markup=False, soft_wrap=True)
     for i, step in enumerate(steps, 1):
         console.print(f"  {i}. {step.action}", markup=False, highlight=False, soft_wrap=True)
-        console.print(f"     {shlex.join(step.argv) if step.argv else 'rm ' + shlex.quote(str(step.path))}",
-                      markup=False, highlight=False, soft_wrap=True)
+        command = shlex.join(step.argv) if step.argv else f"rm {shlex.quote(str(step.path))}"
+        console.print(f"     {command}", markup=False, highlight=False, soft_wrap=True)
         console.print(f"     undo: {step.undo}", markup=False, highlight=False, soft_wrap=True)
     if dry_run:
         note("--dry-run: nothing changed")
