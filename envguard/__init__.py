@@ -29,18 +29,20 @@ from envguard.version import __version__
 
 if TYPE_CHECKING:
     from envguard.api import (
+        DoctorReport,
         GateResult,
         Report,
         Snapshot,
         check,
+        diagnose,
         diff,
         format_report,
         read_snapshot,
         snapshot,
     )
 
-__all__ = ["GateResult", "Report", "Snapshot", "__version__", "check", "diff",
-           "format_report", "read_snapshot", "snapshot"]
+__all__ = ["DoctorReport", "GateResult", "Report", "Snapshot", "__version__", "check",
+           "diagnose", "diff", "format_report", "read_snapshot", "snapshot"]
 
 _API = frozenset(__all__) - {"__version__"}
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from envguard.changes import SnapshotDiff
+from envguard.doctor import DoctorReport
 from envguard.errors import InputError
 from envguard.explain.interface import Finding
 from envguard.gate.check import GateResult
@@ -39,8 +40,8 @@ from envguard.render.report import DiffReport
 Verify = Literal["none", "size", "hash"]
 Format = Literal["text", "json", "markdown"]
 
-__all__ = ["Format", "GateResult", "Report", "Snapshot", "Verify", "check", "diff",
-           "format_report", "read_snapshot", "snapshot"]
+__all__ = ["DoctorReport", "Format", "GateResult", "Report", "Snapshot", "Verify", "check",
+           "diagnose", "diff", "format_report", "read_snapshot", "snapshot"]
 
 
 def snapshot(python: str | os.PathLike[str] | None = None, *,
@@ -160,9 +161,32 @@ def check(lock: str | os.PathLike[str], *, python: str | os.PathLike[str] | None
     return check_command(name, lock=path, python=selection.python, cwd=where, strict=strict)
 
 
-def format_report(report: Report | GateResult, fmt: Format = "text", *, width: int = 80,
-                  show_all: bool = False) -> str:
-    """A report as ``envguard diff`` / ``envguard check`` print it with ``--format fmt``
+def diagnose(python: str | os.PathLike[str] | None = None, *, symptom: str | None = None,
+           verify: Verify = "size", cwd: str | os.PathLike[str] | None = None,
+           env: Mapping[str, str] | None = None) -> DoctorReport:
+    """What ``envguard doctor`` finds in one environment, with no baseline:
+    ``report.healthy``, ``report.findings`` (most likely trouble first; ``symptom``
+    re-ranks them). ``python``, ``cwd``, ``env`` as for :func:`snapshot`; ``env`` is also
+    what ``LD_LIBRARY_PATH``/``LD_PRELOAD`` are read from."""
+    from envguard.doctor import diagnose as run_rules
+    from envguard.doctor.facts import gather
+    from envguard.probe import SnapshotOptions, collect
+    from envguard.probe.discovery import discover
+
+    where = Path(cwd) if cwd is not None else Path.cwd()
+    variables = os.environ if env is None else env
+    selection = discover(os.fspath(python) if python is not None else None,
+                         env=variables, cwd=where)
+    snap = collect(SnapshotOptions(python=selection.python, selected_by=selection.selected_by,
+                                   verify=verify, cwd=where, env=env, git=False,
+                                   use_project_config=False, remember_caches=False))
+    return run_rules(gather(snap, env=variables, cwd=where),
+                    environment=selection.describe(), symptom=symptom)
+
+
+def format_report(report: Report | GateResult | DoctorReport, fmt: Format = "text", *,
+                  width: int = 80, show_all: bool = False) -> str:
+    """A report as ``envguard diff``/``check``/``doctor`` print it with ``--format fmt``
     (text without colour, ``width`` columns)."""
     from envguard.render import PlainScreen, render
 

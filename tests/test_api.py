@@ -145,3 +145,18 @@ def test_the_command_line_does_not_load_the_api() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=False, env={**os.environ, "PYTHONWARNINGS": "error"})
     assert proc.returncode == 0, proc.stderr
+
+
+def test_doctor_from_python(env: Venv, clean_cwd: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    cache = clean_cwd / "inductor"
+    cache.mkdir()
+    healthy = envguard.diagnose(env.python, env={"TORCHINDUCTOR_CACHE_DIR": str(cache)})
+    assert isinstance(healthy, envguard.DoctorReport) and healthy.healthy
+    helper = env.site_packages() / "helperlib" / "__init__.py"
+    helper.unlink()
+    helper.write_text("V = 2  # patched\n")
+    sick = envguard.diagnose(env.python, env={"TORCHINDUCTOR_CACHE_DIR": str(cache)},
+                           symptom="AttributeError: module 'helperlib' has no attribute 'W'")
+    assert not sick.healthy and sick.findings[0].rule == "installed-files-modified"
+    assert json.loads(envguard.format_report(sick, "json"))["schema"] == "envguard.doctor/1"
+    _quiet(capfd)

@@ -200,7 +200,7 @@ def foreign_stack_installed(scene: Scene) -> Iterator[Finding]:
 
 
 def _clock(at: float) -> str:
-    from envguard.history.collect import utc
+    from envguard.history import utc
 
     return utc(at)
 

@@ -16,6 +16,7 @@ docs/HISTORY.md says more.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 GAP_S = 120.0
@@ -159,6 +160,11 @@ def summarize(episode: Episode) -> str:
     return "; ".join(parts)
 
 
+def utc(at: float) -> str:
+    """``2026-12-04 14:02 UTC``."""
+    return datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
 def ago_text(seconds: float) -> str:
     """``38 min``, ``5 h``, ``3 days``."""
     seconds = max(0.0, seconds)
@@ -173,8 +179,6 @@ def install_evidence(timeline: Timeline, names: list[str], reference: float) -> 
     """``torch was reinstalled at 2026-12-04 14:02 UTC, 38 min before this snapshot`` for
     each of ``names`` whose install time the disk holds (``reference``: the snapshot's
     time)."""
-    from envguard.history.collect import utc
-
     lines = []
     for name in names:
         event = max((e for e in timeline.events if e.subject == name

@@ -12,7 +12,7 @@ import os
 import re
 import time
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 
 from envguard.history import (
@@ -233,8 +233,3 @@ def read_timeline(snapshot: Snapshot, *, cwd: Path | None = None,
     return Timeline(environment=str(prefix), created_at=made[0] if made else None,
                     taken_at=now if now is not None else time.time(), events=ordered,
                     episodes=group(ordered))
-
-
-def utc(at: float) -> str:
-    """``2026-12-04 14:02 UTC``."""
-    return datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

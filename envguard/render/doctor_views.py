@@ -10,8 +10,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from envguard.doctor import DoctorReport
-from envguard.history import Timeline, summarize
-from envguard.history.collect import utc
+from envguard.history import Timeline, summarize, utc
 from envguard.render.diff_json import finding_dict
 from envguard.render.diff_markdown import finding_lines, md
 from envguard.render.diff_text import finding_view
