@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from envguard.probe import distributions
 from envguard.probe.distributions import (
     fingerprint_record,
@@ -37,6 +39,29 @@ def test_pip_and_uv_installs_of_one_wheel_have_one_fingerprint(
     assert raw_uv != raw_pip
     assert uv_dist.dist.fingerprint == pip_dist.dist.fingerprint
     assert uv_dist.dist.fingerprint is not None
+
+
+@pytest.mark.parametrize("pycache", ["default", "prefix"])
+def test_pip_compiling_bytecode_does_not_change_the_fingerprint(
+    venvs: VenvFactory, wheel_dir: Path, tmp_path: Path, pycache: str,
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pip compiles bytecode at install and lists the .pyc files in RECORD: under
+    __pycache__, or, with PYTHONPYCACHEPREFIX set, as ``../../../../<prefix>/...pyc``
+    (which once counted as a file of the build and changed the fingerprint)."""
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
+    if pycache == "prefix":
+        monkeypatch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path / "pycache"))
+    else:
+        monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
+    wheel = build_wheel(wheel_dir, "demo-pkg", "1.0", {"demo_pkg/__init__.py": "X = 1\n"})
+    by_uv, by_pip = venvs.create(), venvs.create(with_pip=True)
+    venvs.uv_install(by_uv, wheel)
+    venvs.pip_install(by_pip, wheel)
+    raw_pip = (by_pip.site_packages() / "demo_pkg-1.0.dist-info" / "RECORD").read_text()
+    assert ".pyc," in raw_pip  # pip did compile and record it
+    assert (_scan(by_uv.site_packages())["demo-pkg"].dist.fingerprint
+            == _scan(by_pip.site_packages())["demo-pkg"].dist.fingerprint)
 
 
 def test_two_builds_of_one_version_have_different_fingerprints(

@@ -66,10 +66,10 @@ def is_script_row(path: str) -> bool:
 
 def is_fingerprinted(path: str) -> bool:
     """Whether a RECORD path takes part in the build fingerprint (and integrity checks)."""
+    if "__pycache__" in path or path.endswith((".pyc", ".pyo")):
+        return False  # also ../../../../prefix/...pyc: pip under PYTHONPYCACHEPREFIX
     if path.startswith(".."):
         return not is_script_row(path)
-    if "__pycache__" in path or path.endswith((".pyc", ".pyo")):
-        return False
     if "-info/" in path or "-info\\" in path:
         head, _, base = path.replace("\\", "/").rpartition("/")
         return not (head.endswith((".dist-info", ".egg-info")) and base in _DROPPED_DIST_INFO_FILES)

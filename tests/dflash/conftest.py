@@ -106,12 +106,14 @@ def trained_tiny(tiny_target, tmp_path_factory) -> TrainedTiny:
     return TrainedTiny(trainer, trainer.drafter.eval(), result, records, untrained_tau, out)
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="package", autouse=True)
 def _shared_bytecode(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Where PYTHONDONTWRITEBYTECODE is set (this project's CI VMs set it), every child
     process compiled torch and transformers from source again: 3.5 s of a 7.7 s tiny
     dflash-train run. The children of these tests share one bytecode folder for the
-    session instead; nothing is written into the checkout or the venv."""
+    session instead; nothing is written into the checkout or the venv. Package-scoped: the
+    variables come back before any test outside tests/dflash runs (a pip install there
+    compiles bytecode when PYTHONDONTWRITEBYTECODE is unset, and its RECORD changes)."""
     if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
         yield
         return
