@@ -35,25 +35,35 @@ def _cuda(scene: Scene) -> tuple[int, int] | None:
     return (int(parts[0]), int(parts[1])) if len(parts) >= 2 else None
 
 
+def _family(wheel: str) -> str:
+    """``cu12`` for nvidia-cublas-cu12, ``cu11``, ..., ``cu13`` for the unsuffixed
+    CUDA 13 wheels (nvidia-cublas, cuda-toolkit)."""
+    name = wheel.split("==")[0]
+    suffix = name.rsplit("-", 1)[-1]
+    return suffix if suffix.startswith("cu") and suffix[2:].isdigit() else "cu13"
+
+
 def cuda_wheels_mixed(scene: Scene) -> Iterator[Finding]:
     torch = scene.snapshot.torch
     if torch.cuda_wheel_family != "mixed":
         return
-    cu12 = [w for w in torch.cuda_wheels if "cu12" in w]
-    cu13 = [w for w in torch.cuda_wheels if w not in cu12]
+    families: dict[str, list[str]] = {}
+    for wheel in torch.cuda_wheels:
+        families.setdefault(_family(wheel), []).append(wheel)
+    names = sorted(families)
     yield Finding(
         rule="cuda-wheels-mixed", severity=Severity.CRITICAL,
-        title="CUDA 12 and CUDA 13 wheels are installed side by side",
-        explanation="NVIDIA's CUDA libraries come as pip wheels, suffixed -cu12 for CUDA 12 "
-                    "and unsuffixed (or cuda-toolkit) for CUDA 13. A venv that holds both "
-                    "loads whichever its packages find first: libraries of two majors in "
-                    "one process fail with `cannot open shared object file`, symbol errors "
-                    "or CUBLAS_STATUS errors.",
-        evidence=(f"CUDA 12 wheels: {', '.join(cu12[:6]) or '-'}",
-                  f"CUDA 13 wheels: {', '.join(cu13[:6]) or '-'}",
+        title=f"CUDA wheel families {' and '.join(names)} are installed side by side",
+        explanation="NVIDIA's CUDA libraries come as pip wheels, suffixed -cu11 and -cu12 "
+                    "for CUDA 11 and 12 and unsuffixed (or cuda-toolkit) for CUDA 13. A venv "
+                    "that holds two families loads whichever its packages find first: "
+                    "libraries of two majors in one process fail with `cannot open shared "
+                    "object file`, symbol errors or CUBLAS_STATUS errors.",
+        evidence=(*(f"{family} wheels: {', '.join(families[family][:6])}"
+                    for family in names),
                   f"torch {torch.version} is built for CUDA {torch.cuda or '?'}"),
-        remedy=("uninstall the family torch does not use (uv pip uninstall the -cu12 "
-                "wheels for a CUDA 13 torch, or the unsuffixed ones for a CUDA 12 torch)",
+        remedy=("uninstall the families torch does not use (e.g. the -cu12 wheels for a "
+                "CUDA 13 torch)",
                 "or rebuild the venv from one index: " + (index_url_for(torch.version) or
                                                         "https://download.pytorch.org/whl/")),
         weight=88, keywords=("libcudnn", "libcublas", "cannot open shared object",
@@ -110,27 +120,33 @@ def cuda_library_shadowed(scene: Scene) -> Iterator[Finding]:
     cuda = _cuda(scene)
     if cuda is None or not scene.libraries:
         return
-    own = {"cudart": cuda[0], "cublas": cuda[0], "cublasLt": cuda[0], "cufft": None,
-           "cusparse": cuda[0], "nvrtc": cuda[0], "nccl": 2, "cudnn": _torch_cudnn_major(scene)}
+    own = {"cudart": cuda[0], "cublas": cuda[0], "cublasLt": cuda[0], "cusparse": cuda[0],
+           "cusolver": cuda[0], "nvrtc": cuda[0], "nvJitLink": cuda[0], "cupti": cuda[0],
+           "nccl": 2, "cudnn": _torch_cudnn_major(scene)}
+    # A copy with torch's own soname (same major, or no major to tell) is what the loader
+    # takes instead of torch's: critical. Another major has another soname and replaces
+    # nothing of torch's, but an extension asking for that major gets it: a warning.
     other = [c for c in scene.libraries if c.major is not None
              and own.get(c.library) is not None and c.major != own[c.library]]
     same = [c for c in scene.libraries if c not in other]
     if not other and not same:
         return
-    severity = Severity.CRITICAL if other else Severity.WARNING
-    shown = (other or same)[:6]
-    title = (f"{shown[0].variable} puts {shown[0].file} of another major ahead of "
-             f"torch's own CUDA {cuda[0]} libraries" if other else
-             f"{shown[0].variable} puts copies of CUDA libraries ({shown[0].file}, ...) ahead "
-             "of torch's own")
+    severity = Severity.CRITICAL if same else Severity.WARNING
+    shown = [*same, *other][:6]
+    title = (f"{shown[0].variable} puts {shown[0].file} ahead of torch's own copy: it is "
+             "loaded instead" if same else
+             f"{shown[0].variable} puts CUDA libraries of another major ({shown[0].file}) "
+             f"ahead of torch's own CUDA {cuda[0]}")
     yield Finding(
         rule="cuda-library-shadowed", severity=severity, title=title,
         explanation="torch's wheels find their CUDA libraries in the nvidia-* wheels through "
                     "their RUNPATH, which the dynamic loader searches after LD_LIBRARY_PATH "
-                    "(and LD_PRELOAD loads before everything). A system CUDA or cuDNN in "
-                    "those variables is loaded instead: of another major it fails to load "
-                    "or to resolve symbols; of the same major it silently replaces the "
-                    "version torch was tested with.",
+                    "(and LD_PRELOAD loads before everything). A library there with the same "
+                    "soname as torch's own (libcudnn.so.9, libcublas.so.12) is loaded "
+                    "instead of it: an older minor version fails with undefined symbols or "
+                    "CUBLAS/CUDNN_STATUS errors, a newer one silently replaces what torch was "
+                    "tested with. One of another major replaces nothing of torch's, but "
+                    "extensions built for that major load it.",
         evidence=tuple(f"{c.variable}: {c.folder}/{c.file}" + (
             f" (torch's is {c.library} {own.get(c.library)})" if c in other else "")
             for c in shown),

@@ -13,7 +13,8 @@ from envguard.doctor.interface import LibraryCopy, Scene
 from envguard.history.collect import read_timeline
 from envguard.model import Snapshot
 
-WATCHED = ("cudart", "cublas", "cublasLt", "cudnn", "nccl", "cufft", "cusparse", "nvrtc")
+WATCHED = ("cudart", "cublas", "cublasLt", "cudnn", "nccl", "cufft", "cusparse", "cusparseLt",
+           "cusolver", "curand", "nvrtc", "nvJitLink", "cupti")
 _SONAME = re.compile(r"^lib(" + "|".join(WATCHED) + r")\.so(?:\.(\d+))?(?:\.[\d.]+)?$")
 MAX_ENTRIES = 10_000
 """Names read per folder at most (a huge folder on LD_LIBRARY_PATH is not scanned whole)."""

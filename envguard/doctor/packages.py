@@ -108,6 +108,15 @@ def _labelled_torch(version: str) -> tuple[int, int] | None:
     return None
 
 
+def _wheel_version(url: str) -> str:
+    """The version part of a wheel file name in a URL (``2.5.7+cu122torch2.2...``)."""
+    from urllib.parse import unquote
+
+    name = unquote(url.rsplit("/", 1)[-1])
+    parts = name.split("-")
+    return parts[1] if name.endswith(".whl") and len(parts) >= 5 else ""
+
+
 def _compiled(dist: Distribution) -> bool:
     return any(not tag.endswith("-none-any") for tag in dist.wheel_tags) or not dist.wheel_tags
 
@@ -127,6 +136,12 @@ def extension_built_for_other_torch(scene: Scene) -> Iterator[Finding]:
         pinned = [p for p in pins if p.split("=")[-1].split(";")[0].strip()
                   .partition("+")[0] != public]
         label = _labelled_torch(dist.version)
+        where = "its version label"
+        if label is None and dist.direct_url is not None:
+            # flash-attn's release wheels keep the torch they were built for only in the
+            # file name (flash_attn-2.5.7+cu122torch2.2cxx11abiFALSE-...whl)
+            label = _labelled_torch(_wheel_version(dist.direct_url.url))
+            where = "the wheel file it was installed from"
         wrong_label = label is not None and label != major_minor
         if not _compiled(dist) or not (pinned or wrong_label):
             continue
@@ -134,7 +149,7 @@ def extension_built_for_other_torch(scene: Scene) -> Iterator[Finding]:
         if pinned:
             evidence.append(f"{dist.name} {dist.version} pins {pinned[0].split(';')[0]}")
         if wrong_label and label is not None:
-            evidence.append(f"{dist.name} {dist.version}: its version label names torch "
+            evidence.append(f"{dist.name} {dist.version}: {where} names torch "
                             f"{label[0]}.{label[1]}")
     if not names:
         return
@@ -167,8 +182,9 @@ def duplicate_distribution(scene: Scene) -> Iterator[Finding]:
                     "user-site copy from `pip install --user`, a PYTHONPATH folder, a second "
                     "site-packages). Python imports the first; tools that inspect the "
                     "environment may report the other.",
-        evidence=tuple(f"{d.name} {d.version}: used from {d.location}; also in "
-                       f"{', '.join(d.shadowed)}" for d in dupes),
+        evidence=tuple(f"{d.name}: {d.version} in {d.location}/{d.metadata_dir}; also "
+                       f"metadata in {', '.join(d.shadowed)} (in one folder, the files on "
+                       "disk are those of the install that ran last)" for d in dupes),
         remedy=("remove the copy you do not want, e.g. python -m pip uninstall --user NAME "
                 "for a user-site copy, or unset PYTHONPATH",),
         weight=70, keywords=("version mismatch", "AttributeError", "has no attribute"))

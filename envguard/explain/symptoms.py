@@ -7,7 +7,7 @@ rule's own keywords (:func:`envguard.explain.symptom_score`). A row may also nam
 so "invalid device ordinal" lifts the CUDA_VISIBLE_DEVICES change, not every variable.
 
 Each pattern was checked against real error lines from public bug reports; docs/CASES.md
-cites them and tests/test_symptoms.py runs them.
+cites them, and the cases in tests/cases/ pass those lines as ``--symptom``.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ SYMPTOMS: tuple[Symptom, ...] = (
        ("package-version-changed", "requirements-unsatisfied", "duplicate-distribution",
         "installed-files-modified"), 10),
     _s(r"version mismatch|was compiled against|compiled using|built for",
-       ("extension-built-for-other-torch", "requirements-unsatisfied",
+       ("extension-built-for-other-torch", "cuda-library-shadowed", "requirements-unsatisfied",
         "package-version-changed"), 10),
     _s(r"NCCL (?:error|WARN)|ncclInternalError|ncclUnhandledCudaError",
        ("env-var-changed", "package-version-changed", "cuda-build-changed"), 10, key="NCCL"),

@@ -116,17 +116,28 @@ def readable(stdout: str) -> bool:
     return bool(parse_nvidia_smi(stdout)[0]) or (bool(lines) and set(lines) == {NO_DEVICES})
 
 
+_CAPABILITY = re.compile(r"^\d{1,2}\.\d$")
+"""A compute capability (``8.0``, ``12.0``), never a driver version (``470.82.01``, ``537.58``)."""
+
+
 def _gpu_row(line: str) -> tuple[Gpu, str | None] | None:
+    """``index, name, memory.total, driver_version[, compute_cap]``: the query with
+    ``compute_cap``, or the one without it that drivers before 510 answer (its answer is
+    replayed from the memo under either query, so the row says which it is). A name may
+    hold commas."""
     parts = [p.strip() for p in line.split(",")]
-    if len(parts) < 5 or not parts[0].isdigit():
+    if len(parts) < 4 or not parts[0].isdigit():
         return None
-    # index, name, memory.total, driver_version, compute_cap; a name may hold commas.
-    name = ", ".join(parts[1:-3])
-    mem, drv, cap = parts[-3:]
+    cap: str | None = None
+    if len(parts) >= 5 and (_CAPABILITY.match(parts[-1]) or _not_available(parts[-1])) \
+            and (parts[-3].isdigit() or _not_available(parts[-3])):
+        name, (mem, drv, cap) = ", ".join(parts[1:-3]), parts[-3:]
+    else:
+        name, (mem, drv) = ", ".join(parts[1:-2]), parts[-2:]
     if not name or not (mem.isdigit() or _not_available(mem)):
         return None
     gpu = Gpu(index=int(parts[0]), name=name, memory_mib=int(mem) if mem.isdigit() else None,
-              compute_capability=None if _not_available(cap) else cap)
+              compute_capability=None if cap is None or _not_available(cap) else cap)
     return gpu, None if _not_available(drv) else drv
 
 
