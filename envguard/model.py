@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from envguard.errors import SnapshotValidationError, UnsupportedSchemaError
-from envguard.validation import build, type_name
+from envguard.validation import build, to_plain, type_name
 
 SCHEMA_NAME = "envguard.snapshot"
 SCHEMA_MAJOR = 1
@@ -298,7 +298,7 @@ class Snapshot:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready form (what ``dataclasses.asdict`` gives, three times faster)."""
-        document: dict[str, Any] = _plain(self)
+        document: dict[str, Any] = to_plain(self)
         return document
 
     def write(self, path: str | os.PathLike[str]) -> Path:
@@ -342,26 +342,6 @@ class Snapshot:
     def validate(self) -> Snapshot:
         """Round trip through the dict form; raises if any field has the wrong type."""
         return Snapshot.from_dict(json.loads(self.to_json()))
-
-
-_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
-
-
-def _plain(value: Any) -> Any:
-    """Dataclasses as dicts, tuples as lists, the rest as is: the snapshot's values are
-    JSON types already, so nothing is copied (``asdict`` deep-copies every leaf; the gate
-    serialises each snapshot it records)."""
-    cls = type(value)
-    names = _FIELD_NAMES.get(cls)
-    if names is None and dataclasses.is_dataclass(value) and not isinstance(value, type):
-        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(value))
-    if names is not None:
-        return {name: _plain(getattr(value, name)) for name in names}
-    if cls is list or cls is tuple:
-        return [_plain(v) for v in value]
-    if cls is dict:
-        return {k: _plain(v) for k, v in value.items()}
-    return value
 
 
 def check_schema(value: object) -> tuple[int, int]:

@@ -108,3 +108,23 @@ def _hint_name(tp: Any) -> str:
     if tp is type(None):
         return "null"
     return getattr(tp, "__name__", str(tp))
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def to_plain(value: Any) -> Any:
+    """The reverse of :func:`build`: dataclasses as dicts, tuples as lists, the rest as is
+    (the snapshot's values are JSON types already, so nothing is copied: ``asdict``
+    deep-copies every leaf, and the gate serialises each snapshot it records)."""
+    cls = type(value)
+    names = _FIELD_NAMES.get(cls)
+    if names is None and dataclasses.is_dataclass(value) and not isinstance(value, type):
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(value))
+    if names is not None:
+        return {name: to_plain(getattr(value, name)) for name in names}
+    if cls is list or cls is tuple:
+        return [to_plain(v) for v in value]
+    if cls is dict:
+        return {k: to_plain(v) for k, v in value.items()}
+    return value
