@@ -8,7 +8,6 @@ path, as packaging's ``pylock`` does: ``expected str, got int in 'packages[3].ve
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
