@@ -113,6 +113,25 @@ def _packages(old: Snapshot, new: Snapshot) -> Iterator[Change]:
                          new=_direct_url(q))
 
 
+def _conda(old: Snapshot, new: Snapshot) -> Iterator[Change]:
+    a = {p.name: p for p in old.conda}
+    b = {p.name: p for p in new.conda}
+    for name in sorted(a.keys() | b.keys()):
+        if name not in b:
+            yield Change(section="conda", key=name, kind=REMOVED, old=a[name].version)
+        elif name not in a:
+            yield Change(section="conda", key=name, kind=ADDED, new=b[name].version)
+        else:
+            p, q = a[name], b[name]
+            yield from _fields("conda", p, q, ("version", "build", "channel", "pip_also",
+                                               "requested_spec", "subdir"), key=name,
+                               immaterial=frozenset({"requested_spec"}))
+            if p.version == q.version and p.build == q.build and p.fingerprint \
+                    and q.fingerprint and p.fingerprint != q.fingerprint:
+                yield Change(section="conda", key=name, field="fingerprint",
+                             old=p.fingerprint, new=q.fingerprint)
+
+
 def _integrity(old: Snapshot, new: Snapshot) -> Iterator[Change]:
     if "none" in (old.integrity.mode, new.integrity.mode):
         return
@@ -230,7 +249,7 @@ def _deep(old: Snapshot, new: Snapshot) -> Iterator[Change]:
                         "nccl_version", "torch_key"))
 
 
-_SECTIONS = (_interpreter, _torch, _packages, _integrity, _caches, _files, _system,
+_SECTIONS = (_interpreter, _torch, _packages, _conda, _integrity, _caches, _files, _system,
              _environment, _deep)
 
 

@@ -94,6 +94,28 @@ class Distribution:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class CondaPackage:
+    """One record of ``conda-meta/*.json`` (a conda, mamba or pixi install)."""
+
+    name: str
+    version: str
+    build: str = ""
+    build_number: int | None = None
+    channel: str | None = None
+    """``conda-forge``, ``pytorch``, ``pkgs/main``, ... (the channel URL's path)."""
+    subdir: str | None = None
+    md5: str | None = None
+    sha256: str | None = None
+    requested_spec: str | None = None
+    fingerprint: str | None = None
+    """sha256 over its ``paths_data`` (path, sha256, size), as a dist's RECORD fingerprint."""
+    files: int = 0
+    pip_also: str | None = None
+    """The installer of a Python dist-info of the same name that is not conda's own
+    (``pip``, ``uv``): the package was installed over by another installer."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class TorchIdentity:
     present: bool
     location: str | None = None
@@ -284,6 +306,8 @@ class Snapshot:
     system: System
     environment: Environment
     deep: Deep | None = None
+    conda: list[CondaPackage] = field(default_factory=list)
+    """Every conda package of the prefix (empty outside conda and pixi environments)."""
     errors: list[ProbeIssue] = field(default_factory=list)
     timings_ms: dict[str, float] = field(default_factory=dict)
     """Where the snapshot's time went, per phase; never compared by diff."""

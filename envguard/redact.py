@@ -81,6 +81,9 @@ SECRET_VALUES: tuple[re.Pattern[str], ...] = tuple(re.compile(p, flags) for p, f
     (r"(?<![A-Za-z0-9])(?P<s>pypi-[A-Za-z0-9_-]{50,})", 0),
     (r"(?<![A-Za-z0-9])(?P<s>npm_[A-Za-z0-9]{36,})", 0),
     (r"(?<![A-Za-z0-9])(?P<s>AIza[0-9A-Za-z_-]{35})", 0),
+    # anaconda.org channel tokens: ``https://conda.anaconda.org/t/<token>/channel`` (and a
+    # conda record's channel, ``t/<token>/channel``).
+    (r"(?<![^/])t/(?P<s>[A-Za-z0-9_-]{16,})(?=/)", 0),
     (r"hooks\.slack\.com/services/(?P<s>[A-Za-z0-9/]{20,})", 0),
     # AWS: access key ids, and a bare 40-character secret access key (mixed case, a
     # digit; hex digests and paths do not qualify).
@@ -101,7 +104,8 @@ SECRET_VALUES: tuple[re.Pattern[str], ...] = tuple(re.compile(p, flags) for p, f
 
 _MAYBE = re.compile(
     r"://|@|-----BEGIN|gh[pousr]_|github_pat_|glpat-|hf_|sk-|[sr]k_|xox|xapp-|pypi-|npm_|AIza"
-    r"|hooks\.slack|AKIA|ASIA|eyJ|[?&;][\w-]+=|[\w-]=(?!=)|(?i:bearer|basic|accountkey|sharedaccess)"
+    r"|hooks\.slack|AKIA|ASIA|eyJ|(?<![^/])t/|[?&;][\w-]+=|[\w-]=(?!=)"
+    r"|(?i:bearer|basic|accountkey|sharedaccess)"
     r"|(?<![A-Za-z0-9/+])(?=[A-Za-z0-9/+]{40})(?![0-9a-f]{40})")
 """A necessary condition for any of the patterns: most strings (versions, names, hashes,
 paths) fail it, and skip the full set."""

@@ -20,7 +20,15 @@ from envguard.doctor import ALL_RULES, diagnose
 from envguard.doctor.interface import LibraryCopy, Scene
 from envguard.explain.interface import Severity
 from envguard.history import CACHE_CREATED, INSTALLED, Event, Timeline, group
-from envguard.model import CacheDir, Distribution, Gpu, Integrity, IntegrityIssue, Snapshot
+from envguard.model import (
+    CacheDir,
+    CondaPackage,
+    Distribution,
+    Gpu,
+    Integrity,
+    IntegrityIssue,
+    Snapshot,
+)
 from tests.incident import real_h200
 
 NOW = 1_800_000_000.0
@@ -63,6 +71,11 @@ def cudart(variable: str, major: int) -> LibraryCopy:
 Case = Callable[[], Scene]
 
 HITS: dict[str, list[Case]] = {
+    "conda-pip-overlap": [
+        lambda: scene(replace(base(), conda=[CondaPackage(
+            name="pytorch", version="2.1.0", build="py3.11_cuda11.8_0", channel="pytorch",
+            pip_also="pip")])),
+    ],
     "requirements-unsatisfied": [
         lambda: scene(add(base(), "torchvision", "0.26.0", requires=("torch==2.10.0",))),
         lambda: scene(add(base(), "acme", "1.0", requires=("missing-lib>=1",))),
@@ -123,6 +136,10 @@ HITS: dict[str, list[Case]] = {
 }
 
 MISSES: dict[str, list[Case]] = {
+    "conda-pip-overlap": [
+        lambda: scene(),
+        lambda: scene(replace(base(), conda=[CondaPackage(name="pytorch", version="2.1.0")])),
+    ],
     "requirements-unsatisfied": [
         lambda: scene(),  # 197 real distributions, every requirement met
         lambda: scene(add(base(), "torchvision", "0.26.0",

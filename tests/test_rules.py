@@ -19,6 +19,7 @@ from envguard.explain import ALL_RULES, Finding, Severity, explain, matches_symp
 from envguard.explain.interface import short
 from envguard.model import (
     BuildStamp,
+    CondaPackage,
     Deep,
     Distribution,
     EnvValue,
@@ -149,6 +150,31 @@ def same(make: Callable[[Snapshot], Snapshot]) -> Callable[[], Pair]:
     return lambda: (make(base()), make(base()))
 
 
+# --- conda (conda-meta records, written as conda writes them) ------------------------------
+
+def conda_pkg(name: str, version: str, build: str = "h0_0", channel: str = "conda-forge",
+              **kw: Any) -> CondaPackage:
+    return CondaPackage(name=name, version=version, build=build, channel=channel,
+                        subdir="linux-64", fingerprint=f"sha256:{name}-{version}-{build}", **kw)
+
+
+CONDA_BASE = (conda_pkg("cudatoolkit", "11.8.0", "h6a678d5_0", "pkgs/main"),
+              conda_pkg("mkl", "2023.1.0", "h213fc3f_46344", "pkgs/main"),
+              conda_pkg("nccl", "2.18.5.1", "h6103f9b_0"), conda_pkg("tqdm", "4.66.1"),
+              conda_pkg("pytorch", "2.1.0", "py3.11_cuda11.8_cudnn8.7.0_0", "pytorch"))
+
+
+def with_conda(s: Snapshot, *pkgs: CondaPackage, drop: tuple[str, ...] = ()) -> Snapshot:
+    by = {p.name: p for p in CONDA_BASE}
+    by.update({p.name: p for p in pkgs})
+    return replace(s, conda=sorted((p for n, p in by.items() if n not in drop),
+                                   key=lambda p: p.name))
+
+
+def conda_pair(*pkgs: CondaPackage, drop: tuple[str, ...] = ()) -> Callable[[], Pair]:
+    return both(lambda s: with_conda(s), lambda s: with_conda(s, *pkgs, drop=drop))
+
+
 # --- the case tables ----------------------------------------------------------------------
 
 
@@ -176,6 +202,38 @@ class Miss:
 
 
 HITS: dict[str, tuple[Hit, ...]] = {
+    "conda-package-changed": (
+        Hit("cudatoolkit", conda_pair(conda_pkg("cudatoolkit", "12.1.0", "h2b0f8c8_0",
+                                                "pkgs/main")),
+            severity=Severity.CRITICAL, title=("cudatoolkit",),
+            evidence=("cudatoolkit version: 11.8.0 → 12.1.0",
+                      "cudatoolkit build: h6a678d5_0 → h2b0f8c8_0"),
+            mentions=("cudatoolkit=11.8.0=h6a678d5_0",)),
+        Hit("tqdm", conda_pair(conda_pkg("tqdm", "4.67.0")), severity=Severity.WARNING),
+        Hit("same-version-rebuilt", conda_pair(replace(conda_pkg("nccl", "2.18.5.1",
+                                                                 "h6103f9b_0"),
+                                                       fingerprint="sha256:other")),
+            severity=Severity.CRITICAL),
+    ),
+    "conda-package-added": (
+        Hit("cuda-runtime", conda_pair(conda_pkg("cuda-runtime", "12.4.1", "0", "nvidia")),
+            severity=Severity.WARNING, evidence=("+ cuda-runtime 12.4.1",)),
+    ),
+    "conda-package-removed": (
+        Hit("mkl", conda_pair(drop=("mkl",)), severity=Severity.CRITICAL,
+            evidence=("- mkl 2023.1.0",), mentions=("mkl=2023.1.0=h213fc3f_46344",)),
+        Hit("tqdm", conda_pair(drop=("tqdm",)), severity=Severity.WARNING),
+    ),
+    "conda-channel-changed": (
+        Hit("nccl", conda_pair(conda_pkg("nccl", "2.18.5.1", "h6103f9b_0", "nvidia")),
+            severity=Severity.WARNING, evidence=("nccl: conda-forge → nvidia",)),
+    ),
+    "conda-pip-overlap": (
+        Hit("torch-from-both", conda_pair(conda_pkg("pytorch", "2.1.0",
+                                                    "py3.11_cuda11.8_cudnn8.7.0_0", "pytorch",
+                                                    pip_also="pip")),
+            severity=Severity.CRITICAL, title=("pytorch",)),
+    ),
     "torch-build-changed": (
         Hit("same-version-other-commit",
             changed(lambda s: with_package(
@@ -426,6 +484,20 @@ HITS: dict[str, tuple[Hit, ...]] = {
 }
 
 MISSES: dict[str, tuple[Miss, ...]] = {
+    "conda-package-changed": (
+        Miss("only-the-spec", conda_pair(conda_pkg("tqdm", "4.66.1",
+                                                   requested_spec="tqdm>=4"))),
+        Miss("channel-only", conda_pair(conda_pkg("nccl", "2.18.5.1", "h6103f9b_0", "nvidia")),
+             instead=("conda-channel-changed",)),
+    ),
+    "conda-package-added": (Miss("nothing-new", conda_pair()),),
+    "conda-package-removed": (
+        Miss("version-changed", conda_pair(conda_pkg("mkl", "2024.0.0")),
+             instead=("conda-package-changed",)),
+    ),
+    "conda-channel-changed": (Miss("same-channel", conda_pair(conda_pkg("tqdm", "4.67.0")),
+                                   instead=("conda-package-changed",)),),
+    "conda-pip-overlap": (Miss("conda-own-dist-info", conda_pair()),),
     "torch-build-changed": (
         Miss("version-changed-too", changed(lambda s: with_package(with_torch(
             s, version="2.12.0+cu130", git_version=GOOD_GIT), "torch", version="2.12.0",
@@ -626,6 +698,8 @@ def test_public_rule_ids_exist() -> None:
         "foreign-stack-installed", "package-build-changed", "package-version-changed",
         "package-added", "package-removed", "installed-files-modified", "file-changed",
         "python-changed", "gpu-driver-changed", "env-var-changed",
+        "conda-package-changed", "conda-package-added", "conda-package-removed",
+        "conda-channel-changed", "conda-pip-overlap",
     }
     assert contract <= {rule.id for rule in ALL_RULES}
 

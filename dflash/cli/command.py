@@ -81,7 +81,11 @@ class Command:
         step 7"``): from then on a dflash error or a RuntimeError is a runtime failure."""
 
     def say(self, line: str) -> None:
-        print(f"{self.prog}: {line}", file=sys.stderr)
+        # One write per line: print() writes the text and the newline separately, and
+        # with an unbuffered stderr (PYTHONUNBUFFERED) two torchrun ranks' lines then
+        # interleave into one.
+        sys.stderr.write(f"{self.prog}: {line}\n")
+        sys.stderr.flush()
 
     def run(self, body: Callable[[], int]) -> int:
         try:

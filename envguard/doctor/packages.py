@@ -252,7 +252,12 @@ def installed_files_modified(scene: Scene) -> Iterator[Finding]:
 
 
 def _reinstall(scene: Scene, name: str) -> str:
-    """``uv pip install --reinstall --no-deps "torch==2.11.0+cu128" --index-url ...``."""
+    """``uv pip install --reinstall --no-deps "torch==2.11.0+cu128" --index-url ...``, or
+    ``conda install --force-reinstall`` for a conda package (``conda:NAME``)."""
+    if name.startswith("conda:"):
+        pkg = next((p for p in scene.snapshot.conda if p.name == name[6:]), None)
+        spec = f"{pkg.name}={pkg.version}={pkg.build}" if pkg else name[6:]
+        return f"conda install --force-reinstall {shell_word(spec)}"
     dist = scene.snapshot.package(name)
     version = dist.version if dist and dist.version else "VERSION"
     index = index_url_for(version)
@@ -260,7 +265,27 @@ def _reinstall(scene: Scene, name: str) -> str:
             + (f" --index-url {index}" if index else "") + "  (envguard doctor --fix does it)")
 
 
+def conda_pip_overlap(scene: Scene) -> Iterator[Finding]:
+    overlap = [p for p in scene.snapshot.conda if p.pip_also]
+    if not overlap:
+        return
+    yield Finding(
+        rule="conda-pip-overlap", severity=Severity.CRITICAL,
+        title=f"pip or uv installed over conda packages: "
+              f"{', '.join(p.name for p in overlap[:6])}",
+        explanation="Both conda and pip think they own the package: the files on disk are "
+                    "the last installer's, conda's record says otherwise, and the next "
+                    "conda transaction may overwrite or remove them.",
+        evidence=tuple(f"{p.name} {p.version} ({p.channel}): a {p.pip_also} install of it "
+                       "sits on conda's record" for p in overlap),
+        remedy=("keep one owner: pip uninstall it and conda install it again, or conda "
+                "remove it and keep pip's",),
+        weight=85, keywords=tuple(p.name for p in overlap))
+
+
 RULES = (
+    DoctorRule(id="conda-pip-overlap", title="pip installed over a conda package",
+               check=conda_pip_overlap),
     DoctorRule(id="requirements-unsatisfied", title="an installed requirement is not met",
                check=requirements_unsatisfied),
     DoctorRule(id="extension-built-for-other-torch",

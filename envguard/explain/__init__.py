@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from envguard.changes import SnapshotDiff, diff
-from envguard.explain import caches, environment, packages, torch
+from envguard.explain import caches, conda, environment, packages, torch
 from envguard.explain.interface import Context, Finding, Rule, Severity
 from envguard.explain.symptoms import table_score
 from envguard.model import Snapshot
@@ -18,7 +18,7 @@ __all__ = ["ALL_RULES", "Finding", "Rule", "Severity", "explain", "matches_sympt
            "symptom_score"]
 
 ALL_RULES: tuple[Rule, ...] = (*torch.RULES, *caches.RULES, *packages.RULES,
-                               *environment.RULES)
+                               *conda.RULES, *environment.RULES)
 _RULES_BY_ID = {rule.id: rule for rule in ALL_RULES}
 
 

@@ -210,6 +210,14 @@ _SPECIAL_FILES = (
 )
 
 
+def _conda_reinstall(ctx: Context, owner: str) -> str:
+    """``conda install --force-reinstall "nccl=2.18.5.1=h6103f9b_0"`` for ``conda:nccl``."""
+    name = owner.removeprefix("conda:")
+    pkg = next((p for p in ctx.new.conda if p.name == name), None)
+    spec = f"{name}={pkg.version}={pkg.build}" if pkg is not None else name
+    return f"conda install --force-reinstall {shell_word(spec)}"
+
+
 def installed_files_modified(ctx: Context) -> Iterator[Finding]:
     new_issues = [c for c in ctx.diff.find("integrity") if c.new is not None]
     if not new_issues:
@@ -237,8 +245,9 @@ def installed_files_modified(ctx: Context) -> Iterator[Finding]:
         ),
         evidence=tuple(f"{c.key}: {c.field} ({c.new})" for c in new_issues[:20])
         + ((f"… and {len(new_issues) - 20} more",) if len(new_issues) > 20 else ()),
-        remedy=tuple("uv pip install --reinstall --no-deps " + shell_word(f"{p}=={versions[p]}")
-                     for p in packages[:5] if versions[p])
+        remedy=tuple(_conda_reinstall(ctx, p) if p.startswith("conda:") else
+                     "uv pip install --reinstall --no-deps " + shell_word(f"{p}=={versions[p]}")
+                     for p in packages[:5] if versions[p] or p.startswith("conda:"))
         + ((verify_hint,) if by_time_only else ()) or ("reinstall the affected packages",),
         changes=tuple(new_issues),
         weight=97,

@@ -15,10 +15,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from envguard.errors import InputError
-from envguard.model import SCHEMA, Integrity, Options, ProbeIssue, Snapshot
+from envguard.model import SCHEMA, CondaPackage, Integrity, Options, ProbeIssue, Snapshot
 from envguard.paths import memo_dir
 from envguard.probe import (
     caches,
+    conda,
     deep,
     distributions,
     envvars,
@@ -136,6 +137,8 @@ def collect(options: SnapshotOptions, progress: Progress | None = None) -> Snaps
     issues.extend(torch_issues)
     lap("packages")
     checked = _verify(installed, target, options, memo_root, progress, issues)
+    conda_packages, checked = _conda(Path(str(target.facts.get("prefix") or "")), installed,
+                                     checked, options.verify, issues)
     lap("integrity")
 
     project_files, extra_env = _project_config(options, issues)
@@ -190,9 +193,25 @@ def collect(options: SnapshotOptions, progress: Progress | None = None) -> Snaps
         system=sysinfo,
         environment=environment,
         deep=deep_section,
+        conda=conda_packages,
         errors=sorted(issues, key=_issue_key),
         timings_ms=timings,
     ))
+
+
+def _conda(prefix: Path, installed: list[distributions.InstalledDist], checked: Integrity,
+           mode: str,
+           issues: list[ProbeIssue]) -> tuple[list[CondaPackage], Integrity]:
+    """The prefix's conda packages (none without ``conda-meta/``), their files checked
+    under the same ``--verify`` mode as the Python distributions'."""
+    if not prefix.parts or not (prefix / "conda-meta").is_dir():
+        return [], checked
+    records = conda.read_records(prefix, issues)
+    found = conda.verify(prefix, records, mode)
+    packages = conda.with_python_dists([r[0] for r in records], (i.dist for i in installed))
+    if found:
+        checked = dataclasses.replace(checked, issues=[*checked.issues, *found])
+    return sorted(packages, key=lambda p: p.name), checked
 
 
 def _issue_key(issue: ProbeIssue) -> tuple[str, str, str]:
