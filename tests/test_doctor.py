@@ -90,6 +90,9 @@ HITS: dict[str, list[Case]] = {
         lambda: scene(replace(base(), torch=replace(
             base().torch, cuda_wheel_family="mixed",
             cuda_wheels=["nvidia-cudnn-cu12==9.1.0", "nvidia-cublas==13.0.0"]))),
+        # a conda CUDA 12 runtime beside torch's CUDA 13 wheels
+        lambda: scene(replace(base(), conda=[CondaPackage(name="cuda-runtime",
+                                                          version="12.4.1")])),
     ],
     "cuda-driver-too-old": [
         lambda: scene(replace(base(), system=replace(base().system,
@@ -150,7 +153,12 @@ MISSES: dict[str, list[Case]] = {
         lambda: scene(add(base(), "flash-attn", "2.8.0+cu12torch2.11cxx11abitrue")),
         lambda: scene(add(base(), "pure-helper", "1.0+pt210", tags=("py3-none-any",))),
     ],
-    "cuda-wheels-mixed": [lambda: scene()],
+    "cuda-wheels-mixed": [
+        lambda: scene(),
+        lambda: scene(replace(base(), conda=[CondaPackage(name="cuda-runtime",
+                                                          version="13.0.2"),
+                                             CondaPackage(name="mkl", version="2023.1.0")])),
+    ],
     "cuda-driver-too-old": [
         lambda: scene(),
         lambda: scene(replace(base(), system=replace(base().system, driver_version=None))),

@@ -43,20 +43,40 @@ def _family(wheel: str) -> str:
     return suffix if suffix.startswith("cu") and suffix[2:].isdigit() else "cu13"
 
 
+CONDA_CUDA = frozenset({
+    "cudatoolkit", "cuda-version", "cuda-runtime", "cuda-cudart", "cuda-libraries",
+    "cuda-nvrtc", "cuda-nvcc", "libcublas", "libcusparse", "libcufft", "libcurand",
+    "libcusolver", "libnvjitlink"})
+"""Conda packages whose version starts with the CUDA version they carry."""
+
+
+def _conda_families(scene: Scene) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for pkg in scene.snapshot.conda:
+        major = pkg.version.split(".")[0]
+        if pkg.name in CONDA_CUDA and major.isdigit() and int(major) >= 10:
+            out.setdefault(f"cu{major}", []).append(f"{pkg.name}={pkg.version} (conda)")
+    return out
+
+
 def cuda_wheels_mixed(scene: Scene) -> Iterator[Finding]:
     torch = scene.snapshot.torch
-    if torch.cuda_wheel_family != "mixed":
-        return
     families: dict[str, list[str]] = {}
     for wheel in torch.cuda_wheels:
         families.setdefault(_family(wheel), []).append(wheel)
+    for family, found in _conda_families(scene).items():
+        families.setdefault(family, []).extend(found)
+    if torch.cuda_wheel_family != "mixed" and len(families) < 2:
+        return
     names = sorted(families)
     yield Finding(
         rule="cuda-wheels-mixed", severity=Severity.CRITICAL,
         title=f"CUDA wheel families {' and '.join(names)} are installed side by side",
         explanation="NVIDIA's CUDA libraries come as pip wheels, suffixed -cu11 and -cu12 "
-                    "for CUDA 11 and 12 and unsuffixed (or cuda-toolkit) for CUDA 13. A venv "
-                    "that holds two families loads whichever its packages find first: "
+                    "for CUDA 11 and 12 and unsuffixed (or cuda-toolkit) for CUDA 13, and as "
+                    "conda packages (cudatoolkit, cuda-runtime, libcublas, ...). An "
+                    "environment that holds two majors loads whichever its packages find "
+                    "first: "
                     "libraries of two majors in one process fail with `cannot open shared "
                     "object file`, symbol errors or CUBLAS_STATUS errors.",
         evidence=(*(f"{family} wheels: {', '.join(families[family][:6])}"
