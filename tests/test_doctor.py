@@ -19,7 +19,7 @@ import pytest
 from envguard.doctor import ALL_RULES, diagnose
 from envguard.doctor.interface import LibraryCopy, Scene
 from envguard.explain.interface import Severity
-from envguard.history import CACHE_CREATED, INSTALLED, Event, Timeline, group
+from envguard.history import CACHE_CREATED, INSTALLED, REINSTALLED, Event, Timeline, group
 from envguard.model import (
     CacheDir,
     CondaPackage,
@@ -125,8 +125,12 @@ HITS: dict[str, list[Case]] = {
         lambda: scene(replace(base(), caches=[replace(base().caches[0], exists=False,
                                                       files=0)])),
         lambda: scene(events=(
-            Event(at=NOW - 86400, kind=INSTALLED, subject="torch", detail="2.11.0+cu130"),
+            Event(at=NOW - 86400, kind=REINSTALLED, subject="torch", detail="2.11.0+cu130"),
             Event(at=NOW - 600, kind=CACHE_CREATED, subject="inductor /cache/inductor"))),
+        lambda: scene(replace(base(), caches=[replace(base().caches[0], populated_under=[
+            replace_stamp(base().torch.compat_key or "")])]),
+            events=(Event(at=NOW - 600, kind=CACHE_CREATED,
+                          subject="inductor /cache/inductor"),)),
     ],
     "compile-cache-stale": [
         lambda: scene(replace(base(), caches=[replace(base().caches[0], populated_under=[
@@ -184,8 +188,12 @@ MISSES: dict[str, list[Case]] = {
     "compile-cache-cold": [
         lambda: scene(),
         lambda: scene(events=(
-            Event(at=NOW - 600, kind=INSTALLED, subject="torch", detail="2.11.0+cu130"),
+            Event(at=NOW - 600, kind=REINSTALLED, subject="torch", detail="2.11.0+cu130"),
             Event(at=NOW - 590, kind=CACHE_CREATED, subject="inductor /cache/inductor"))),
+        # a first install, then the first compile days later: what every machine does
+        lambda: scene(events=(
+            Event(at=NOW - 5 * 86400, kind=INSTALLED, subject="torch", detail="2.11.0"),
+            Event(at=NOW - 600, kind=CACHE_CREATED, subject="inductor /cache/inductor"))),
     ],
     "compile-cache-stale": [
         lambda: scene(),

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from envguard.doctor.interface import DoctorRule, Scene, ago
 from envguard.explain.caches import COLD_REMEDY, cold_story
 from envguard.explain.interface import Finding, Severity, short
-from envguard.history import CACHE_CREATED, GAP_S
+from envguard.history import CACHE_CREATED, GAP_S, REINSTALLED
 from envguard.model import CacheDir
 from envguard.units import human_bytes
 
@@ -19,6 +19,40 @@ def _inductor(scene: Scene) -> CacheDir | None:
     return next((c for c in scene.snapshot.caches if c.kind == "inductor"), None)
 
 
+def _recreated(scene: Scene, cache: CacheDir) -> str | None:
+    """Why the disk says this non-empty cache was deleted and filled again, or None: its
+    oldest entry is newer than envguard's own earlier sighting of it, or newer than a
+    reinstall of torch (a cache created after a first install is just the first compile)."""
+    created = next((e for e in scene.timeline.events if e.kind == CACHE_CREATED
+                    and e.subject == f"inductor {cache.path}"), None)
+    if created is None:
+        return None
+    state = (f"holds {cache.files:,} files ({human_bytes(cache.total_bytes)}) now")
+    seen = sorted(s.first_seen for s in cache.populated_under if s.first_seen)
+    if seen:
+        first = _iso(seen[0])
+        if first is not None and created.at > first + GAP_S:
+            return (f"inductor cache {cache.path}: envguard saw it filled on {seen[0]}, and "
+                    f"its oldest entry now is from {ago(scene, created.at)}: it was deleted "
+                    f"or emptied since; it {state}")
+    reinstall = max((e.at for e in scene.timeline.events
+                     if e.subject == "torch" and e.kind == REINSTALLED), default=None)
+    if reinstall is not None and created.at > reinstall + GAP_S:
+        return (f"inductor cache {cache.path}: its oldest entry is from "
+                f"{ago(scene, created.at)}, after torch was reinstalled "
+                f"({ago(scene, reinstall)}): whatever it held before is gone; it {state}")
+    return None
+
+
+def _iso(text: str) -> float | None:
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
 def compile_cache_cold(scene: Scene) -> Iterator[Finding]:
     snap = scene.snapshot
     if not snap.torch.present:
@@ -27,20 +61,15 @@ def compile_cache_cold(scene: Scene) -> Iterator[Finding]:
     if cache is None:
         return
     evidence: list[str] = []
-    torch_at = scene.timeline.installed_at("torch")
     if not cache.exists or not cache.files:
         evidence.append(f"inductor cache {cache.path}: "
                         + ("missing" if not cache.exists else "empty")
                         + f" (location from {cache.source})")
     else:
-        created = next((e for e in scene.timeline.events if e.kind == CACHE_CREATED
-                        and e.subject == f"inductor {cache.path}"), None)
-        if created is None or torch_at is None or created.at <= torch_at + GAP_S:
-            return
-        evidence.append(f"inductor cache {cache.path}: its oldest entry is from "
-                        f"{ago(scene, created.at)}, after torch was installed "
-                        f"({ago(scene, torch_at)}): it was deleted or emptied since, and "
-                        f"holds {cache.files:,} files ({human_bytes(cache.total_bytes)}) now")
+        why = _recreated(scene, cache)
+        if why is None:
+            return  # created after a plain install: the first compile, as on any machine
+        evidence.append(why)
     tail, explanation = cold_story(snap)
     recreated = cache.exists and bool(cache.files)
     yield Finding(
@@ -49,7 +78,7 @@ def compile_cache_cold(scene: Scene) -> Iterator[Finding]:
         rule="compile-cache-cold", severity=Severity.WARNING if recreated else Severity.INFO,
         title="the torch.compile cache is "
               + ("missing" if not cache.exists else "empty" if not cache.files
-                 else "recent: recreated after torch was installed") + tail,
+                 else "recreated: deleted since it was last filled") + tail,
         explanation=explanation, evidence=tuple(evidence), remedy=COLD_REMEDY, weight=98)
 
 
