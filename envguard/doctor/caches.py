@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from envguard.doctor.interface import DoctorRule, Scene, ago
 from envguard.explain.caches import COLD_REMEDY, cold_story
 from envguard.explain.interface import Finding, Severity, short
-from envguard.history import CACHE_CREATED, GAP_S, REINSTALLED
+from envguard.history import CACHE_CREATED, GAP_S, REINSTALLED, parse_iso
 from envguard.model import CacheDir
 from envguard.units import human_bytes
 
@@ -30,7 +30,7 @@ def _recreated(scene: Scene, cache: CacheDir) -> str | None:
     state = (f"holds {cache.files:,} files ({human_bytes(cache.total_bytes)}) now")
     seen = sorted(s.first_seen for s in cache.populated_under if s.first_seen)
     if seen:
-        first = _iso(seen[0])
+        first = parse_iso(seen[0])
         if first is not None and created.at > first + GAP_S:
             return (f"inductor cache {cache.path}: envguard saw it filled on {seen[0]}, and "
                     f"its oldest entry now is from {ago(scene, created.at)}: it was deleted "
@@ -42,15 +42,6 @@ def _recreated(scene: Scene, cache: CacheDir) -> str | None:
                 f"{ago(scene, created.at)}, after torch was reinstalled "
                 f"({ago(scene, reinstall)}): whatever it held before is gone; it {state}")
     return None
-
-
-def _iso(text: str) -> float | None:
-    from datetime import datetime
-
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def compile_cache_cold(scene: Scene) -> Iterator[Finding]:

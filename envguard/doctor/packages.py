@@ -266,21 +266,13 @@ def _reinstall(scene: Scene, name: str) -> str:
 
 
 def conda_pip_overlap(scene: Scene) -> Iterator[Finding]:
+    from envguard.explain.conda import overlap_finding
+
     overlap = [p for p in scene.snapshot.conda if p.pip_also]
-    if not overlap:
-        return
-    yield Finding(
-        rule="conda-pip-overlap", severity=Severity.CRITICAL,
-        title=f"pip or uv installed over conda packages: "
-              f"{', '.join(p.name for p in overlap[:6])}",
-        explanation="Both conda and pip think they own the package: the files on disk are "
-                    "the last installer's, conda's record says otherwise, and the next "
-                    "conda transaction may overwrite or remove them.",
-        evidence=tuple(f"{p.name} {p.version} ({p.channel}): a {p.pip_also} install of it "
-                       "sits on conda's record" for p in overlap),
-        remedy=("keep one owner: pip uninstall it and conda install it again, or conda "
-                "remove it and keep pip's",),
-        weight=85, keywords=tuple(p.name for p in overlap))
+    if overlap:
+        yield overlap_finding([f"{p.name} {p.version} ({p.channel}): a {p.pip_also} install "
+                               "of it sits on conda's record" for p in overlap],
+                              [p.name for p in overlap])
 
 
 RULES = (

@@ -115,22 +115,28 @@ def conda_channel_changed(ctx: Context) -> Iterator[Finding]:
         changes=tuple(moved), weight=70, keywords=tuple(c.key for c in moved))
 
 
-def conda_pip_overlap(ctx: Context) -> Iterator[Finding]:
-    overlap = [c for c in ctx.diff.find("conda") if c.field == "pip_also" and c.new]
-    if not overlap:
-        return
-    yield Finding(
+def overlap_finding(evidence: list[str], names: list[str],
+                    changes: tuple[Change, ...] = ()) -> Finding:
+    """pip or uv installed over conda packages: for the diff (it happened since) and for
+    the doctor (it is so now)."""
+    return Finding(
         rule="conda-pip-overlap", severity=Severity.CRITICAL,
-        title=f"pip or uv installed over conda packages: "
-              f"{', '.join(c.key for c in overlap[:6])}",
+        title=f"pip or uv installed over conda packages: {', '.join(names[:6])}",
         explanation="Both conda and pip think they own the package: the files on disk are "
                     "the last installer's, conda's record says otherwise, and the next "
                     "conda transaction may overwrite or remove them (torch from both is "
                     "the usual case).",
-        evidence=tuple(f"{c.key}: a {c.new} install sits on conda's record" for c in overlap),
+        evidence=tuple(evidence),
         remedy=("keep one owner: pip uninstall the package and conda install it again, or "
                 "remove the conda package and keep pip's",),
-        changes=tuple(overlap), weight=85, keywords=tuple(c.key for c in overlap))
+        changes=changes, weight=85, keywords=tuple(names))
+
+
+def conda_pip_overlap(ctx: Context) -> Iterator[Finding]:
+    overlap = [c for c in ctx.diff.find("conda") if c.field == "pip_also" and c.new]
+    if overlap:
+        yield overlap_finding([f"{c.key}: a {c.new} install sits on conda's record"
+                               for c in overlap], [c.key for c in overlap], tuple(overlap))
 
 
 RULES = (

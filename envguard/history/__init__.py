@@ -160,6 +160,14 @@ def summarize(episode: Episode) -> str:
     return "; ".join(parts)
 
 
+def parse_iso(text: str) -> float | None:
+    """``2026-12-04T14:02:00Z`` (or with an offset) as Unix time; None if it is not one."""
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
 def utc(at: float) -> str:
     """``2026-12-04 14:02 UTC``."""
     return datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

@@ -28,6 +28,7 @@ from envguard.history import (
     Event,
     Timeline,
     group,
+    parse_iso,
 )
 from envguard.model import Distribution, Snapshot
 
@@ -186,13 +187,6 @@ def conda_history(prefix: Path) -> list[Event]:
     return events
 
 
-def _iso(text: str) -> float | None:
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
 def _runs(cwd: Path) -> tuple[list[Event], Snapshot | None]:
     from envguard.errors import EnvguardError
     from envguard.runs.store import last_good, list_runs, snapshot_path
@@ -206,7 +200,7 @@ def _runs(cwd: Path) -> tuple[list[Event], Snapshot | None]:
         return [], None
     events = []
     for record in records:
-        at = _iso(record.started_at)
+        at = parse_iso(record.started_at)
         if at is not None:
             events.append(Event(at=at, kind=RUN, subject=record.id,
                                 detail=f"{record.outcome}, gate {record.gate}",
