@@ -169,17 +169,15 @@ def diagnose(python: str | os.PathLike[str] | None = None, *, symptom: str | Non
     re-ranks them). ``python``, ``cwd``, ``env`` as for :func:`snapshot`; ``env`` is also
     what ``LD_LIBRARY_PATH``/``LD_PRELOAD`` are read from."""
     from envguard.doctor import diagnose as run_rules
-    from envguard.doctor.facts import gather
-    from envguard.probe import SnapshotOptions, collect
+    from envguard.doctor.facts import gather, snapshot_options
+    from envguard.probe import collect
     from envguard.probe.discovery import discover
 
     where = Path(cwd) if cwd is not None else Path.cwd()
     variables = os.environ if env is None else env
     selection = discover(os.fspath(python) if python is not None else None,
                          env=variables, cwd=where)
-    snap = collect(SnapshotOptions(python=selection.python, selected_by=selection.selected_by,
-                                   verify=verify, cwd=where, env=env, git=False,
-                                   use_project_config=False, remember_caches=False))
+    snap = collect(snapshot_options(selection, verify=verify, cwd=where, env=env))
     return run_rules(gather(snap, env=variables, cwd=where),
                     environment=selection.describe(), symptom=symptom)
 

@@ -149,3 +149,17 @@ def test_a_channel_token_never_reaches_the_snapshot(prefix: Venv, tmp_path: Path
     assert token not in out.read_text()
     (pkg,) = [p for p in json.loads(out.read_text())["conda"] if p["name"] == "private-lib"]
     assert pkg["channel"] == "t/***/acme"
+
+
+def test_verify_hash_finds_a_same_size_edit(prefix: Venv, tmp_path: Path,
+                                            clean_cwd: Path) -> None:
+    (prefix.path / "lib" / "libnccl.so.2").write_bytes(b"N" * 200)  # the recorded size
+    out = tmp_path / "s.json"
+    for verify, expected in (("size", set()), ("hash", {("conda:nccl", "lib/libnccl.so.2",
+                                                          "hash")})):
+        assert run("snapshot", "--python", prefix.python, "--verify", verify, "-q", "-o", out,
+                   cwd=clean_cwd).returncode == 0
+        issues = {(i["package"], i["path"], i["problem"])
+                  for i in json.loads(out.read_text())["integrity"]["issues"]
+                  if i["package"].startswith("conda:")}
+        assert issues == expected, verify

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from types import ModuleType
 
 from envguard.cli._common import Parser, run_command
 from envguard.version import __version__
@@ -30,14 +29,13 @@ COMMANDS = {"snapshot": "snapshot", "diff": "diff", "doctor": "doctor", "history
 """Which module defines each command."""
 
 
-def _modules_for(argv: list[str] | None) -> list[ModuleType]:
+def _modules_for(argv: list[str] | None) -> tuple[str, ...]:
     """The command modules the parser needs: only the one of the command named in
-    ``argv`` (the gate in front of every launch should not import the other seven), all of
+    ``argv`` (the gate in front of every launch should not import the others), all of
     them for ``--help``, ``-V``, no command or an unknown one (argparse lists them)."""
     words = sys.argv[1:] if argv is None else argv
     first = next((w for w in words if not w.startswith("-")), None)
-    names = [COMMANDS[first]] if first in COMMANDS and "completion" not in words else MODULES
-    return [importlib.import_module(f"envguard.cli.{name}") for name in names]
+    return (COMMANDS[first],) if first in COMMANDS and "completion" not in words else MODULES
 
 
 def build_parser(argv: list[str] | None = None, *, every_command: bool = True
@@ -53,10 +51,8 @@ def build_parser(argv: list[str] | None = None, *, every_command: bool = True
     parser.set_defaults(root_parser=parser)  # for envguard completion
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
-    modules = ([importlib.import_module(f"envguard.cli.{name}") for name in MODULES]
-               if every_command else _modules_for(argv))
-    for command in modules:
-        command.add_parsers(sub)
+    for name in MODULES if every_command else _modules_for(argv):
+        importlib.import_module(f"envguard.cli.{name}").add_parsers(sub)
     return parser
 
 

@@ -17,7 +17,7 @@ from envguard.cli._common import (
     show,
     stderr_console,
 )
-from envguard.errors import InputError
+from envguard.errors import InputError, RestoreError
 from envguard.exitcodes import ExitCode
 from envguard.render.formats import OutputFormat
 
@@ -77,12 +77,11 @@ def _duration(text: str) -> float:
 
 
 def _snapshot(args: argparse.Namespace, verify: str) -> tuple[Any, str]:
-    from envguard.probe import SnapshotOptions, collect
+    from envguard.doctor.facts import snapshot_options
+    from envguard.probe import collect
 
     selection = select_environment(args.python, quiet=args.quiet)
-    options = SnapshotOptions(python=selection.python, selected_by=selection.selected_by,
-                              verify=verify, git=False, use_project_config=False,
-                              remember_caches=False)
+    options = snapshot_options(selection, verify=verify)
     with StderrProgress(quiet=args.quiet) as progress:
         return collect(options, progress), selection.describe()
 
@@ -106,7 +105,11 @@ def _fix(report: Any, *, dry_run: bool, quiet: bool) -> int:
     from envguard.doctor.fix import apply, plan
     from envguard.restore.build import find_uv
 
-    steps = plan(report, report.snapshot.interpreter.executable, uv=_uv_or_name(find_uv))
+    try:
+        uv = find_uv()
+    except RestoreError:
+        uv = "uv"  # the plan still shows; running it reports the missing uv
+    steps = plan(report, report.snapshot.interpreter.executable, uv=uv)
     console = stderr_console()
     if not steps:
         note("--fix: nothing here has a safe automatic fix; the remedies above say what to do")
@@ -127,13 +130,6 @@ def _fix(report: Any, *, dry_run: bool, quiet: bool) -> int:
     note(f"--fix: {len(results) - len(failed)} of {len(results)} step(s) done; run envguard "
          "doctor again to check")
     return ExitCode.DRIFT if failed else ExitCode.OK
-
-
-def _uv_or_name(find: Any) -> str:
-    try:
-        return str(find())
-    except Exception:  # noqa: BLE001 - the plan still shows; running it reports the miss
-        return "uv"
 
 
 def cmd_history(args: argparse.Namespace) -> int:

@@ -12,6 +12,8 @@ from pathlib import Path
 from envguard.doctor.interface import LibraryCopy, Scene
 from envguard.history.collect import read_timeline
 from envguard.model import Snapshot
+from envguard.probe.discovery import Selection
+from envguard.probe.options import SnapshotOptions
 
 WATCHED = ("cudart", "cublas", "cublasLt", "cudnn", "nccl", "cufft", "cusparse", "cusparseLt",
            "cusolver", "curand", "nvrtc", "nvJitLink", "cupti")
@@ -55,6 +57,16 @@ def cuda_libraries(env: Mapping[str, str]) -> Iterator[LibraryCopy]:
             yield LibraryCopy(variable="LD_PRELOAD", folder=os.path.dirname(item),
                               file=os.path.basename(item), library=parsed[0],
                               major=parsed[1])
+
+
+def snapshot_options(selection: Selection, *, verify: str = "size", cwd: Path | None = None,
+                     env: Mapping[str, str] | None = None) -> SnapshotOptions:
+    """What ``envguard doctor`` and ``envguard history`` snapshot (the CLI and the API
+    alike): the chosen environment, its files against RECORD, no git, no project config,
+    no sighting remembered."""
+    return SnapshotOptions(python=selection.python, selected_by=selection.selected_by,
+                           verify=verify, cwd=cwd or Path.cwd(), env=env, git=False,
+                           use_project_config=False, remember_caches=False)
 
 
 def gather(snapshot: Snapshot, *, env: Mapping[str, str] | None = None,

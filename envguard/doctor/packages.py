@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from envguard.doctor.interface import DoctorRule, Scene, ago
 from envguard.explain.interface import Finding, Severity, shell_word, shell_words
-from envguard.explain.packages import FOREIGN_STACKS
+from envguard.explain.packages import FOREIGN_STACKS, VERIFY_HASH_HINT, conda_reinstall
 from envguard.explain.torch import index_url_for
 from envguard.model import Distribution, Snapshot
 
@@ -231,8 +231,6 @@ def installed_files_modified(scene: Scene) -> Iterator[Finding]:
     mode = scene.snapshot.integrity.mode
     confirmed = bool(changed)
     evidence = [f"{i.package}: {i.path} ({i.problem})" for i in (*changed, *newer)][:12]
-    hint = ("--verify hash confirms an edit and clears an exact revert (a file copied "
-            "back byte for byte)")
     yield Finding(
         rule="installed-files-modified",
         severity=Severity.CRITICAL if confirmed else Severity.WARNING,
@@ -244,10 +242,10 @@ def installed_files_modified(scene: Scene) -> Iterator[Finding]:
                     "to a torch .py file also changes torch's source hash, so every "
                     "compile-cache entry misses."
                     + ("" if confirmed else f" Seen by modification time only ({mode} "
-                       "check): " + hint + "."),
+                       "check): " + VERIFY_HASH_HINT + "."),
         evidence=tuple(evidence),
         remedy=(*(_reinstall(scene, n) for n in packages[:4]),
-                f"envguard snapshot --verify hash: {hint}"),
+                VERIFY_HASH_HINT),
         weight=92, keywords=("symbolically trace", "_symbolic_trace", "AttributeError"))
 
 
@@ -255,9 +253,7 @@ def _reinstall(scene: Scene, name: str) -> str:
     """``uv pip install --reinstall --no-deps "torch==2.11.0+cu128" --index-url ...``, or
     ``conda install --force-reinstall`` for a conda package (``conda:NAME``)."""
     if name.startswith("conda:"):
-        pkg = next((p for p in scene.snapshot.conda if p.name == name[6:]), None)
-        spec = f"{pkg.name}={pkg.version}={pkg.build}" if pkg else name[6:]
-        return f"conda install --force-reinstall {shell_word(spec)}"
+        return conda_reinstall(scene.snapshot, name)
     dist = scene.snapshot.package(name)
     version = dist.version if dist and dist.version else "VERSION"
     index = index_url_for(version)

@@ -16,6 +16,7 @@ from envguard.explain.interface import (
     shell_words,
     short,
 )
+from envguard.model import Snapshot
 
 # Serving and inference stacks: each pins its own torch/CUDA/triton and JIT-builds kernels.
 FOREIGN_STACKS = re.compile(
@@ -210,10 +211,15 @@ _SPECIAL_FILES = (
 )
 
 
-def _conda_reinstall(ctx: Context, owner: str) -> str:
+VERIFY_HASH_HINT = ("envguard snapshot --verify hash confirms an edit (content against "
+                    "RECORD's hash) and clears a file copied back byte for byte")
+"""What to say where only a file's time shows it was written after install."""
+
+
+def conda_reinstall(snapshot: Snapshot, owner: str) -> str:
     """``conda install --force-reinstall "nccl=2.18.5.1=h6103f9b_0"`` for ``conda:nccl``."""
     name = owner.removeprefix("conda:")
-    pkg = next((p for p in ctx.new.conda if p.name == name), None)
+    pkg = next((p for p in snapshot.conda if p.name == name), None)
     spec = f"{name}={pkg.version}={pkg.build}" if pkg is not None else name
     return f"conda install --force-reinstall {shell_word(spec)}"
 
@@ -227,8 +233,6 @@ def installed_files_modified(ctx: Context) -> Iterator[Finding]:
     # Written after install, same size: only the time says so (an exact revert also looks
     # like this); --verify hash tells an edit from a revert.
     by_time_only = all(c.new == "modified-after-install" for c in new_issues)
-    verify_hint = ("envguard snapshot --verify hash confirms an edit (content against "
-                   "RECORD's hash) and clears a file copied back byte for byte")
     yield Finding(
         rule="installed-files-modified",
         severity=Severity.WARNING if by_time_only else Severity.CRITICAL,
@@ -240,15 +244,15 @@ def installed_files_modified(ctx: Context) -> Iterator[Finding]:
             "as installed and unchanged. An edit to a torch .py file also changes torch's "
             "source hash, so every compile-cache entry misses."
             + (_SPECIAL_FILES if any(c.new in _SPECIAL_KINDS for c in new_issues) else "")
-            + (" Seen by modification time only, with sizes unchanged: " + verify_hint + "."
+            + (" Seen by modification time only, with sizes unchanged: " + VERIFY_HASH_HINT + "."
                if by_time_only else "")
         ),
         evidence=tuple(f"{c.key}: {c.field} ({c.new})" for c in new_issues[:20])
         + ((f"… and {len(new_issues) - 20} more",) if len(new_issues) > 20 else ()),
-        remedy=tuple(_conda_reinstall(ctx, p) if p.startswith("conda:") else
+        remedy=tuple(conda_reinstall(ctx.new, p) if p.startswith("conda:") else
                      "uv pip install --reinstall --no-deps " + shell_word(f"{p}=={versions[p]}")
                      for p in packages[:5] if versions[p] or p.startswith("conda:"))
-        + ((verify_hint,) if by_time_only else ()) or ("reinstall the affected packages",),
+        + ((VERIFY_HASH_HINT,) if by_time_only else ()) or ("reinstall the affected packages",),
         changes=tuple(new_issues),
         weight=97,
         keywords=(*packages, *{c.field.rsplit("/", 1)[-1].removesuffix(".py")

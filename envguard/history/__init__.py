@@ -91,11 +91,16 @@ class Timeline:
     episodes: tuple[Episode, ...] = field(default=())
     blind_spots: tuple[str, ...] = BLIND_SPOTS
 
+    def last_install(self, name: str) -> Event | None:
+        """The newest install or reinstall event of distribution ``name``."""
+        return max((e for e in self.events
+                    if e.subject == name and e.kind in (INSTALLED, REINSTALLED)),
+                   key=lambda e: e.at, default=None)
+
     def installed_at(self, name: str) -> float | None:
         """When distribution ``name`` was last (re)installed, if the disk says."""
-        times = [e.at for e in self.events
-                 if e.subject == name and e.kind in (INSTALLED, REINSTALLED)]
-        return max(times) if times else None
+        event = self.last_install(name)
+        return event.at if event is not None else None
 
     def episode_of(self, name: str) -> Episode | None:
         """The episode in which ``name`` was last (re)installed."""
@@ -189,8 +194,7 @@ def install_evidence(timeline: Timeline, names: list[str], reference: float) -> 
     time)."""
     lines = []
     for name in names:
-        event = max((e for e in timeline.events if e.subject == name
-                     and e.kind in (INSTALLED, REINSTALLED)), key=lambda e: e.at, default=None)
+        event = timeline.last_install(name)
         if event is None:
             continue
         verb = "reinstalled" if event.kind == REINSTALLED else "installed"

@@ -25,6 +25,7 @@ from typing import Any
 from envguard.errors import InputError
 from envguard.input_file import read_input
 from envguard.model import CondaPackage, Distribution, IntegrityIssue, ProbeIssue
+from envguard.probe.integrity import hash_file, record_digest
 
 PYTHON_NAMES = {"pytorch": "torch", "pytorch-cpu": "torch", "pytorch-gpu": "torch",
                 "py-opencv": "opencv-python", "pyyaml": "pyyaml", "tensorflow-base": "tensorflow"}
@@ -120,17 +121,6 @@ def with_python_dists(packages: list[CondaPackage], dists: Iterable[Distribution
     return out
 
 
-def _sha256(path: str) -> str | None:
-    h = hashlib.sha256()
-    try:
-        with open(path, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-    except OSError:
-        return None
-    return h.hexdigest()
-
-
 def verify(prefix: Path, records: list[tuple[CondaPackage, list[dict[str, Any]]]],
            mode: str) -> list[IntegrityIssue]:
     """Missing and altered files against ``paths_data`` (``mode``: size or hash)."""
@@ -162,8 +152,12 @@ def verify(prefix: Path, records: list[tuple[CondaPackage, list[dict[str, Any]]]
                 issues.append(IntegrityIssue(package=owner, path=rel, problem="size",
                                              expected=str(size), actual=str(st.st_size)))
             elif mode == "hash" and isinstance(entry.get("sha256"), str):
-                digest = _sha256(full)
-                if digest is not None and digest != entry["sha256"]:
+                try:  # the RECORD hasher: regular files only, checked on the descriptor
+                    digest = hash_file(full, "sha256")
+                    expected = record_digest(bytes.fromhex(entry["sha256"]))
+                except (OSError, ValueError):
+                    continue
+                if digest != expected:
                     issues.append(IntegrityIssue(package=owner, path=rel, problem="hash",
-                                                 expected=entry["sha256"], actual=digest))
+                                                 expected=expected, actual=digest))
     return issues

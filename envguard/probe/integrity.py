@@ -57,7 +57,8 @@ class _HashJob:
     key: Key
 
 
-def _b64(digest: bytes) -> str:
+def record_digest(digest: bytes) -> str:
+    """A digest as RECORD writes it: urlsafe base64 without padding."""
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
 
@@ -101,7 +102,7 @@ def hash_file(path: str, algorithm: str) -> str:
             if not n:
                 break
             h.update(view[:n])
-    return _b64(h.digest())
+    return record_digest(h.digest())
 
 
 def _hash_batch(jobs: list[_HashJob]) -> list[tuple[_HashJob, str | None, str | None]]:
