@@ -306,7 +306,12 @@ def test_uv_activate_line_names_the_final_venv(world: World) -> None:
     'Activate with: source NEW.partial-<pid>/bin/activate', a folder that no longer exists."""
     w = world
     new = w.root / "restored-activate"
-    proc = restore(w, "--into", new)
+    # uv prints its activation hint only when it can name the user's shell, from $SHELL
+    # (CI runs without one), so the test names it.
+    env = {**w.env, "SHELL": "/bin/bash"}
+    proc = _run([sys.executable, "-m", "envguard", "restore", str(w.good_json), "--python",
+                 str(w.polluted), "--no-index", "--find-links", str(w.good_wheels),
+                 "--into", str(new)], env, cwd=w.root)
     assert proc.returncode == ExitCode.OK, proc.stderr
     assert ".partial-" not in proc.stderr
     (line,) = [ln for ln in proc.stderr.splitlines() if "Activate with" in ln]
