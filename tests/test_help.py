@@ -105,9 +105,8 @@ def bash_complete(script: Path, *words: str, cwd: Path | None = None) -> list[st
 
 def test_bash_completes_commands_options_and_choices(bash_script: Path, tmp_path: Path) -> None:
     assert bash_complete(bash_script, "envguard", "") == [
-        "snapshot", "diff", "doctor", "history", "lock", "check", "run", "restore", "cache",
-        "fleet", "runs",
-        "completion"]
+        "snapshot", "diff", "doctor", "history", "lock", "check", "run", "restore", "bisect",
+        "cache", "fleet", "runs", "completion"]
     assert bash_complete(bash_script, "envguard", "sn") == ["snapshot"]
     assert bash_complete(bash_script, "envguard", "-") == ["-h", "--help", "-V", "--version"]
     assert bash_complete(bash_script, "envguard", "snapshot", "--ve") == ["--verify"]

@@ -3,7 +3,7 @@ exit codes.
 
 Only this package prints or exits. One module per command (``snapshot``, ``diff``,
 ``doctor``: doctor/history, ``gate``: lock/check/run, ``runs``, ``restore``, ``cache``,
-``fleet``, ``completion``), each with its ``add_parsers``; what they share is in
+``fleet``, ``bisect``, ``completion``), each with its ``add_parsers``; what they share is in
 :mod:`envguard.cli._common`. Exit codes are :class:`~envguard.exitcodes.ExitCode`,
 documented in docs/CLI.md.
 """
@@ -19,13 +19,13 @@ from envguard.version import __version__
 
 __all__ = ["build_parser", "main"]
 
-MODULES = ("snapshot", "diff", "doctor", "gate", "restore", "cache", "fleet", "runs",
+MODULES = ("snapshot", "diff", "doctor", "gate", "restore", "bisect", "cache", "fleet", "runs",
            "completion")
 """The command modules, in the order ``--help`` lists their commands."""
 COMMANDS = {"snapshot": "snapshot", "diff": "diff", "doctor": "doctor", "history": "doctor",
-            "lock": "gate", "check": "gate",
-            "run": "gate", "restore": "restore", "cache": "cache", "fleet": "fleet",
-            "runs": "runs", "completion": "completion"}
+            "lock": "gate", "check": "gate", "run": "gate", "restore": "restore",
+            "bisect": "bisect", "cache": "cache", "fleet": "fleet", "runs": "runs",
+            "completion": "completion"}
 """Which module defines each command."""
 
 

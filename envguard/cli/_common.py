@@ -5,11 +5,13 @@ probe flags, and the one handler that turns an :class:`EnvguardError` into an ex
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
+import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from envguard.errors import EnvguardError, OutputError
@@ -344,3 +346,20 @@ def run_command(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
             raise
         return _fail(f"internal error: {type(exc).__name__}: {exc} (set ENVGUARD_DEBUG=1 for "
                      "the traceback, and please report it)", ExitCode.INTERNAL_ERROR)
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM (a scheduler's time limit, ``kill``) and SIGHUP (the terminal went away) act
+    like Ctrl-C while uv builds or a command runs, so partial venvs are removed instead of left
+    behind."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -118,19 +118,25 @@ def _with_install_times(findings: list[Finding], snapshot: Snapshot) -> list[Fin
     return out
 
 
+def load_pair(old_ref: str, new_ref: str) -> tuple[Side, Side]:
+    """Both sides of a comparison: files, ``-`` (stdin, one side), run aliases or ``@now``."""
+    if old_ref == "-" and new_ref == "-":
+        raise InputError("only one side can be read from stdin (-)")
+    old = None if old_ref == NOW else _load(old_ref)
+    new = None if new_ref == NOW else _load(new_ref)
+    if old is None:
+        old = _now(new)
+    if new is None:
+        new = _now(old)
+    return old, new
+
+
 def cmd_diff(args: argparse.Namespace) -> int:
     from envguard.changes import diff
     from envguard.explain import explain
     from envguard.render.report import DiffReport
 
-    if args.old == "-" and args.new == "-":
-        raise InputError("only one side can be read from stdin (-)")
-    old = None if args.old == NOW else _load(args.old)
-    new = None if args.new == NOW else _load(args.new)
-    if old is None:
-        old = _now(new)
-    if new is None:
-        new = _now(old)
+    old, new = load_pair(args.old, args.new)
     changes = diff(old.snapshot, new.snapshot)
     findings = explain(old.snapshot, new.snapshot, changes, args.symptom)
     if args.new == NOW:  # this machine, now: its disk says when things were installed

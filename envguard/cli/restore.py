@@ -7,17 +7,20 @@ building in :mod:`envguard.restore.build` and verifying in :mod:`envguard.restor
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import os
-import signal
 import time
-from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envguard.cli._common import StderrProgress, note, select_environment, show
+from envguard.cli._common import (
+    StderrProgress,
+    note,
+    select_environment,
+    show,
+    sigterm_interrupts,
+)
 from envguard.errors import InputError
 from envguard.exitcodes import ExitCode
 
@@ -77,22 +80,6 @@ def _default_target(plan: RestorePlan) -> Path:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     prefix = Path(plan.current_prefix)
     return prefix.with_name(f"{prefix.name}.restored-{stamp}")
-
-
-@contextlib.contextmanager
-def sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM (a scheduler's time limit, ``kill``) and SIGHUP (the terminal went away) act
-    like Ctrl-C while uv builds, so the partial venv is removed instead of left behind."""
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def _snapshot(python: str | None) -> Snapshot:

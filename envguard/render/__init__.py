@@ -17,6 +17,8 @@ report                        text                        json / markdown
 ``RunList`` (runs)            :mod:`.runs_text`            json only
 ``DoctorReport`` (doctor)     :mod:`.doctor_views`         :mod:`.doctor_views`
 ``Timeline`` (history)        :mod:`.doctor_views`         :mod:`.doctor_views`
+``BisectReport`` (bisect)     :mod:`.bisect_views`         json: its ``to_dict``,
+                                                           :mod:`.bisect_views`
 ============================  ==========================  =====================
 
 A report's type is recognised by name, so that rendering one kind of report imports
@@ -36,6 +38,7 @@ from envguard.render.formats import OutputFormat
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
+    from envguard.bisect.report import BisectReport
     from envguard.cache.store import CacheStatus
     from envguard.doctor import DoctorReport
     from envguard.fleet.analyse import FleetReport
@@ -46,7 +49,7 @@ if TYPE_CHECKING:
     from envguard.runs.store import RunList
 
     Report = (DiffReport | GateResult | FleetReport | CacheStatus | RestoreReport | RunList
-              | DoctorReport | Timeline)
+              | DoctorReport | Timeline | BisectReport)
 
 __all__ = ["PLAIN", "OutputFormat", "PlainScreen", "Screen", "json_text", "render", "to_text"]
 
@@ -191,8 +194,18 @@ def _history(timeline: Timeline, fmt: OutputFormat, show_all: bool) -> str | Ren
     return doctor_views.history_text(timeline)
 
 
+def _bisect(report: BisectReport, fmt: OutputFormat, show_all: bool) -> str | RenderableType:
+    if fmt is OutputFormat.JSON:
+        return json_text(report.to_dict())
+    from envguard.render import bisect_views
+
+    if fmt is OutputFormat.MARKDOWN:
+        return bisect_views.markdown(report)
+    return bisect_views.text(report)
+
+
 _KINDS: dict[str, Callable[[Any, OutputFormat, bool], str | RenderableType | None]] = {
     "DiffReport": _diff, "GateResult": _gate, "FleetReport": _fleet,
     "CacheStatus": _cache_status, "RestoreReport": _restore, "RunList": _runs,
-    "DoctorReport": _doctor, "Timeline": _history,
+    "DoctorReport": _doctor, "Timeline": _history, "BisectReport": _bisect,
 }

@@ -78,27 +78,37 @@ def error_line(lines: tuple[str, ...]) -> str:
 
 
 def run_uv(args: list[str], *, timeout: float, echo: Echo | None = None) -> UvResult:
-    """Run uv in its own process group, passing each output line to ``echo``.
-
-    A timeout or an exception here (Ctrl-C) kills uv and everything it started.
-    """
-    tail: deque[str] = deque(maxlen=40)
+    """Run uv (:func:`run_process`); a uv that cannot be started is a RestoreError."""
     try:
-        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, text=True, errors="replace",
-                                start_new_session=True)
+        return run_process(args, timeout=timeout, echo=echo)
     except OSError as exc:
         raise RestoreError(f"cannot run {args[0]}: {exc.strerror or exc}") from None
+
+
+def run_process(args: list[str], *, timeout: float | None, echo: Echo | None = None,
+                env: dict[str, str] | None = None, cwd: str | None = None,
+                tail_lines: int = 40) -> UvResult:
+    """Run ``args`` in its own process group, stdout and stderr together, passing each output
+    line to ``echo`` and keeping the last ``tail_lines``. A timeout (None: none) or an
+    exception here (Ctrl-C) kills the process and everything it started. OSError: it could
+    not be started."""
+    tail: deque[str] = deque(maxlen=tail_lines)
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, text=True, errors="replace",
+                            start_new_session=True, env=env, cwd=cwd)
+    with _LIVE_LOCK:
+        _LIVE.add(proc)
     expired = threading.Event()
 
     def expire() -> None:
         expired.set()
         _kill(proc)
 
-    timer = threading.Timer(timeout, expire)
-    timer.daemon = True
-    timer.start()
-    with proc:  # closes the pipe and reaps uv however this block is left
+    timer = threading.Timer(timeout, expire) if timeout is not None else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
+    with proc:  # closes the pipe and reaps the process however this block is left
         try:
             assert proc.stdout is not None  # noqa: S101 - set by stdout=PIPE
             for line in proc.stdout:
@@ -110,8 +120,24 @@ def run_uv(args: list[str], *, timeout: float, echo: Echo | None = None) -> UvRe
             _kill(proc)
             raise
         finally:
-            timer.cancel()
+            if timer is not None:
+                timer.cancel()
+            with _LIVE_LOCK:
+                _LIVE.discard(proc)
     return UvResult(proc.returncode, tuple(tail), expired.is_set())
+
+
+_LIVE: set[subprocess.Popen[str]] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def kill_running() -> None:
+    """Kill every process :func:`run_process` started that is still running, with all it
+    started (parallel trials, when the main thread is interrupted)."""
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for proc in live:
+        _kill(proc)
 
 
 def _kill(proc: subprocess.Popen[str]) -> None:
@@ -171,19 +197,8 @@ def _build(plan: RestorePlan, tmp: Path, target: Path, reqs: Path, *, uv: str, p
     # will be once it is complete.
     shown = None if echo is None else _renaming(echo, tmp.name, target.name)
     try:
-        if step:
-            step(f"creating a venv with Python {python} for {target}")
-        _check(run_uv([uv, "venv", "--color", "never", "--relocatable", "--python", python,
-                       *plan.uv_network_args(), str(tmp)], timeout=UV_VENV_TIMEOUT_S,
-                      echo=shown),
-               "creating the venv", UV_VENV_TIMEOUT_S)
-        if step:
-            step(f"installing {len(plan.requirements)} package(s) with uv pip sync")
-        _check(run_uv([uv, "pip", "sync", "--color", "never", "--python",
-                       str(tmp / "bin" / "python"), "--allow-empty-requirements",
-                       *plan.uv_index_args(), str(reqs)],
-                      timeout=UV_SYNC_TIMEOUT_S, echo=shown),
-               "installing the packages", UV_SYNC_TIMEOUT_S)
+        fill_venv(tmp, reqs, uv=uv, python=python, venv_args=plan.uv_network_args(),
+                  sync_args=plan.uv_index_args(), label=str(target), echo=shown, step=step)
         try:
             os.rename(tmp, target)
         except OSError as exc:
@@ -191,6 +206,27 @@ def _build(plan: RestorePlan, tmp: Path, target: Path, reqs: Path, *, uv: str, p
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def fill_venv(path: Path, requirements: Path, *, uv: str, python: str, venv_args: list[str],
+              sync_args: list[str], label: str | None = None, echo: Echo | None = None,
+              step: Echo | None = None, venv_timeout: float = UV_VENV_TIMEOUT_S,
+              sync_timeout: float = UV_SYNC_TIMEOUT_S) -> None:
+    """``uv venv --relocatable`` at ``path``, then ``uv pip sync`` it to exactly the lines of
+    ``requirements``; a RestoreError names the step that failed and uv's own error line.
+    ``venv_args`` go to both steps (``--offline``), ``sync_args`` to the sync (indexes)."""
+    if step:
+        step(f"creating a venv with Python {python} for {label or path}")
+    _check(run_uv([uv, "venv", "--color", "never", "--relocatable", "--python", python,
+                   *venv_args, str(path)], timeout=venv_timeout, echo=echo),
+           "creating the venv", venv_timeout)
+    if step:
+        count = sum(1 for ln in requirements.read_text(encoding="utf-8").splitlines() if ln)
+        step(f"installing {count} package(s) with uv pip sync")
+    _check(run_uv([uv, "pip", "sync", "--color", "never", "--python",
+                   str(path / "bin" / "python"), "--allow-empty-requirements", *sync_args,
+                   str(requirements)], timeout=sync_timeout, echo=echo),
+           "installing the packages", sync_timeout)
 
 
 def _renaming(echo: Echo, old: str, new: str) -> Echo:
