@@ -414,3 +414,33 @@ def test_changeset_applies_steps_to_good(world: World) -> None:
     assert lines == ["alpha==2.0", "eps==1.0", "zeta==1.0"] and missing == []
     assert changes.environment({3}, {"TORCH_LOGS": "x"})["TORCH_LOGS"] == "+dynamo"
     assert "TORCH_LOGS" not in changes.environment(set(), {"TORCH_LOGS": "x"})
+
+
+def test_markdown_report_and_a_secret_in_the_command(world: World) -> None:
+    good, bad = world.pair("md", ["alpha==1.0", "beta==1.0"], ["alpha==2.0", "beta==2.0"])
+    secret = "hf_" + "q" * 34
+    cmd = ("python", "-c", "import sys, alpha; sys.exit(alpha.V - 1)", f"--hf-token={secret}")
+    proc = subprocess.run(
+        [sys.executable, "-m", "envguard", "bisect", str(good), str(bad), "--no-index",
+         "--offline", "--find-links", str(world.wheels), "--format", "markdown", "--", *cmd],
+        env=world.env, capture_output=True, text=True, check=False, timeout=120)
+    assert proc.returncode == ExitCode.OK, proc.stderr
+    assert proc.stdout.startswith("## envguard bisect: culprit found\n")
+    assert "**alpha 1.0 → 2.0: alone, it makes the command fail**" in proc.stdout
+    assert "| 1 | GOOD (none) | pass |" in proc.stdout
+    assert secret not in proc.stdout + proc.stderr
+    _proc, doc = world.bisect(good, bad, *cmd)
+    assert secret not in json.dumps(doc)
+
+
+def test_an_unusable_workdir_is_one_line(world: World, tmp_path: Path) -> None:
+    good, bad = world.pair("wd", ["alpha==1.0"], ["alpha==2.0"])
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    proc = subprocess.run(
+        [sys.executable, "-m", "envguard", "bisect", str(good), str(bad), "--workdir",
+         str(blocker / "sub"), "--", "python", "-c", "pass"],
+        env=world.env, capture_output=True, text=True, check=False, timeout=120)
+    assert proc.returncode == ExitCode.USAGE
+    assert proc.stderr.startswith("envguard: error: cannot make a work folder in ")
+    assert len(proc.stderr.splitlines()) == 1

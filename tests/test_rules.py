@@ -269,6 +269,10 @@ HITS: dict[str, tuple[Hit, ...]] = {
             evidence=("torch.version.cuda: 13.0 → 12.8", "CUDA wheel family: cu13 → cu12"),
             mentions=("CUDA wheels added: nvidia-cublas-cu12==12.8.4.1",
                       "uv pip uninstall nvidia-cublas-cu12")),
+        Hit("only-the-wheels-swapped",  # torch's CUDA stays 13.0: the title must not say
+            changed(lambda s: with_torch(s, cuda_wheel_family="cu12", cuda_wheels=CU12)),
+            severity=Severity.CRITICAL,
+            title=("the CUDA wheels changed (cu13 → cu12) under torch built for CUDA 13.0",)),
         Hit("cu12-and-cu13-mixed",
             changed(lambda s: with_torch(s, cuda_wheel_family="mixed",
                                          cuda_wheels=sorted([*s.torch.cuda_wheels, *CU12]))),

@@ -132,6 +132,10 @@ def env_steps(good: Snapshot, bad: Snapshot) -> tuple[list[Step], list[str]]:
                              "it is not part of the search (each trial inherits this "
                              "shell's value)")
             continue
+        if "\0" in (_value(p) or "") + (_value(q) or ""):
+            notes.append(f"{name} changed, but a value holds a NUL byte, which no process "
+                         "environment can: it is not part of the search")
+            continue
         if _value(p) != _value(q):
             steps.append(Step(id=f"env:{name}", kind=ENV, good=_value(p), bad=_value(q)))
     return steps, notes

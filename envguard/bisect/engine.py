@@ -226,8 +226,12 @@ def bisect(good: Snapshot, bad: Snapshot, options: BisectOptions, *, good_name: 
     uv = find_uv()
     started = time.perf_counter()
     parent = options.workdir or user_dir() / "bisect"
-    parent.mkdir(parents=True, exist_ok=True)
-    workdir = Path(tempfile.mkdtemp(prefix="run-", dir=parent))
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        workdir = Path(tempfile.mkdtemp(prefix="run-", dir=parent))
+    except OSError as exc:
+        raise InputError(f"cannot make a work folder in {parent}: {exc.strerror or exc}; "
+                         "choose another --workdir") from None
     try:
         return _search(changes, options, uv, workdir, good_name, bad_name, started, step)
     except BaseException:
@@ -282,6 +286,14 @@ def _search(changes: ChangeSet, options: BisectOptions, uv: str, workdir: Path,
     return report(INCONCLUSIVE if problems else FOUND, culprits, "; ".join(problems))
 
 
+_BUILD_KEYS = {
+    "torch": ("version", "git_version", "dist_version", "debug", "hip"),
+    "triton": ("triton_version", "triton_fingerprint"),
+    "pytorch-triton": ("triton_version", "triton_fingerprint"),
+}
+"""The fields of the snapshot's torch section that a change of this package explains."""
+
+
 def link(changes: ChangeSet, steps: Sequence[ChangeStep]) -> tuple[Culprit, ...]:
     """Each culprit with the findings of ``envguard diff GOOD BAD`` about it."""
     from envguard.explain import explain
@@ -292,11 +304,11 @@ def link(changes: ChangeSet, steps: Sequence[ChangeStep]) -> tuple[Culprit, ...]
         name = one.id.removeprefix("env:")
         section = "environment" if one.kind == ENV else "packages"
         # torch's and triton's builds are also compared in the snapshot's torch section
-        also = "torch" if one.id in ("torch", "triton", "pytorch-triton") else None
+        build_keys = _BUILD_KEYS.get(one.id, ())
         links = tuple(
             Link(rule=f.rule, title=f.title, remedy=f.remedy) for f in findings
-            if any((c.section == section and c.key == name) or c.section == also
-                   for c in f.changes))
+            if any((c.section == section and c.key == name)
+                   or (c.section == "torch" and c.key in build_keys) for c in f.changes))
         out.append(Culprit(step=one, links=links))
     return tuple(out)
 

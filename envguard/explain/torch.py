@@ -135,8 +135,13 @@ def cuda_build_changed(ctx: Context) -> Iterator[Finding]:
     if mixed:
         evidence.append("both cu12 (nvidia-*-cu12) and cu13 (cuda-toolkit / unsuffixed "
                         "nvidia-*) wheels are installed")
-    title = (f"the CUDA build changed ({_cuda_name(old)} → {_cuda_name(new)})" if not mixed
-             else "CUDA 12 and CUDA 13 wheels are mixed in one environment")
+    if mixed:
+        title = "CUDA 12 and CUDA 13 wheels are mixed in one environment"
+    elif cuda is None and family is not None:  # torch's own CUDA stayed; its wheels did not
+        title = (f"the CUDA wheels changed ({family.old} → {family.new}) under torch built for "
+                 f"{_cuda_name(new)}")
+    else:
+        title = f"the CUDA build changed ({_cuda_name(old)} → {_cuda_name(new)})"
     yield Finding(
         rule="cuda-build-changed",
         severity=Severity.CRITICAL,
