@@ -1,6 +1,6 @@
 """``envguard bisect`` on the incident's change set, on fake wheels, offline, timed.
 
-    python benchmarks/bench_bisect.py [--out DIR] [--unchanged 78] [--pip-reps 1] [-j 1]
+    python benchmarks/bench_bisect.py [--out DIR] [--unchanged 78] [--reps 3] [--pip-reps 1] [-j 1]
 
 Builds tiny wheels shaped like the incident (docs/INCIDENT.md): 78 packages that stay, and
 40 changes: torch 2.11.0+cu130 rebuilt from another commit (its FX tracing flag made
@@ -161,6 +161,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="keep the world here (default: a temp dir)")
     parser.add_argument("--unchanged", type=int, default=78)
     parser.add_argument("--pip-reps", type=int, default=1)
+    parser.add_argument("--reps", type=int, default=3, help="bisections timed")
     parser.add_argument("-j", "--jobs", type=int, default=1)
     args = parser.parse_args()
     root = args.out or Path(tempfile.mkdtemp(prefix="bench-bisect-"))
@@ -186,19 +187,25 @@ def main() -> int:
     print(f"$ envguard bisect good.json bad.json --find-links wheels/ ... -- python "
           f"check_fx_race.py   (exit {text.returncode})")
     print(text.stdout)
-    started = time.perf_counter()
-    proc = subprocess.run([*base, "--format", "json", *cmd], env=env, cwd=root,
-                          capture_output=True, text=True)
-    total = time.perf_counter() - started
-    doc = json.loads(proc.stdout)
-    trials = doc["trials"]
-    builds = [t["build_seconds"] for t in trials]
-    runs = [t["run_seconds"] for t in trials]
+    totals: list[float] = []
+    builds: list[float] = []
+    runs: list[float] = []
+    for _ in range(args.reps):
+        started = time.perf_counter()
+        proc = subprocess.run([*base, "--format", "json", *cmd], env=env, cwd=root,
+                              capture_output=True, text=True)
+        totals.append(time.perf_counter() - started)
+        doc = json.loads(proc.stdout)
+        trials = doc["trials"]
+        builds += [t["build_seconds"] for t in trials]
+        runs += [t["run_seconds"] for t in trials]
+    total = statistics.median(totals)
     pip = [pip_trial(root, good_reqs, [wheels, root / "torch-good"], env)
            for _ in range(args.pip_reps)]
     print(f"changes: {len(doc['changes'])}, packages per trial: {len(good_reqs)}, "
           f"trials: {len(trials)}, verdict: {doc['verdict']}, exit {proc.returncode}")
-    print(f"whole bisection (wall, envguard's own start included): {total:.2f} s")
+    print(f"whole bisection (wall, envguard's own start included), median of {args.reps}: "
+          f"{total:.2f} s  (min {min(totals):.2f}, max {max(totals):.2f})")
     print(f"trial build (uv venv + uv pip sync + uv pip check), median: "
           f"{statistics.median(builds):.3f} s  (min {min(builds):.3f}, max {max(builds):.3f})")
     print(f"trial command run, median: {statistics.median(runs):.3f} s")
