@@ -107,6 +107,8 @@ class CondaPackage:
     md5: str | None = None
     sha256: str | None = None
     requested_spec: str | None = None
+    url: str | None = None
+    """The package archive it was installed from (what an ``@EXPLICIT`` spec lists)."""
     fingerprint: str | None = None
     """sha256 over its ``paths_data`` (path, sha256, size), as a dist's RECORD fingerprint."""
     files: int = 0

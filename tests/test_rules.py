@@ -269,6 +269,13 @@ HITS: dict[str, tuple[Hit, ...]] = {
             evidence=("torch.version.cuda: 13.0 → 12.8", "CUDA wheel family: cu13 → cu12"),
             mentions=("CUDA wheels added: nvidia-cublas-cu12==12.8.4.1",
                       "uv pip uninstall nvidia-cublas-cu12")),
+        Hit("conda-cuda-11-to-12-beside-cu13-wheels",  # conda's own CUDA, not torch's wheels
+            both(lambda s: with_conda(s, conda_pkg("cudatoolkit", "11.8.0")),
+                 lambda s: with_conda(s, conda_pkg("cudatoolkit", "12.1.0"))),
+            severity=Severity.CRITICAL,
+            title=("conda's CUDA packages (cu12) and cu13 pip wheels are mixed",),
+            evidence=("conda CUDA packages: cu11 → cu12 (cudatoolkit=12.1.0 (conda))",
+                      "conda's cu12 beside cu13 pip wheels")),
         Hit("only-the-wheels-swapped",  # torch's CUDA stays 13.0: the title must not say
             changed(lambda s: with_torch(s, cuda_wheel_family="cu12", cuda_wheels=CU12)),
             severity=Severity.CRITICAL,

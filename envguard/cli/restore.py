@@ -25,7 +25,7 @@ from envguard.errors import InputError
 from envguard.exitcodes import ExitCode
 
 if TYPE_CHECKING:
-    from envguard.model import Snapshot
+    from envguard.model import ProbeIssue, Snapshot
     from envguard.restore.plan import RestorePlan
 
 
@@ -59,6 +59,12 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--no-index", action="store_true", help="passed to uv: only --find-links")
     p.add_argument("--offline", action="store_true",
                    help="uv's offline mode: no network, only uv's cache and --find-links")
+    p.add_argument("--conda-spec-out", metavar="FILE",
+                   help="conda snapshots: the @EXPLICIT spec file (default: "
+                   "GOOD's name + .conda-explicit.txt, here)")
+    p.add_argument("--environment-yml-out", metavar="FILE",
+                   help="conda snapshots: the environment.yml (default: GOOD's name + "
+                   ".environment.yml, here)")
     p.add_argument("--format", choices=("text", "json"), default="text",
                    help="text (default) or json (the envguard.restore/1 document)")
     p.add_argument("--all", action="store_true", help="also list packages that stay as they are")
@@ -113,6 +119,8 @@ def cmd_restore(args: argparse.Namespace) -> int:
     into = Path(args.into).expanduser().absolute() if args.into else None
     if into is not None:
         _check_target(into)
+    if good.conda:
+        return _restore_conda(args, good, into)
     current = _snapshot(select_environment(args.python).python)
     links = tuple(x if "://" in x else os.path.abspath(x) for x in args.find_links)
     index = IndexOptions(index_url=args.index_url, extra_index_urls=tuple(args.extra_index_url),
@@ -157,3 +165,89 @@ def cmd_restore(args: argparse.Namespace) -> int:
     show(dataclasses.replace(report, target=str(target), verification=verification),
          args.format, show_all=args.all)
     return ExitCode.OK if verification.ok else ExitCode.DRIFT
+
+
+def _restore_conda(args: argparse.Namespace, good: Snapshot, into: Path | None) -> int:
+    """A conda or pixi snapshot: write the explicit spec and environment.yml, then recreate
+    the prefix with micromamba, mamba or conda when one is here (and uv for pip's part)."""
+    from envguard.atomic import write_text_atomic
+    from envguard.cli._common import write_stdout
+    from envguard.errors import RestoreError
+    from envguard.probe.discovery import prefix_of
+    from envguard.render import json_text
+    from envguard.restore.build import find_uv, run_process, run_uv
+    from envguard.restore.conda import (
+        conda_differences,
+        conda_spec,
+        create_command,
+        find_tools,
+        shown_commands,
+    )
+
+    if args.in_place:
+        raise InputError("--in-place is for venvs; a conda snapshot is restored into a new "
+                         "prefix (--into PATH)")
+    stem = Path(args.good).name.removesuffix(".json")
+    good_prefix = Path(good.interpreter.prefix or prefix_of(good.interpreter.executable))
+    target = into or good_prefix.with_name(
+        f"{good_prefix.name}.restored-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}")
+    spec = conda_spec(good, name=target.name)
+    explicit = Path(args.conda_spec_out or f"{stem}.conda-explicit.txt").absolute()
+    yml = Path(args.environment_yml_out or f"{stem}.environment.yml").absolute()
+    write_text_atomic(explicit, spec.explicit)
+    write_text_atomic(yml, spec.environment_yml)
+    if args.requirements_out and spec.pip_requirements:
+        write_text_atomic(args.requirements_out, "".join(f"{x}\n" for x in spec.pip_requirements))
+    tools = find_tools()
+    commands = shown_commands(str(target), str(explicit), str(yml))
+    info: dict[str, object] = {
+        "packages": len(good.conda), "explicit": str(explicit), "environment_yml": str(yml),
+        "left_out": list(spec.left_out), "pip": list(spec.pip_requirements),
+        "platform": spec.platform, "target": str(target), "tools": [t for t, _ in tools],
+        "commands": list(commands), "built": False, "differences": []}
+    summary = {"schema": "envguard.restore/1", "conda": info}
+    lines = [f"restore {args.good} (conda: {len(good.conda)} package(s), "
+             f"{len(spec.pip_requirements)} from pip/uv)",
+             f"  wrote {explicit} (@EXPLICIT: exact builds by URL and md5)",
+             f"  wrote {yml}"]
+    if spec.left_out:
+        lines.append("  no usable URL recorded, pinned in environment.yml only: "
+                     + ", ".join(spec.left_out))
+    if args.dry_run or not tools:
+        lines += ["  recreate it with one of:"] + [f"    {c}" for c in commands]
+        if spec.pip_requirements:
+            lines.append(f"    then: uv pip install --python {target}/bin/python "
+                         + " ".join(f'"{x}"' for x in spec.pip_requirements[:5])
+                         + (" ..." if len(spec.pip_requirements) > 5 else ""))
+        write_stdout(json_text(summary) if args.format == "json" else "\n".join(lines) + "\n")
+        if args.dry_run:
+            return ExitCode.OK
+        raise RestoreError("no micromamba, mamba or conda on PATH (nor MAMBA_EXE/CONDA_EXE): "
+                           "the environment was not built; the spec files are written")
+    _check_target(target)
+    tool, path = tools[0]
+    with sigterm_interrupts(), StderrProgress(note_after=0) as progress:
+        progress.step(f"creating {target} with {tool}")
+        result = run_process(create_command(path, str(target), str(explicit)), timeout=3600,
+                             echo=lambda line: note(f"{tool}: {line}"))
+        if not result.ok:
+            raise RestoreError(f"{tool} create failed with exit status {result.returncode}: "
+                               f"{result.lines[-1] if result.lines else 'no output'}")
+        if spec.pip_requirements:
+            progress.step(f"installing {len(spec.pip_requirements)} pip package(s) with uv")
+            done = run_uv([find_uv(), "pip", "install", "--color", "never", "--python",
+                           str(target / "bin" / "python"), *spec.pip_requirements],
+                          timeout=3600, echo=lambda line: note(f"uv: {line}"))
+            if not done.ok:
+                raise RestoreError(f"uv pip install failed with exit status {done.returncode}")
+    from envguard.probe.conda import read_records
+
+    problems: list[ProbeIssue] = []
+    differences = conda_differences(good.conda, [p for p, _ in read_records(target, problems)])
+    differences += [f"{p.path}: {p.message}" for p in problems]
+    info.update(built=True, tool=tool, differences=differences)
+    lines.append(f"  built {target} with {tool}")
+    lines += ([f"  differs: {d}" for d in differences] if differences else
+              ["  verified: the conda packages match GOOD (versions and builds)"])
+    write_stdout(json_text(summary) if args.format == "json" else "\n".join(lines) + "\n")
+    return ExitCode.DRIFT if differences else ExitCode.OK

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from envguard.doctor.interface import DoctorRule, Scene
+from envguard.explain.conda import conda_cuda_families
 from envguard.explain.interface import Finding, Severity
 from envguard.explain.torch import index_url_for
 
@@ -43,28 +44,12 @@ def _family(wheel: str) -> str:
     return suffix if suffix.startswith("cu") and suffix[2:].isdigit() else "cu13"
 
 
-CONDA_CUDA = frozenset({
-    "cudatoolkit", "cuda-version", "cuda-runtime", "cuda-cudart", "cuda-libraries",
-    "cuda-nvrtc", "cuda-nvcc", "libcublas", "libcusparse", "libcufft", "libcurand",
-    "libcusolver", "libnvjitlink"})
-"""Conda packages whose version starts with the CUDA version they carry."""
-
-
-def _conda_families(scene: Scene) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for pkg in scene.snapshot.conda:
-        major = pkg.version.split(".")[0]
-        if pkg.name in CONDA_CUDA and major.isdigit() and int(major) >= 10:
-            out.setdefault(f"cu{major}", []).append(f"{pkg.name}={pkg.version} (conda)")
-    return out
-
-
 def cuda_wheels_mixed(scene: Scene) -> Iterator[Finding]:
     torch = scene.snapshot.torch
     families: dict[str, list[str]] = {}
     for wheel in torch.cuda_wheels:
         families.setdefault(_family(wheel), []).append(wheel)
-    for family, found in _conda_families(scene).items():
+    for family, found in conda_cuda_families(scene.snapshot).items():
         families.setdefault(family, []).extend(found)
     if torch.cuda_wheel_family != "mixed" and len(families) < 2:
         return

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 from envguard.changes import ADDED, REMOVED, Change
 from envguard.explain.interface import Context, Finding, Rule, Severity, shell_words
+from envguard.model import Snapshot
 
 CORE = re.compile(
     r"^(cuda(-.*)?|cudatoolkit|libcu\w*(-dev)?|cudnn|libcudnn\w*|nccl|libnccl|nvidia-.*|"
@@ -16,6 +17,23 @@ CORE = re.compile(
     r"pytorch(-.*)?|torch(vision|audio)?|magma(-.*)?|triton)$")
 """CUDA, cuDNN, NCCL, MKL/BLAS, OpenMP, compilers and the pytorch package itself: what
 changes kernels and linkage, not only Python code."""
+
+
+CONDA_CUDA = frozenset({
+    "cudatoolkit", "cuda-version", "cuda-runtime", "cuda-cudart", "cuda-libraries",
+    "cuda-nvrtc", "cuda-nvcc", "libcublas", "libcusparse", "libcufft", "libcurand",
+    "libcusolver", "libnvjitlink"})
+"""Conda packages whose version starts with the CUDA version they carry."""
+
+
+def conda_cuda_families(snapshot: Snapshot) -> dict[str, list[str]]:
+    """``{"cu12": ["cuda-runtime=12.4.1 (conda)", ...]}``: the CUDA majors conda brought."""
+    out: dict[str, list[str]] = {}
+    for pkg in snapshot.conda:
+        major = pkg.version.split(".")[0]
+        if pkg.name in CONDA_CUDA and major.isdigit() and int(major) >= 10:
+            out.setdefault(f"cu{major}", []).append(f"{pkg.name}={pkg.version} (conda)")
+    return out
 
 
 def _core(name: str) -> bool:

@@ -6,6 +6,7 @@ import re
 import shlex
 from collections.abc import Iterator
 
+from envguard.explain.conda import CONDA_CUDA, conda_cuda_families
 from envguard.explain.interface import (
     Context,
     Finding,
@@ -120,9 +121,22 @@ def cuda_build_changed(ctx: Context) -> Iterator[Finding]:
     family = ctx.diff.first("torch", "cuda_wheel_family")
     wheels = ctx.diff.first("torch", "cuda_wheels")
     mixed = new.cuda_wheel_family == "mixed"
-    if cuda is None and family is None and not (mixed and wheels is not None):
+    conda_old, conda_new = conda_cuda_families(ctx.old), conda_cuda_families(ctx.new)
+    conda_changed = sorted(conda_old) != sorted(conda_new)
+    pip_family = {"cu12": "cu12", "cu13": "cu13", "cu11": "cu11"}.get(new.cuda_wheel_family
+                                                                      or "")
+    conda_mixed = bool(pip_family and conda_new and set(conda_new) - {pip_family})
+    if cuda is None and family is None and not (mixed and wheels is not None) \
+            and not conda_changed and not (conda_mixed and (conda_changed or family)):
         return
     evidence = []
+    if conda_changed:
+        evidence.append(f"conda CUDA packages: {'+'.join(sorted(conda_old)) or 'none'} → "
+                        f"{'+'.join(sorted(conda_new)) or 'none'} ("
+                        + ", ".join([x for found in conda_new.values() for x in found][:4])
+                        + ")")
+    if conda_mixed:
+        evidence.append(f"conda's {'+'.join(sorted(conda_new))} beside {pip_family} pip wheels")
     if cuda is not None:
         evidence.append(f"torch.version.cuda: {cuda.old} → {cuda.new}")
     if family is not None:
@@ -137,6 +151,12 @@ def cuda_build_changed(ctx: Context) -> Iterator[Finding]:
                         "nvidia-*) wheels are installed")
     if mixed:
         title = "CUDA 12 and CUDA 13 wheels are mixed in one environment"
+    elif conda_mixed:
+        title = (f"conda's CUDA packages ({'+'.join(sorted(conda_new))}) and {pip_family} pip "
+                 "wheels are mixed in one environment")
+    elif conda_changed and cuda is None and family is None:
+        title = (f"the conda CUDA packages changed ({'+'.join(sorted(conda_old)) or 'none'} → "
+                 f"{'+'.join(sorted(conda_new)) or 'none'})")
     elif cuda is None and family is not None:  # torch's own CUDA stayed; its wheels did not
         title = (f"the CUDA wheels changed ({family.old} → {family.new}) under torch built for "
                  f"{_cuda_name(new)}")
@@ -159,7 +179,8 @@ def cuda_build_changed(ctx: Context) -> Iterator[Finding]:
             + (shell_words(w.split("==")[0] for w in wheels.new) if wheels and wheels.new
                else "<nvidia-* wheels of the wrong family>"),
         ),
-        changes=tuple(c for c in (cuda, family, wheels) if c is not None),
+        changes=(*(c for c in (cuda, family, wheels) if c is not None),
+                 *(c for c in ctx.diff.find("conda") if c.key in CONDA_CUDA)),
         weight=95,
     )
 

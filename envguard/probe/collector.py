@@ -209,8 +209,12 @@ def _conda(prefix: Path, installed: list[distributions.InstalledDist], checked: 
     records = conda.read_records(prefix, issues)
     found = conda.verify(prefix, records, mode)
     packages = conda.with_python_dists([r[0] for r in records], (i.dist for i in installed))
-    if found:
-        checked = dataclasses.replace(checked, issues=[*checked.issues, *found])
+    checked = dataclasses.replace(
+        checked, issues=[*checked.issues, *found.issues],
+        checked_files=checked.checked_files + found.files,
+        checked_bytes=checked.checked_bytes + found.size,
+        hashed_bytes=checked.hashed_bytes + found.hashed,
+        tolerated=checked.tolerated + found.tolerated)
     return sorted(packages, key=lambda p: p.name), checked
 
 

@@ -19,6 +19,7 @@ import json
 import os
 import stat
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,14 @@ def _text(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+def _requested(record: dict[str, Any]) -> str | None:
+    """conda's ``requested_spec``, or rattler's and pixi's ``requested_specs`` list."""
+    specs = record.get("requested_specs")
+    if isinstance(specs, list) and specs and all(isinstance(x, str) for x in specs):
+        return ", ".join(specs)
+    return _text(record.get("requested_spec"))
+
+
 def read_records(prefix: Path, issues: list[ProbeIssue]) -> list[tuple[CondaPackage,
                                                                         list[dict[str, Any]]]]:
     """Every readable record of ``prefix/conda-meta`` with its ``paths_data`` entries;
@@ -99,7 +108,7 @@ def read_records(prefix: Path, issues: list[ProbeIssue]) -> list[tuple[CondaPack
             build_number=number if isinstance(number, int) else None,
             channel=_channel(record), subdir=_text(record.get("subdir")),
             md5=_text(record.get("md5")), sha256=_text(record.get("sha256")),
-            requested_spec=_text(record.get("requested_spec")),
+            requested_spec=_requested(record), url=_text(record.get("url")),
             fingerprint=_fingerprint(paths), files=len(paths)), paths))
     return out
 
@@ -121,20 +130,35 @@ def with_python_dists(packages: list[CondaPackage], dists: Iterable[Distribution
     return out
 
 
+@dataclass(slots=True)
+class CondaCheck:
+    """What :func:`verify` checked, counted as the Python distributions' files are."""
+
+    issues: list[IntegrityIssue] = field(default_factory=list)
+    files: int = 0
+    size: int = 0
+    hashed: int = 0
+    tolerated: int = 0
+    """Files conda rewrites at link time (``prefix_placeholder``) and ``no_link`` entries."""
+
+
 def verify(prefix: Path, records: list[tuple[CondaPackage, list[dict[str, Any]]]],
-           mode: str) -> list[IntegrityIssue]:
+           mode: str) -> CondaCheck:
     """Missing and altered files against ``paths_data`` (``mode``: size or hash)."""
+    out = CondaCheck()
     if mode == "none":
-        return []
+        return out
     root = str(prefix)
-    issues: list[IntegrityIssue] = []
+    issues = out.issues
     for pkg, paths in records:
         owner = f"conda:{pkg.name}"
         for entry in paths:
             rel = entry["_path"]
-            if entry.get("path_type", "hardlink") not in ("hardlink", "file") \
-                    or entry.get("no_link") or entry.get("prefix_placeholder"):
-                continue  # softlinks, folders, files conda rewrites at link time
+            if entry.get("path_type", "hardlink") not in ("hardlink", "file"):
+                continue  # softlinks and folders
+            if entry.get("no_link") or entry.get("prefix_placeholder"):
+                out.tolerated += 1  # files conda rewrites at link time, or copies
+                continue
             full = os.path.normpath(os.path.join(root, rel))
             if not full.startswith(root + os.sep):
                 continue
@@ -147,6 +171,8 @@ def verify(prefix: Path, records: list[tuple[CondaPackage, list[dict[str, Any]]]
                 continue
             if not stat.S_ISREG(st.st_mode):
                 continue
+            out.files += 1
+            out.size += st.st_size
             size = entry.get("size_in_bytes")
             if isinstance(size, int) and size != st.st_size:
                 issues.append(IntegrityIssue(package=owner, path=rel, problem="size",
@@ -157,7 +183,8 @@ def verify(prefix: Path, records: list[tuple[CondaPackage, list[dict[str, Any]]]
                     expected = record_digest(bytes.fromhex(entry["sha256"]))
                 except (OSError, ValueError):
                     continue
+                out.hashed += st.st_size
                 if digest != expected:
                     issues.append(IntegrityIssue(package=owner, path=rel, problem="hash",
                                                  expected=expected, actual=digest))
-    return issues
+    return out
