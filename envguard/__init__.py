@@ -29,10 +29,12 @@ from envguard.version import __version__
 
 if TYPE_CHECKING:
     from envguard.api import (
+        BisectReport,
         DoctorReport,
         GateResult,
         Report,
         Snapshot,
+        bisect,
         check,
         diagnose,
         diff,
@@ -41,8 +43,8 @@ if TYPE_CHECKING:
         snapshot,
     )
 
-__all__ = ["DoctorReport", "GateResult", "Report", "Snapshot", "__version__", "check",
-           "diagnose", "diff", "format_report", "read_snapshot", "snapshot"]
+__all__ = ["BisectReport", "DoctorReport", "GateResult", "Report", "Snapshot", "__version__",
+           "bisect", "check", "diagnose", "diff", "format_report", "read_snapshot", "snapshot"]
 
 _API = frozenset(__all__) - {"__version__"}
 

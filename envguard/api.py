@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from envguard.bisection.report import BisectReport
 from envguard.changes import SnapshotDiff
 from envguard.doctor import DoctorReport
 from envguard.errors import InputError
@@ -40,8 +41,9 @@ from envguard.render.report import DiffReport
 Verify = Literal["none", "size", "hash"]
 Format = Literal["text", "json", "markdown"]
 
-__all__ = ["DoctorReport", "Format", "GateResult", "Report", "Snapshot", "Verify", "check",
-           "diagnose", "diff", "format_report", "read_snapshot", "snapshot"]
+__all__ = ["BisectReport", "DoctorReport", "Format", "GateResult", "Report", "Snapshot",
+           "Verify", "bisect", "check", "diagnose", "diff", "format_report", "read_snapshot",
+           "snapshot"]
 
 
 def snapshot(python: str | os.PathLike[str] | None = None, *,
@@ -182,9 +184,38 @@ def diagnose(python: str | os.PathLike[str] | None = None, *, symptom: str | Non
                     environment=selection.describe(), symptom=symptom)
 
 
-def format_report(report: Report | GateResult | DoctorReport, fmt: Format = "text", *,
+def bisect(good: Snapshot, bad: Snapshot, command: Iterable[str], *,
+           python: str | os.PathLike[str] | None = None,
+           find_links: Iterable[str | os.PathLike[str]] = (), index_url: str | None = None,
+           no_index: bool = False, offline: bool = False, timeout: float | None = None,
+           runs: int = 1, jobs: int = 1, keep: bool = False,
+           workdir: str | os.PathLike[str] | None = None,
+           cwd: str | os.PathLike[str] | None = None,
+           env: Mapping[str, str] | None = None) -> BisectReport:
+    """Which changes from ``good`` to ``bad`` make ``command`` fail, as ``envguard bisect``
+    finds them (docs/BISECT.md): ``report.verdict`` (``found``, ``inconclusive``,
+    ``refused``), ``report.culprits``, ``report.trials``. ``env``: the environment each
+    trial's command starts from (default: this process's). RestoreError: uv failed."""
+    from envguard.bisection.engine import BisectOptions
+    from envguard.bisection.engine import bisect as search
+
+    options = BisectOptions(
+        command=tuple(command), python=os.fspath(python) if python is not None else None,
+        find_links=tuple(os.path.abspath(os.fspath(x)) if "://" not in os.fspath(x)
+                         else os.fspath(x) for x in find_links),
+        index_url=index_url, no_index=no_index, offline=offline, timeout=timeout,
+        runs=runs, jobs=jobs, keep=keep,
+        workdir=Path(workdir).absolute() if workdir is not None else None,
+        env=dict(os.environ if env is None else env),
+        cwd=os.fspath(cwd) if cwd is not None else os.getcwd())
+    return search(good, bad, options, good_name="good", bad_name="bad")
+
+
+def format_report(report: Report | GateResult | DoctorReport | BisectReport,
+                  fmt: Format = "text", *,
                   width: int = 80, show_all: bool = False) -> str:
-    """A report as ``envguard diff``/``check``/``doctor`` print it with ``--format fmt``
+    """A report as ``envguard diff``/``check``/``doctor``/``bisect`` print it with
+    ``--format fmt``
     (text without colour, ``width`` columns)."""
     from envguard.render import PlainScreen, render
 

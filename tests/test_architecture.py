@@ -150,7 +150,7 @@ LOWER = ("envguard.errors", "envguard.exitcodes", "envguard.paths", "envguard.at
          "envguard.input_file", "envguard.redact")
 UPPER = ("envguard.cli", "envguard.api", "envguard.integrations", "envguard.doctor",
          "envguard.history", "envguard.gate",
-         "envguard.restore", "envguard.bisect", "envguard.cache",
+         "envguard.restore", "envguard.bisection", "envguard.cache",
          "envguard.fleet", "envguard.render")
 
 

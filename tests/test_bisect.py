@@ -20,9 +20,17 @@ from pathlib import Path
 
 import pytest
 
-from envguard.bisect.builds import locate, wheel_fingerprint
-from envguard.bisect.changeset import DOWNGRADE, ENV, INSTALL, REBUILD, REMOVE, UPGRADE, ChangeSet
-from envguard.bisect.search import FAIL, PASS, SKIP, Config, ddmin, split
+from envguard.bisection.builds import locate, wheel_fingerprint
+from envguard.bisection.changeset import (
+    DOWNGRADE,
+    ENV,
+    INSTALL,
+    REBUILD,
+    REMOVE,
+    UPGRADE,
+    ChangeSet,
+)
+from envguard.bisection.search import FAIL, PASS, SKIP, Config, ddmin, split
 from envguard.exitcodes import ExitCode
 from envguard.restore.plan import file_url_path
 from envguard.snapshot_file import read_snapshot
@@ -444,3 +452,48 @@ def test_an_unusable_workdir_is_one_line(world: World, tmp_path: Path) -> None:
     assert proc.returncode == ExitCode.USAGE
     assert proc.stderr.startswith("envguard: error: cannot make a work folder in ")
     assert len(proc.stderr.splitlines()) == 1
+
+
+def test_an_environment_variable_is_a_change_and_can_be_the_culprit(world: World) -> None:
+    good, bad = world.pair("envvar", ["alpha==1.0", "beta==1.0"], ["alpha==2.0", "beta==1.0"],
+                           bad_env={"TORCHINDUCTOR_BREAK": "1"})
+    cmd = "import os, sys; sys.exit(1 if os.environ.get('TORCHINDUCTOR_BREAK') else 0)"
+    proc, doc = world.bisect(good, bad, "python", "-c", cmd, args=("-j", "2"))
+    assert proc.returncode == ExitCode.OK, proc.stderr
+    (culprit,) = doc["culprits"]  # type: ignore[misc]
+    assert culprit["id"] == "env:TORCHINDUCTOR_BREAK" and culprit["kind"] == ENV
+    assert culprit["label"] == "env TORCHINDUCTOR_BREAK: (unset) → '1'"
+    assert "env-var-changed" in {r["rule"] for r in culprit["rules"]}
+    assert doc["jobs"] == 2
+
+
+def test_a_hang_fails_by_timeout_and_125_skips(world: World) -> None:
+    good, bad = world.pair("hang", ["alpha==1.0", "beta==1.0", "gamma==1.0"],
+                           ["alpha==2.0", "beta==2.0", "gamma==2.0"])
+    # beta 2.0 hangs; alpha 2.0 without beta 2.0 "cannot be tested" (exit 125)
+    cmd = ("import sys, time, alpha, beta\n"
+           "if beta.V == 2:\n    time.sleep(60)\n"
+           "if alpha.V == 2:\n    sys.exit(125)\n")
+    started = time.monotonic()
+    proc, doc = world.bisect(good, bad, "python", "-c", cmd, args=("--timeout", "2"))
+    assert proc.returncode == ExitCode.OK, proc.stderr
+    assert [c["id"] for c in doc["culprits"]] == ["beta"]  # type: ignore[union-attr]
+    trials = doc["trials"]
+    assert any(t["runs"] and t["runs"][0]["timed_out"] for t in trials)  # type: ignore[union-attr]
+    assert any(t["outcome"] == SKIP and "125" in t["reason"] for t in trials)  # type: ignore[union-attr]
+    assert time.monotonic() - started < 50
+
+
+def test_the_python_api(world: World) -> None:
+    import envguard
+
+    good, bad = world.pair("api", ["alpha==1.0", "beta==1.0"], ["alpha==1.0", "beta==2.0"])
+    report = envguard.bisect(
+        envguard.read_snapshot(good), envguard.read_snapshot(bad),
+        ["python", "-c", "import beta; assert beta.V == 1"], find_links=[world.wheels],
+        no_index=True, offline=True, workdir=world.root / "api-work", env=world.env)
+    assert isinstance(report, envguard.BisectReport)
+    assert report.verdict == "found"
+    assert [c.step.id for c in report.culprits] == ["beta"]
+    assert "beta 1.0 → 2.0: alone" in envguard.format_report(report)
+    assert json.loads(envguard.format_report(report, "json"))["schema"] == "envguard.bisect/1"

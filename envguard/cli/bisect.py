@@ -88,8 +88,8 @@ def _split_command(args: argparse.Namespace) -> tuple[argparse.Namespace, list[s
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
-    from envguard.bisect.engine import BisectOptions, bisect
-    from envguard.bisect.report import FOUND, REFUSED
+    from envguard.bisection.engine import BisectOptions, bisect
+    from envguard.bisection.report import FOUND, REFUSED
     from envguard.cli.diff import load_pair
 
     args, argv = _split_command(args)

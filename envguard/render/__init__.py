@@ -38,7 +38,7 @@ from envguard.render.formats import OutputFormat
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from envguard.bisect.report import BisectReport
+    from envguard.bisection.report import BisectReport
     from envguard.cache.store import CacheStatus
     from envguard.doctor import DoctorReport
     from envguard.fleet.analyse import FleetReport

@@ -12,8 +12,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from envguard.bisect.report import FOUND, REFUSED, BisectReport
-from envguard.bisect.trial import Trial
+from envguard.bisection.report import FOUND, REFUSED, BisectReport
+from envguard.bisection.trial import Trial
 from envguard.redact import redact_argv, redact_text
 from envguard.render.sanitize import clean
 

@@ -26,10 +26,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from envguard.bisect.builds import Build, locate, uv_cache_dir
-from envguard.bisect.changeset import ENV, ChangeSet, short
-from envguard.bisect.changeset import Step as ChangeStep
-from envguard.bisect.report import (
+from envguard.bisection.builds import Build, locate, uv_cache_dir
+from envguard.bisection.changeset import ENV, ChangeSet, short
+from envguard.bisection.changeset import Step as ChangeStep
+from envguard.bisection.report import (
     FOUND,
     INCONCLUSIVE,
     REFUSED,
@@ -37,8 +37,8 @@ from envguard.bisect.report import (
     Culprit,
     Link,
 )
-from envguard.bisect.search import FAIL, PASS, SKIP, Config, ddmin
-from envguard.bisect.trial import (
+from envguard.bisection.search import FAIL, PASS, SKIP, Config, ddmin
+from envguard.bisection.trial import (
     Built,
     Trial,
     TrialSettings,

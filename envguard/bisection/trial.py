@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from envguard.bisect.search import FAIL, PASS, SKIP
+from envguard.bisection.search import FAIL, PASS, SKIP
 from envguard.errors import RestoreError
 from envguard.restore.build import error_line, fill_venv, run_process, run_uv
 

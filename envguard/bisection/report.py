@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from envguard.bisect.builds import Build
-from envguard.bisect.changeset import ENV, Step
-from envguard.bisect.trial import Trial
+from envguard.bisection.builds import Build
+from envguard.bisection.changeset import ENV, Step
+from envguard.bisection.trial import Trial
 from envguard.redact import redact_argv, redact_text
 
 SCHEMA = "envguard.bisect/1"

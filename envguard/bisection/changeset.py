@@ -6,7 +6,7 @@ from GOOD's package set and GOOD's values of those variables and applies a subse
 steps: :meth:`ChangeSet.requirements` and :meth:`ChangeSet.environment` give what it runs in.
 
 Pure: nothing here runs uv or reads a wheel. Where a step needs an exact build (a rebuild),
-the caller supplies it (:mod:`envguard.bisect.builds`).
+the caller supplies it (:mod:`envguard.bisection.builds`).
 """
 
 from __future__ import annotations
