@@ -497,3 +497,26 @@ def test_the_python_api(world: World) -> None:
     assert [c.step.id for c in report.culprits] == ["beta"]
     assert "beta 1.0 → 2.0: alone" in envguard.format_report(report)
     assert json.loads(envguard.format_report(report, "json"))["schema"] == "envguard.bisect/1"
+
+
+def test_bad_is_this_environment_and_its_rebuild_is_packed_from_it(world: World) -> None:
+    """The usual case: a GOOD.json from before, the broken venv is the one you are in (@now),
+    and BAD's torch build exists nowhere but installed in it."""
+    good_venv = world.venv(["torch==2.11.0+cu130", "alpha==1.0"], links=(world.good_torch,))
+    good = world.snapshot(good_venv, "now-good")
+    bad_venv = world.venv(["torch==2.11.0+cu130", "alpha==2.0"], links=(world.bad_torch,))
+    env = {**world.env, "VIRTUAL_ENV": str(bad_venv),
+           "UV_CACHE_DIR": str(world.root / "now-empty-cache")}
+    check = f"import torch.version as v; assert v.git_version == {GOOD_GIT!r}"
+    proc = subprocess.run(
+        [sys.executable, "-m", "envguard", "bisect", str(good), "@now", "--no-index",
+         "--offline", "--find-links", str(world.wheels), "--find-links", str(world.good_torch),
+         "--format", "json", "--workdir", str(world.root / "now-work"), "--",
+         "python", "-c", check], env=env, capture_output=True, text=True, timeout=300,
+        check=False, cwd=world.root)
+    assert proc.returncode == ExitCode.OK, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["bad"] == "@now (this environment)"
+    assert [c["id"] for c in doc["culprits"]] == ["torch"]
+    sources = {b["source"] for b in doc["builds"]}
+    assert sources == {"--find-links", "installed"}
