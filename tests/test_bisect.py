@@ -7,6 +7,7 @@ ddmin search is also checked on its own against set oracles.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -32,6 +33,7 @@ from envguard.bisection.changeset import (
 )
 from envguard.bisection.search import FAIL, PASS, SKIP, Config, ddmin, split
 from envguard.exitcodes import ExitCode
+from envguard.model import CondaPackage
 from envguard.restore.plan import file_url_path
 from envguard.snapshot_file import read_snapshot
 from tests.wheelfactory import build_wheel, fake_torch_files
@@ -422,6 +424,11 @@ def test_changeset_applies_steps_to_good(world: World) -> None:
     assert lines == ["alpha==2.0", "eps==1.0", "zeta==1.0"] and missing == []
     assert changes.environment({3}, {"TORCH_LOGS": "x"})["TORCH_LOGS"] == "+dynamo"
     assert "TORCH_LOGS" not in changes.environment(set(), {"TORCH_LOGS": "x"})
+    assert changes.notes == ()
+    conda = dataclasses.replace(read_snapshot(bad), conda=[
+        CondaPackage(name="cudatoolkit", version="12.1.0", build="h0_0")])
+    (note,) = ChangeSet.between(read_snapshot(good), conda).notes
+    assert note.startswith("1 conda package(s) differ (cudatoolkit): trials are uv venvs")
 
 
 def test_markdown_report_and_a_secret_in_the_command(world: World) -> None:

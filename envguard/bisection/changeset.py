@@ -159,6 +159,14 @@ class ChangeSet:
             notes.append(f"GOOD ran Python {good.interpreter.version}, BAD "
                          f"{bad.interpreter.version}: every trial uses one interpreter, so "
                          "the Python version itself is not part of the search")
+        conda = {(p.name, p.version, p.build) for p in good.conda} ^ {
+            (p.name, p.version, p.build) for p in bad.conda}
+        if conda:
+            names = sorted({name for name, _v, _b in conda})
+            notes.append(f"{len(names)} conda package(s) differ ({', '.join(names[:5])}"
+                         f"{', …' if len(names) > 5 else ''}): trials are uv venvs, so they "
+                         "are not part of the search (envguard restore rebuilds a conda "
+                         "prefix)")
         return cls(good=good, bad=bad, steps=(*package_steps(good, bad), *envs),
                    notes=tuple(notes))
 
