@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,11 +30,35 @@ def env() -> dict[str, str]:
     return out
 
 
-def torchrun(n: int, *args: str, cwd: Path = REPO, timeout: float = 240
-             ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node",
-                           str(n), "--standalone", *args], cwd=cwd, env=env(),
-                          capture_output=True, text=True, timeout=timeout)
+GLOO_TRANSPORT_FAILURES = ("Connection closed by peer", "Connection reset by peer",
+                           "terminate called without an active exception")
+"""How gloo's TCP transport fails on an overloaded 2-core machine, seen about once in three
+full suite runs there (and never alone): a rank aborts in gloo's teardown, or its peer's
+socket closes under it. A launch that fails this way is retried once (:func:`gloo_flake`)."""
+
+
+def gloo_flake(proc: subprocess.CompletedProcess[str]) -> bool:
+    """Failed, and only with one of :data:`GLOO_TRANSPORT_FAILURES` (not a dflash error)."""
+    return proc.returncode != 0 and any(s in proc.stderr for s in GLOO_TRANSPORT_FAILURES)
+
+
+def torchrun(n: int, *args: str, cwd: Path = REPO, timeout: float = 240,
+             fresh: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``torchrun --standalone``; retried once after a gloo transport failure, with a
+    warning that names it (a second failure is the test's to report). ``fresh``: the run
+    folder of a run that starts from scratch, emptied before the retry."""
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(n),
+            "--standalone", *args]
+    proc = subprocess.run(argv, cwd=cwd, env=env(), capture_output=True, text=True,
+                          timeout=timeout)
+    if gloo_flake(proc):
+        warnings.warn(f"torchrun retried after a gloo transport failure: "
+                      f"{proc.stderr[-400:]!r}", stacklevel=2)
+        if fresh is not None:
+            shutil.rmtree(fresh, ignore_errors=True)
+        proc = subprocess.run(argv, cwd=cwd, env=env(), capture_output=True, text=True,
+                              timeout=timeout)
+    return proc
 
 
 def train_args(out: Path, steps: int, batch_size: int = 2) -> list[str]:
@@ -44,7 +70,8 @@ def train_args(out: Path, steps: int, batch_size: int = 2) -> list[str]:
 
 def run(out: Path, n: int, steps: int, *extra: str) -> subprocess.CompletedProcess[str]:
     """The small recipe under torchrun with ``n`` processes, batch 2 per rank."""
-    return torchrun(n, "-m", "dflash.cli.train", *train_args(out, steps), *extra)
+    return torchrun(n, "-m", "dflash.cli.train", *train_args(out, steps), *extra,
+                    fresh=None if "--resume" in extra else out)
 
 
 def single(out: Path, steps: int, *extra: str, batch_size: int = 2

@@ -10,12 +10,13 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
 
 from dflash.distributed.world import Roles
-from tests.dflash.launch import REPO, SMALL, STEPS, env, losses, run
+from tests.dflash.launch import GLOO_TRANSPORT_FAILURES, REPO, SMALL, STEPS, env, losses, run
 
 
 def test_roles_put_drafters_first_and_spread_clients_over_target_ranks():
@@ -83,12 +84,8 @@ def test_target_ranks_without_torchrun_is_refused(tmp_path: Path):
     assert main(["--target-ranks", "1", "--out", str(tmp_path / "x"), "--unguarded"]) == 2
 
 
-@pytest.mark.slow
-def test_sigterm_with_split_roles_checkpoints_and_resumes(tmp_path: Path):
-    # torchrun forwards SIGTERM to every rank: the drafter ranks finish their step,
-    # checkpoint and close their feature streams; the target rank keeps answering until
-    # they have, instead of dying under them.
-    out = tmp_path / "run"
+def _terminated_split_run(out: Path) -> tuple[str, str]:
+    """A 3-process split-roles run, SIGTERMed after its third step: (stdout, stderr)."""
     args = ["--preset", "tiny", "--unguarded", "--quiet", "--out", str(out), "--set=batch_size=2",
             "--target-ranks", "1", *SMALL]
     proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone",
@@ -101,7 +98,23 @@ def test_sigterm_with_split_roles_checkpoints_and_resumes(tmp_path: Path):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.2)
     os.kill(proc.pid, signal.SIGTERM)
-    stdout, stderr = proc.communicate(timeout=120)
+    return proc.communicate(timeout=120)
+
+
+@pytest.mark.slow
+def test_sigterm_with_split_roles_checkpoints_and_resumes(tmp_path: Path):
+    # torchrun forwards SIGTERM to every rank: the drafter ranks finish their step,
+    # checkpoint and close their feature streams; the target rank keeps answering until
+    # they have, instead of dying under them.
+    out = tmp_path / "run"
+    metrics = out / "metrics.jsonl"
+    stdout, stderr = _terminated_split_run(out)
+    if "stopped by SIGTERM at step" not in stdout and any(
+            s in stderr for s in GLOO_TRANSPORT_FAILURES):
+        warnings.warn(f"retried after a gloo transport failure: {stderr[-400:]!r}",
+                      stacklevel=1)
+        shutil.rmtree(out, ignore_errors=True)
+        stdout, stderr = _terminated_split_run(out)
     assert "stopped by SIGTERM at step" in stdout, stdout + stderr[-3000:]
     assert "could not close the feature stream" not in stderr
     step = int(stdout.split("stopped by SIGTERM at step ")[1].split(";")[0])
