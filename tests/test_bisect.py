@@ -527,3 +527,22 @@ def test_bad_is_this_environment_and_its_rebuild_is_packed_from_it(world: World)
     assert [c["id"] for c in doc["culprits"]] == ["torch"]
     sources = {b["source"] for b in doc["builds"]}
     assert sources == {"--find-links", "installed"}
+
+
+def test_dry_run_lists_the_changes_and_builds_nothing(world: World) -> None:
+    good, bad = world.pair("dry", ["alpha==1.0", "torch==2.11.0+cu130"],
+                           ["alpha==2.0", "torch==2.11.0+cu130"],
+                           good_links=(world.good_torch,), bad_links=(world.bad_torch,))
+    for args in ((), ("--", "python", "-c", "pass")):
+        proc = subprocess.run(
+            [sys.executable, "-m", "envguard", "bisect", str(good), str(bad), "--dry-run",
+             "--find-links", str(world.good_torch), "--find-links", str(world.bad_torch),
+             "--workdir", str(world.root / "dry-work"), *args],
+            env=world.env, capture_output=True, text=True, check=False, timeout=120)
+        assert proc.returncode == ExitCode.OK, proc.stderr
+        out = " ".join(proc.stdout.split())  # rich wraps the long paths at 80 columns
+        assert "planned (--dry-run: nothing built)" in out
+        assert "2 change(s) to search; both builds of 1 same-version rebuild(s) found" in out
+        assert "alpha 1.0 → 2.0" in out and "torch 2.11.0+cu130 rebuilt" in out
+        assert "trial" not in proc.stderr  # nothing built, nothing run
+        assert list((world.root / "dry-work").iterdir()) == []

@@ -32,6 +32,7 @@ from envguard.bisection.changeset import Step as ChangeStep
 from envguard.bisection.report import (
     FOUND,
     INCONCLUSIVE,
+    PLANNED,
     REFUSED,
     BisectReport,
     Culprit,
@@ -72,6 +73,8 @@ class BisectOptions:
     runs: int = 1
     jobs: int = 1
     keep: bool = False
+    dry_run: bool = False
+    """List the changes and find the exact builds; build and run nothing."""
     workdir: Path | None = None
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
     cwd: str | None = None
@@ -217,7 +220,7 @@ def _flaky(bad: Trial, runs: int) -> str | None:
 def bisect(good: Snapshot, bad: Snapshot, options: BisectOptions, *, good_name: str,
            bad_name: str, step: Step | None = None) -> BisectReport:
     """Search the changes from ``good`` to ``bad`` for the ones that make the command fail."""
-    if not options.command:
+    if not options.command and not options.dry_run:
         raise InputError("no command: put it after --, as in envguard bisect GOOD BAD -- CMD")
     changes = ChangeSet.between(good, bad)
     if not changes.steps:
@@ -251,8 +254,6 @@ def _search(changes: ChangeSet, options: BisectOptions, uv: str, workdir: Path,
         sync_args=tuple(options.sync_args()), timeout=options.timeout,
         runs=max(1, options.runs), cwd=options.cwd, keep=options.keep)
     trials = _Trials(changes, settings, workdir, options.env, step)
-    everything = frozenset(range(len(changes.steps)))
-    good_trial, bad_trial = _endpoints(trials, everything, options.jobs)
 
     def report(verdict: str, culprits: tuple[Culprit, ...] = (), reason: str = ""
                ) -> BisectReport:
@@ -264,6 +265,10 @@ def _search(changes: ChangeSet, options: BisectOptions, uv: str, workdir: Path,
             timeout=options.timeout, seconds=time.perf_counter() - started,
             workdir=str(workdir) if options.keep else None)
 
+    if options.dry_run:
+        return report(PLANNED)
+    everything = frozenset(range(len(changes.steps)))
+    good_trial, bad_trial = _endpoints(trials, everything, options.jobs)
     if good_trial.outcome != PASS or any(r.outcome != PASS for r in good_trial.runs):
         why = good_trial.reason or good_trial.outcome
         return report(REFUSED, reason=f"the command does not pass in {good_name}'s set ({why}): "

@@ -10,8 +10,8 @@ from envguard.bisection.trial import Trial
 from envguard.redact import redact_argv, redact_text
 
 SCHEMA = "envguard.bisect/1"
-FOUND, INCONCLUSIVE, REFUSED = "found", "inconclusive", "refused"
-VERDICTS = (FOUND, INCONCLUSIVE, REFUSED)
+FOUND, INCONCLUSIVE, REFUSED, PLANNED = "found", "inconclusive", "refused", "planned"
+VERDICTS = (FOUND, INCONCLUSIVE, REFUSED, PLANNED)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -39,7 +39,8 @@ class BisectReport:
     steps: tuple[Step, ...]
     verdict: str
     """``found``: a minimal failing set; ``inconclusive``: a set, not proven minimal or
-    found with a flaky command; ``refused``: GOOD fails or BAD passes."""
+    found with a flaky command; ``refused``: GOOD fails or BAD passes; ``planned``:
+    ``--dry-run``, the changes listed and the exact builds found, nothing built."""
     reason: str = ""
     culprits: tuple[Culprit, ...] = ()
     trials: tuple[Trial, ...] = ()
@@ -58,6 +59,11 @@ class BisectReport:
         """One sentence: ``torch 2.11.0+cu130 rebuilt (…): alone, it makes the command fail``."""
         if self.verdict == REFUSED:
             return self.reason
+        if self.verdict == PLANNED:
+            rebuilt = sum(1 for s in self.steps if s.kind == "rebuild")
+            return (f"{len(self.steps)} change(s) to search; both builds of {rebuilt} "
+                    "same-version rebuild(s) found" if rebuilt else
+                    f"{len(self.steps)} change(s) to search")
         labels = "; ".join(c.step.label for c in self.culprits)
         if len(self.culprits) == 1:
             return f"{labels}: alone, it makes the command fail"

@@ -60,6 +60,9 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("-j", "--jobs", type=_positive(int), default=1, metavar="N",
                    help="trials at once (default 1)")
     p.add_argument("--keep", action="store_true", help="keep the trial venvs")
+    p.add_argument("--dry-run", action="store_true",
+                   help="list the changes and find the exact builds; build and run nothing "
+                   "(no command needed)")
     p.add_argument("--workdir", metavar="DIR",
                    help="where trial venvs are made (default: envguard's cache folder; put "
                    "it on the filesystem of uv's cache so that uv can hard-link)")
@@ -82,18 +85,19 @@ def _split_command(args: argparse.Namespace) -> tuple[argparse.Namespace, list[s
             args = args.bisect_parser.parse_args([*options, args.good, args.bad],
                                                  namespace=args)
         return args, command
-    if argv and argv[0].startswith("-"):
-        raise InputError(f"put the command after --: {USAGE}")
+    if argv and argv[0].startswith("-"):  # options only (--dry-run), or a command without --
+        args = args.bisect_parser.parse_args([*argv, args.good, args.bad], namespace=args)
+        return args, []
     return args, argv
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
     from envguard.bisection.engine import BisectOptions, bisect
-    from envguard.bisection.report import FOUND, REFUSED
+    from envguard.bisection.report import FOUND, PLANNED, REFUSED
     from envguard.cli.diff import load_pair
 
     args, argv = _split_command(args)
-    if not argv:
+    if not argv and not args.dry_run:
         raise InputError(f"no command: {USAGE}")
     good, bad = load_pair(args.good, args.bad)
     links = tuple(x if "://" in x else os.path.abspath(x) for x in args.find_links)
@@ -101,7 +105,8 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         command=tuple(argv), python=args.python, find_links=links, index_url=args.index_url,
         extra_index_urls=tuple(args.extra_index_url), no_index=args.no_index,
         offline=args.offline, timeout=args.timeout, runs=args.runs, jobs=args.jobs,
-        keep=args.keep, workdir=Path(args.workdir).absolute() if args.workdir else None,
+        keep=args.keep, dry_run=args.dry_run,
+        workdir=Path(args.workdir).absolute() if args.workdir else None,
         cwd=os.getcwd())
     with sigterm_interrupts(), StderrProgress(note_after=0) as progress:
         report = bisect(good.snapshot, bad.snapshot, options, good_name=good.label,
@@ -110,4 +115,4 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     if report.verdict == REFUSED:
         note(report.reason)
         return ExitCode.REFUSED
-    return ExitCode.OK if report.verdict == FOUND else ExitCode.DRIFT
+    return ExitCode.OK if report.verdict in (FOUND, PLANNED) else ExitCode.DRIFT

@@ -12,13 +12,14 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from envguard.bisection.report import FOUND, REFUSED, BisectReport
+from envguard.bisection.report import FOUND, PLANNED, REFUSED, BisectReport
 from envguard.bisection.trial import Trial
 from envguard.redact import redact_argv, redact_text
 from envguard.render.sanitize import clean
 
 _STYLE = {"pass": "green", "fail": "bold red", "skip": "yellow"}
-_VERDICT = {FOUND: ("culprit found", "bold green"), REFUSED: ("refused", "bold red")}
+_VERDICT = {FOUND: ("culprit found", "bold green"), REFUSED: ("refused", "bold red"),
+            PLANNED: ("planned (--dry-run: nothing built)", "bold")}
 
 
 def _safe(text: str, limit: int = 400) -> str:
@@ -53,10 +54,12 @@ def text(report: BisectReport) -> RenderableType:
                 style="bold")
     label, style = _VERDICT.get(report.verdict, ("inconclusive", "bold yellow"))
     head.append(label, style=style)
-    head.append(f"  ({len(report.steps)} change(s), {len(report.trials)} trial(s), "
-                f"{report.seconds:.1f} s)", style="dim")
-    parts: list[RenderableType] = [head, Text(f"command: {_safe(_command(report))}",
-                                              style="dim")]
+    if report.verdict != PLANNED:
+        head.append(f"  ({len(report.steps)} change(s), {len(report.trials)} trial(s), "
+                    f"{report.seconds:.1f} s)", style="dim")
+    parts: list[RenderableType] = [head]
+    if report.command:
+        parts.append(Text(f"command: {_safe(_command(report))}", style="dim"))
     if report.verdict != REFUSED:
         parts.append(Text(_safe(report.summary, 800), style="bold"))
     if report.reason:
@@ -72,6 +75,8 @@ def text(report: BisectReport) -> RenderableType:
             if link.remedy:
                 line.append(f"\n        remedy: {_safe(link.remedy[0], 300)}", style="dim")
         parts.append(line)
+    if report.verdict == PLANNED:
+        parts += [Text(f"  {_safe(s.label)}") for s in report.steps]
     table = Table(show_edge=False, pad_edge=False, title="trials", title_justify="left")
     for col in ("#", "applied", "outcome", "build", "runs", "note"):
         table.add_column(col, overflow="fold")
@@ -81,7 +86,8 @@ def text(report: BisectReport) -> RenderableType:
                       Text(t.outcome + (" (mixed)" if t.mixed else ""),
                            style=_STYLE.get(t.outcome, "")),
                       f"{t.build_seconds:.1f} s", _runs(t), _safe(note, 300))
-    parts.append(table)
+    if report.trials:
+        parts.append(table)
     failing = [t for t in report.trials if t.outcome == "fail" and t.tail]
     last = next((t for t in reversed(failing) if set(t.applied) == {
         c.step.id for c in report.culprits}), failing[-1] if failing else None)
