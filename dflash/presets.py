@@ -28,6 +28,14 @@ def tiny() -> TrainConfig:
         log_every=20, eval_every=80, save_every=120, loss_chunk=1024)
 
 
+def demo() -> TrainConfig:
+    """CPU, a few minutes the first time and about a minute and a half after: the tiny
+    recipe on a target that is a language model of code (``tiny-stdlib``: the tiny shape
+    pretrained on this Python's standard library, built once and cached), 600 steps."""
+    return dataclasses.replace(tiny(), target=STDLIB_TARGET, steps=600, eval_every=200,
+                               save_every=300)
+
+
 def qwen3_1_7b_shape() -> TrainConfig:
     """A Qwen3-1.7B-shaped random target (28 layers, H=2048): how the recipe scales."""
     return TrainConfig(target="qwen3-1.7b-shape", batch_size=1, buckets=(3072,))
@@ -39,7 +47,8 @@ def qwen3_8b_shape() -> TrainConfig:
 
 
 PRESETS: dict[str, Callable[[], TrainConfig]] = {
-    "tiny": tiny, "qwen3-1.7b-shape": qwen3_1_7b_shape, "qwen3-8b-shape": qwen3_8b_shape}
+    "tiny": tiny, "demo": demo, "qwen3-1.7b-shape": qwen3_1_7b_shape,
+    "qwen3-8b-shape": qwen3_8b_shape}
 
 
 # -- target shapes -------------------------------------------------------------------------
@@ -61,15 +70,21 @@ TARGET_SHAPES: dict[str, TargetShape] = {
 }
 
 
+STDLIB_TARGET = "tiny-stdlib"
+"""The tiny shape pretrained on the standard library (dflash/stdlib_target.py): a named
+target with weights, built on first use."""
+
+
 def target_path(source: str) -> Path | None:
-    """None for a named shape, else the local model folder or config file ``source`` names;
-    TargetError when it is neither."""
-    if source in TARGET_SHAPES:
+    """None for a named shape (or ``tiny-stdlib``, built on first use), else the local model
+    folder or config file ``source`` names; TargetError when it is neither."""
+    if source in TARGET_SHAPES or source == STDLIB_TARGET:
         return None
     path = Path(source).expanduser()
     if not path.exists():
         raise TargetError(f"target {source!r} is neither a named shape "
-                          f"({', '.join(TARGET_SHAPES)}) nor an existing path")
+                          f"({', '.join([*TARGET_SHAPES, STDLIB_TARGET])}) nor an existing "
+                          "path")
     return path
 
 

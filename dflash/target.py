@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from dflash.config import DrafterConfig, TargetShape, target_layer_ids_for
 from dflash.errors import TargetError
-from dflash.presets import TARGET_SHAPES, target_path
+from dflash.presets import STDLIB_TARGET, TARGET_SHAPES, target_path
 
 if TYPE_CHECKING:
     from transformers import (
@@ -247,6 +247,9 @@ def target_text(source: str) -> str:
     """What building the target ``source`` does, for the progress display (no I/O
     beyond a directory listing)."""
     path = target_path(source)
+    if source == STDLIB_TARGET:
+        return ("loading the target (tiny-stdlib: the tiny shape pretrained on the standard "
+                "library; built and cached on first use)")
     if path is None:
         return f"building the target ({source}, random weights)"
     if path.is_dir() and _has_weights(path):
@@ -262,6 +265,12 @@ def load_target(source: str, *, device: str | torch.device = "cpu",
     device = torch.device(device)
     tokenizer = None
     path = target_path(source)
+    if source == STDLIB_TARGET:
+        from dflash import stdlib_target
+
+        shape = TARGET_SHAPES["tiny"]
+        path = stdlib_target.ensure(_qwen3_config(shape))
+        layer_ids = layer_ids or shape.layer_ids
     if path is None:
         shape = TARGET_SHAPES[source]
         model = _random_model(_qwen3_config(shape), device, dtype, seed)
