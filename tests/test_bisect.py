@@ -125,9 +125,13 @@ class World:
         return path
 
     def snapshot(self, venv: Path, name: str, **extra_env: str) -> Path:
+        """The venv's snapshot, taken in this process (the CLI's own path is what the
+        bisect commands exercise), with the variables of ``extra_env`` recorded."""
+        import envguard
+
         out = self.root / f"{name}.json"
-        run([sys.executable, "-m", "envguard", "snapshot", "-q", "--verify", "none", "--python",
-             str(venv / "bin" / "python"), "-o", str(out)], {**self.env, **extra_env})
+        envguard.snapshot(venv / "bin" / "python", verify="none", cwd=self.root,
+                          env={**self.env, **extra_env}).write(out)
         return out
 
     def pair(self, name: str, good: list[str], bad: list[str], *,
