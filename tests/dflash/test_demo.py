@@ -20,19 +20,24 @@ from dflash import stdlib_target
 from tests.dflash.launch import REPO, env
 
 
-def _eval(drafter: list[str], child_env: dict[str, str]) -> dict[str, object]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "dflash.cli.evaluate", "--drafter", *drafter, "--target",
-         "tiny-stdlib", "--synthetic", "8", "--prompt-length", "12", "--max-new-tokens", "48",
-         "--json", "--quiet"], cwd=REPO, env=child_env, capture_output=True, text=True,
-        timeout=300, check=False)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    report: dict[str, object] = json.loads(proc.stdout)
+def _eval(drafter: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
+    """dflash-eval's report, run in this process (no second torch start)."""
+    from dflash.cli.evaluate import main
+
+    capsys.readouterr()
+    code = main(["--drafter", *drafter, "--target", "tiny-stdlib", "--synthetic", "8",
+                 "--prompt-length", "12", "--max-new-tokens", "48", "--json", "--quiet"])
+    out = capsys.readouterr()
+    assert code == 0, out.err[-2000:]
+    report: dict[str, object] = json.loads(out.out)
     return report
 
 
 @pytest.mark.slow
-def test_demo_target_is_a_code_model_and_its_drafter_beats_the_untrained_one(tmp_path: Path):
+def test_demo_target_is_a_code_model_and_its_drafter_beats_the_untrained_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    monkeypatch.setenv("DFLASH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("DFLASH_STDLIB_STEPS", "150")
     child_env = {**env(), "DFLASH_CACHE_DIR": str(tmp_path / "cache"),
                  "DFLASH_STDLIB_STEPS": "150"}
     out = tmp_path / "run"
@@ -50,7 +55,7 @@ def test_demo_target_is_a_code_model_and_its_drafter_beats_the_untrained_one(tmp
     assert all(stdlib_target.held_out(f, 20) for f in corpus["held_out_files"])
     # a model of code: far below the 6.2 nats/token of a uniform guess over 512 tokens
     assert corpus["held_out_loss"] < 4.5, corpus["held_out_loss"]
-    trained = _eval([str(out / "drafter")], child_env)
-    untrained = _eval([str(out / "drafter"), "--untrained"], child_env)
+    trained = _eval([str(out / "drafter")], capsys)
+    untrained = _eval([str(out / "drafter"), "--untrained"], capsys)
     assert trained["lossless"] and untrained["lossless"]
     assert float(trained["tau"]) > float(untrained["tau"]) + 0.3, (trained, untrained)  # type: ignore[arg-type]
