@@ -17,6 +17,7 @@ import pytest
 
 from envguard.atomic import write_text_atomic
 from envguard.errors import OutputError
+from tests.wheelfactory import interruptible
 
 
 def test_failed_write_keeps_the_old_file_and_leaves_no_temp(tmp_path: Path,
@@ -241,7 +242,7 @@ def _signal_mid_write(tmp_path: Path, signum: int, code: str = _BIG_WRITE) -> tu
     target = tmp_path / "good.json"
     target.write_text("the good state\n")
     proc = subprocess.Popen([sys.executable, "-c", code, str(target)], stdout=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=interruptible)
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "go"
     deadline = time.monotonic() + 30

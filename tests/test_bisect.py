@@ -36,7 +36,7 @@ from envguard.exitcodes import ExitCode
 from envguard.model import CondaPackage
 from envguard.restore.plan import file_url_path
 from envguard.snapshot_file import read_snapshot
-from tests.wheelfactory import build_wheel, fake_torch_files
+from tests.wheelfactory import build_wheel, fake_torch_files, interruptible
 from tests.wheelfactory import find_uv as find_uv_for_tests
 
 GOOD_GIT = "e2b8a1c7f0d94c3b8a5f6e7d8c9b0a1f2e3d4c5b"
@@ -362,7 +362,7 @@ def test_sigint_in_the_middle_leaves_nothing_behind(world: World) -> None:
         [sys.executable, "-m", "envguard", "bisect", str(good), str(bad), "--no-index",
          "--offline", "--find-links", str(world.wheels), "--workdir", str(work), "--",
          "python", "-c", sleeper], env=world.env, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+        stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
     deadline = time.monotonic() + 60
     while not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.05)

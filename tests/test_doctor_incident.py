@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,26 @@ from tests.wheelfactory import Venv, VenvFactory, build_wheel, fake_torch_files
 
 BAD_GIT = "70d99e998b4955e0049d13a98d77ae1b14db1f45"
 GOOD_GIT = "e2b8a1c7f0d94a6b8c3e5f7a9b1d3c5e7f9a1b3c"
-NOW = time.time()
-T_SETUP, T_SERVING, T_REBUILD, T_PATCH, T_CACHE = (
-    NOW - 3 * 86400, NOW - 2 * 3600, NOW - 50 * 60, NOW - 45 * 60, NOW - 10 * 60)
+AGO_SETUP, AGO_SERVING, AGO_REBUILD, AGO_PATCH, AGO_CACHE = (
+    3 * 86400, 2 * 3600, 50 * 60, 45 * 60, 10 * 60)
+"""How long before the fixture each step happened (seconds). The times are taken when the
+fixture runs, not when the module is imported: in a long suite the two are many minutes
+apart, and ``--since 1h`` must still hold the reinstall of 50 minutes ago."""
+
+
+@dataclass(frozen=True)
+class Times:
+    setup: float
+    serving: float
+    rebuild: float
+    patch: float
+    cache: float
+
+
+def _times() -> Times:
+    now = time.time()
+    return Times(setup=now - AGO_SETUP, serving=now - AGO_SERVING, rebuild=now - AGO_REBUILD,
+                 patch=now - AGO_PATCH, cache=now - AGO_CACHE)
 
 
 def _age(folder: Path, at: float) -> None:
@@ -48,7 +66,9 @@ def envguard(*args: str | Path, env: dict[str, str], cwd: Path) -> Any:
 
 
 @pytest.fixture
-def incident(venvs: VenvFactory, wheel_dir: Path, tmp_path: Path) -> tuple[Venv, dict[str, str]]:
+def incident(venvs: VenvFactory, wheel_dir: Path, tmp_path: Path
+             ) -> tuple[Venv, dict[str, str], Times]:
+    at = _times()
     good = build_wheel(wheel_dir, "torch", "2.11.0+cu128", fake_torch_files(git_version=GOOD_GIT))
     rebuild = build_wheel(tmp_path / "rebuild", "torch", "2.11.0+cu128",
                           fake_torch_files(git_version=BAD_GIT))
@@ -59,33 +79,33 @@ def incident(venvs: VenvFactory, wheel_dir: Path, tmp_path: Path) -> tuple[Venv,
                            {"flashinfer/__init__.py": ""})]
     env = venvs.create("train")
     venvs.uv_install(env, good, trainer)
-    _age(env.path, T_SETUP)
+    _age(env.path, at.setup)
     venvs.uv_install(env, *serving)
     for name, package in (("sglang", "sglang"), ("flashinfer-python", "flashinfer")):
-        _age(_dist_info(env, name), T_SERVING)
-        _age(env.site_packages() / package, T_SERVING)
+        _age(_dist_info(env, name), at.serving)
+        _age(env.site_packages() / package, at.serving)
     venvs.uv_install(env, rebuild, reinstall=True)
-    _age(_dist_info(env, "torch"), T_REBUILD)
-    _age(env.site_packages() / "torch", T_REBUILD)
+    _age(_dist_info(env, "torch"), at.rebuild)
+    _age(env.site_packages() / "torch", at.rebuild)
     patched = env.site_packages() / "torch" / "fx" / "_symbolic_trace.py"
     text = patched.read_text()
     patched.unlink()  # a new file: uv hard-links installed files to its cache
     patched.write_text(text + "_is_fx_tracing_flag = False  # debugging\n")
-    os.utime(patched, (T_PATCH, T_PATCH))
+    os.utime(patched, (at.patch, at.patch))
     cache = tmp_path / "inductor"
     (cache / "fxgraph").mkdir(parents=True)
     (cache / "fxgraph" / "entry").write_bytes(b"x" * 64)
-    _age(cache, T_CACHE)
+    _age(cache, at.cache)
     variables = {k: v for k, v in os.environ.items()
                  if k not in ("VIRTUAL_ENV", "CONDA_PREFIX", "LD_LIBRARY_PATH", "LD_PRELOAD")}
     variables.update({"TORCHINDUCTOR_CACHE_DIR": str(cache),
                       "ENVGUARD_CACHE_DIR": str(tmp_path / "envguard-cache")})
-    return env, variables
+    return env, variables, at
 
 
 def test_doctor_names_the_stack_the_file_and_the_cold_cache(
-        incident: tuple[Venv, dict[str, str]], clean_cwd: Path) -> None:
-    env, variables = incident
+        incident: tuple[Venv, dict[str, str], Times], clean_cwd: Path) -> None:
+    env, variables, _times_of = incident
     report = envguard("doctor", "--python", env.python, "--format", "json", "-q",
                       env=variables, cwd=clean_cwd)
     rules = {f["rule"]: f for f in report["findings"]}
@@ -109,8 +129,8 @@ def test_doctor_names_the_stack_the_file_and_the_cold_cache(
 
 
 def test_history_shows_the_install_and_the_reinstall_in_order(
-        incident: tuple[Venv, dict[str, str]], clean_cwd: Path) -> None:
-    env, variables = incident
+        incident: tuple[Venv, dict[str, str], Times], clean_cwd: Path) -> None:
+    env, variables, times = incident
     timeline = envguard("history", "--python", env.python, "--format", "json", "-q",
                         env=variables, cwd=clean_cwd)
     events = [(e["kind"], e["subject"]) for e in timeline["events"]]
@@ -118,8 +138,8 @@ def test_history_shows_the_install_and_the_reinstall_in_order(
              events.index(("file-modified", "torch/fx/_symbolic_trace.py"))]
     assert order == sorted(order), events
     at = {(e["kind"], e["subject"]): e["at"] for e in timeline["events"]}
-    assert abs(at[("installed", "sglang")] - T_SERVING) < 2
-    assert abs(at[("reinstalled", "torch")] - T_REBUILD) < 2
+    assert abs(at[("installed", "sglang")] - times.serving) < 2
+    assert abs(at[("reinstalled", "torch")] - times.rebuild) < 2
     summaries = [ep["summary"] for ep in timeline["episodes"]]
     assert any("one install: flashinfer-python 0.5.3, sglang 0.5.6" in s for s in summaries)
     assert any("torch 2.11.0+cu128 installed again, after 1 package(s) that require it "

@@ -47,7 +47,7 @@ from envguard.restore.plan import (
     requirement_for,
 )
 from envguard.snapshot_file import read_snapshot
-from tests.wheelfactory import build_wheel, fake_torch_files
+from tests.wheelfactory import build_wheel, fake_torch_files, interruptible
 from tests.wheelfactory import find_uv as find_uv_for_tests
 
 if sys.version_info >= (3, 11):
@@ -451,7 +451,8 @@ def test_a_signal_while_uv_builds_removes_the_partial_venv(world: World, tmp_pat
     proc = subprocess.Popen(
         [sys.executable, "-m", "envguard", "restore", str(good), "--python", str(w.polluted),
          "--into", str(target), "--no-index", "--find-links", str(links)],
-        env=w.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        env=w.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=interruptible)
     deadline = time.monotonic() + 60
     while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -168,3 +168,12 @@ class VenvFactory:
     def pip_install(self, env: Venv, *wheels: Path) -> None:
         run_checked([str(env.python), "-m", "pip", "install", "--quiet", "--no-index",
                      "--no-deps", *map(str, wheels)], env=self._env())
+
+
+def interruptible() -> None:
+    """``preexec_fn`` for a child a test will SIGINT: a shell starts background jobs with
+    SIGINT ignored, a child inherits that, and Python then never raises KeyboardInterrupt.
+    The child gets the default disposition back, as a foreground command has."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
