@@ -18,7 +18,6 @@ build, :func:`locate` returns None and the caller says so.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import os
 import re
@@ -27,6 +26,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 from envguard.model import Distribution
 from envguard.probe.distributions import (
     fingerprint_record,
@@ -34,6 +35,7 @@ from envguard.probe.distributions import (
     is_script_row,
     parse_record,
 )
+from envguard.probe.integrity import record_digest
 from envguard.restore.plan import file_url_path, requirement_for
 
 MAX_RECORD = 64 << 20
@@ -55,10 +57,6 @@ class Build:
     source: str
     """``direct URL``, ``--find-links``, ``uv cache`` or ``installed``."""
     where: str
-
-
-def canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def _installed_path(path: str) -> str | None:
@@ -107,7 +105,7 @@ def wheel_fingerprint(path: Path) -> str | None:
 
 def _wheel_matches(filename: str, name: str, version: str) -> bool:
     parts = filename[:-4].split("-")
-    return (len(parts) >= 5 and canonical(parts[0]) == name
+    return (len(parts) >= 5 and canonicalize_name(parts[0]) == name
             and parts[1].replace("_", "-") == version.replace("_", "-"))
 
 
@@ -139,7 +137,7 @@ def uv_cache_dir(env: dict[str, str] | os._Environ[str] = os.environ) -> Path | 
 def _dist_info_name(folder: str, name: str, version: str) -> bool:
     stem = folder.removesuffix(".dist-info")
     head, _, ver = stem.rpartition("-")
-    return canonical(head) == name and ver == version
+    return canonicalize_name(head) == name and ver == version
 
 
 def _uv_cache_entries(cache: Path, dist: Distribution) -> Iterator[tuple[Path, str]]:
@@ -169,8 +167,7 @@ def _read_small(path: Path) -> str | None:
 
 
 def _hash(data: bytes) -> str:
-    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(
-        b"=").decode()
+    return "sha256=" + record_digest(hashlib.sha256(data).digest())
 
 
 def _wheel_name(info_dir: Path, dist_info: str) -> str:
@@ -304,7 +301,7 @@ def locate(dist: Distribution, *, find_links: Sequence[str], uv_cache: Path | No
         if wheel_fingerprint(wheel) == want:
             return build(_file_requirement(dist.name, wheel), "--find-links", str(wheel))
     out_dir.mkdir(parents=True, exist_ok=True)
-    packed_name = f"{canonical(dist.name)}-{want.removeprefix('sha256:')[:16]}"
+    packed_name = f"{canonicalize_name(dist.name)}-{want.removeprefix('sha256:')[:16]}"
     if uv_cache is not None:
         for root, dist_info in _uv_cache_entries(uv_cache, dist):
             text = _read_small(root / dist_info / "RECORD")

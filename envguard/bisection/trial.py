@@ -19,7 +19,7 @@ from pathlib import Path
 
 from envguard.bisection.search import FAIL, PASS, SKIP
 from envguard.errors import RestoreError
-from envguard.restore.build import error_line, fill_venv, run_process, run_uv
+from envguard.restore.build import fill_venv, run_process, run_uv
 
 SKIP_STATUS = 125
 """The command's own "cannot test this one" (``git bisect run``'s convention)."""
@@ -175,8 +175,3 @@ def describe_failure(runs: Sequence[Run]) -> str:
 def remove(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
     folder.with_name(folder.name + ".requirements.txt").unlink(missing_ok=True)
-
-
-def uv_problem(built: Built) -> str:
-    """The one-line reason a trial venv could not be built."""
-    return built.problem or error_line(())
