@@ -198,12 +198,12 @@ def bisect(good: Snapshot, bad: Snapshot, command: Iterable[str], *,
     trial's command starts from (default: this process's). RestoreError: uv failed."""
     from envguard.bisection.engine import BisectOptions
     from envguard.bisection.engine import bisect as search
+    from envguard.restore.plan import IndexOptions, link_paths
 
     options = BisectOptions(
         command=tuple(command), python=os.fspath(python) if python is not None else None,
-        find_links=tuple(os.path.abspath(os.fspath(x)) if "://" not in os.fspath(x)
-                         else os.fspath(x) for x in find_links),
-        index_url=index_url, no_index=no_index, offline=offline, timeout=timeout,
+        index=IndexOptions(index_url=index_url, find_links=link_paths(find_links),
+                           no_index=no_index, offline=offline), timeout=timeout,
         runs=runs, jobs=jobs, keep=keep,
         workdir=Path(workdir).absolute() if workdir is not None else None,
         env=dict(os.environ if env is None else env),

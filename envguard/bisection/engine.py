@@ -53,6 +53,7 @@ from envguard.errors import InputError, RestoreError
 from envguard.model import Snapshot
 from envguard.paths import user_dir
 from envguard.restore.build import find_uv, kill_running
+from envguard.restore.plan import IndexOptions
 
 Step = Callable[[str], None]
 FLAKY_MISS = 0.05
@@ -64,11 +65,8 @@ more often than this (BAD failed in only some of its runs)."""
 class BisectOptions:
     command: tuple[str, ...]
     python: str | None = None
-    find_links: tuple[str, ...] = ()
-    index_url: str | None = None
-    extra_index_urls: tuple[str, ...] = ()
-    no_index: bool = False
-    offline: bool = False
+    index: IndexOptions = field(default_factory=IndexOptions)
+    """Where uv finds the wheels; ``find_links`` are also searched for exact builds."""
     timeout: float | None = None
     runs: int = 1
     jobs: int = 1
@@ -78,16 +76,6 @@ class BisectOptions:
     workdir: Path | None = None
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
     cwd: str | None = None
-
-    def sync_args(self) -> list[str]:
-        args = ["--no-index"] if self.no_index else []
-        if self.index_url:
-            args += ["--index-url", self.index_url]
-        for url in self.extra_index_urls:
-            args += ["--extra-index-url", url]
-        for folder in self.find_links:
-            args += ["--find-links", folder]
-        return args
 
 
 def default_python(good: Snapshot, bad: Snapshot) -> str:
@@ -113,7 +101,8 @@ def exact_builds(changes: ChangeSet, options: BisectOptions, out_dir: Path,
             dist = snap.package(rebuilt.id)
             if dist is None:  # pragma: no cover - a rebuild is in both
                 continue
-            where = locate(dist, find_links=options.find_links, uv_cache=cache, out_dir=out_dir)
+            where = locate(dist, find_links=options.index.find_links, uv_cache=cache,
+                           out_dir=out_dir)
             if where is None:
                 missing.append(f"{rebuilt.id} {dist.version} ({side}'s build "
                                f"{short(dist.fingerprint)})")
@@ -250,8 +239,8 @@ def _search(changes: ChangeSet, options: BisectOptions, uv: str, workdir: Path,
     changes, builds = exact_builds(changes, options, workdir / "wheels", step)
     settings = TrialSettings(
         uv=uv, python=options.python or default_python(changes.good, changes.bad),
-        command=options.command, venv_args=("--offline",) if options.offline else (),
-        sync_args=tuple(options.sync_args()), timeout=options.timeout,
+        command=options.command, venv_args=("--offline",) if options.index.offline else (),
+        sync_args=tuple(options.index.uv_args()), timeout=options.timeout,
         runs=max(1, options.runs), cwd=options.cwd, keep=options.keep)
     trials = _Trials(changes, settings, workdir, options.env, step)
 

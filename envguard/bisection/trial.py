@@ -71,7 +71,9 @@ class TrialSettings:
     python: str
     command: tuple[str, ...]
     venv_args: tuple[str, ...] = ()
+    """For ``uv venv`` and ``uv pip check`` (``--offline``)."""
     sync_args: tuple[str, ...] = ()
+    """For ``uv pip sync``: indexes, ``--find-links``, ``--offline``."""
     timeout: float | None = None
     runs: int = 1
     cwd: str | None = None
@@ -99,8 +101,7 @@ def build(settings: TrialSettings, folder: Path, requirements: Sequence[str]) ->
     venv = folder / "venv"
     try:
         fill_venv(venv, reqs, uv=settings.uv, python=settings.python,
-                  venv_args=list(settings.venv_args),
-                  sync_args=[*settings.venv_args, *settings.sync_args])
+                  venv_args=list(settings.venv_args), sync_args=list(settings.sync_args))
     except RestoreError as exc:
         return Built(folder=folder, python=None, seconds=time.perf_counter() - started,
                      problem=str(exc))

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from envguard.probe import SnapshotOptions
     from envguard.probe.discovery import Selection
     from envguard.render import Report
+    from envguard.restore.plan import IndexOptions
 
 
 class Parser(argparse.ArgumentParser):
@@ -363,3 +364,24 @@ def sigterm_interrupts() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def add_index_options(p: argparse.ArgumentParser, *, find_links_help: str) -> None:
+    """uv's index options, as ``restore`` and ``bisect`` take them."""
+    p.add_argument("--index-url", metavar="URL", help="passed to uv")
+    p.add_argument("--extra-index-url", action="append", default=[], metavar="URL",
+                   help="passed to uv (repeatable)")
+    p.add_argument("--find-links", action="append", default=[], metavar="PATH",
+                   help=find_links_help)
+    p.add_argument("--no-index", action="store_true", help="passed to uv: only --find-links")
+    p.add_argument("--offline", action="store_true",
+                   help="uv's offline mode: no network, only uv's cache and --find-links")
+
+
+def index_options(args: argparse.Namespace) -> IndexOptions:
+    """The options of :func:`add_index_options`, ``--find-links`` folders made absolute."""
+    from envguard.restore.plan import IndexOptions, link_paths
+
+    return IndexOptions(index_url=args.index_url, extra_index_urls=tuple(args.extra_index_url),
+                        find_links=link_paths(args.find_links), no_index=args.no_index,
+                        offline=args.offline)

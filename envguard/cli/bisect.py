@@ -7,11 +7,18 @@ import os
 from pathlib import Path
 from typing import Any
 
-from envguard.cli._common import StderrProgress, note, show, sigterm_interrupts
+from envguard.cli._common import (
+    StderrProgress,
+    add_index_options,
+    index_options,
+    note,
+    show,
+    sigterm_interrupts,
+)
 from envguard.errors import InputError
 from envguard.exitcodes import ExitCode
 
-USAGE = ("envguard bisect GOOD BAD [--python PY] [--find-links DIR ...] [--index-url URL] "
+USAGE = ("envguard bisect GOOD BAD [--python PY] [--find-links PATH ...] [--index-url URL] "
          "[--timeout S] [--runs N] [-j N] [--keep] [--format F] -- CMD [ARGS...]")
 
 
@@ -45,14 +52,8 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("bad", metavar="BAD", help="the snapshot of the state that fails")
     p.add_argument("--python", metavar="PY",
                    help="the interpreter of every trial venv (default: BAD's, else GOOD's)")
-    p.add_argument("--find-links", action="append", default=[], metavar="DIR",
-                   help="a folder of wheels (repeatable); also searched for exact builds")
-    p.add_argument("--index-url", metavar="URL", help="passed to uv")
-    p.add_argument("--extra-index-url", action="append", default=[], metavar="URL",
-                   help="passed to uv (repeatable)")
-    p.add_argument("--no-index", action="store_true", help="passed to uv: only --find-links")
-    p.add_argument("--offline", action="store_true",
-                   help="uv's offline mode: only uv's cache and --find-links")
+    add_index_options(p, find_links_help="a folder of wheels, passed to uv (repeatable); "
+                      "also searched for exact builds")
     p.add_argument("--timeout", type=_positive(float), metavar="S",
                    help="seconds per run of CMD; a run that takes longer fails (default: none)")
     p.add_argument("--runs", type=_positive(int), default=1, metavar="N",
@@ -100,11 +101,9 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     if not argv and not args.dry_run:
         raise InputError(f"no command: {USAGE}")
     good, bad = load_pair(args.good, args.bad)
-    links = tuple(x if "://" in x else os.path.abspath(x) for x in args.find_links)
     options = BisectOptions(
-        command=tuple(argv), python=args.python, find_links=links, index_url=args.index_url,
-        extra_index_urls=tuple(args.extra_index_url), no_index=args.no_index,
-        offline=args.offline, timeout=args.timeout, runs=args.runs, jobs=args.jobs,
+        command=tuple(argv), python=args.python, index=index_options(args),
+        timeout=args.timeout, runs=args.runs, jobs=args.jobs,
         keep=args.keep, dry_run=args.dry_run,
         workdir=Path(args.workdir).absolute() if args.workdir else None,
         cwd=os.getcwd())

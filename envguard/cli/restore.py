@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -16,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from envguard.cli._common import (
     StderrProgress,
+    add_index_options,
+    index_options,
     note,
     select_environment,
     show,
@@ -51,14 +52,8 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
                    help="also write GOOD's package set as a pinned requirements.txt")
     p.add_argument("--pylock-out", metavar="FILE",
                    help="also write GOOD's package set as a PEP 751 pylock.toml")
-    p.add_argument("--index-url", metavar="URL", help="passed to uv")
-    p.add_argument("--extra-index-url", action="append", default=[], metavar="URL",
-                   help="passed to uv (repeatable)")
-    p.add_argument("--find-links", action="append", default=[], metavar="PATH",
-                   help="a folder or page of wheels, passed to uv (repeatable)")
-    p.add_argument("--no-index", action="store_true", help="passed to uv: only --find-links")
-    p.add_argument("--offline", action="store_true",
-                   help="uv's offline mode: no network, only uv's cache and --find-links")
+    add_index_options(p, find_links_help="a folder or page of wheels, passed to uv "
+                      "(repeatable)")
     p.add_argument("--conda-spec-out", metavar="FILE",
                    help="conda snapshots: the @EXPLICIT spec file (default: "
                    "GOOD's name + .conda-explicit.txt, here)")
@@ -110,7 +105,7 @@ def _write_outputs(args: argparse.Namespace, plan: RestorePlan, good: Snapshot) 
 def cmd_restore(args: argparse.Namespace) -> int:
     from envguard.probe.interpreter import is_current_interpreter
     from envguard.restore.build import build_venv, find_uv, sync_in_place
-    from envguard.restore.plan import IndexOptions, minor, plan_restore
+    from envguard.restore.plan import minor, plan_restore
     from envguard.restore.report import RestoreReport
     from envguard.restore.verify import verify_restore
     from envguard.snapshot_file import read_snapshot
@@ -122,10 +117,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
     if good.conda:
         return _restore_conda(args, good, into)
     current = _snapshot(select_environment(args.python).python)
-    links = tuple(x if "://" in x else os.path.abspath(x) for x in args.find_links)
-    index = IndexOptions(index_url=args.index_url, extra_index_urls=tuple(args.extra_index_url),
-                         find_links=links, no_index=args.no_index, offline=args.offline)
-    plan = plan_restore(good, current, good_name=args.good, index=index)
+    plan = plan_restore(good, current, good_name=args.good, index=index_options(args))
     report = RestoreReport(plan=plan, in_place=args.in_place)
     # Text shows the plan before uv runs, and the proof after; JSON is one document at the end.
     as_json = args.format == "json"

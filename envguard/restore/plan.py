@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from urllib.parse import unquote, urlparse
 from urllib.request import url2pathname
@@ -56,6 +56,28 @@ class IndexOptions:
         """The user said where the wheels are: envguard adds no index of its own."""
         return (self.no_index or self.index_url is not None or bool(self.extra_index_urls)
                 or bool(self.find_links))
+
+    def uv_args(self, hints: Sequence[str] = ()) -> list[str]:
+        """Index options for ``uv pip sync``/``install``; ``hints``: PyTorch indexes added as
+        extra indexes (with the strategy that lets PyPI serve the rest)."""
+        args: list[str] = ["--no-index"] if self.no_index else []
+        if self.index_url:
+            args += ["--index-url", self.index_url]
+        for url in [*self.extra_index_urls, *hints]:
+            args += ["--extra-index-url", url]
+        if hints:
+            # uv's default (first-index) stops at the PyTorch index for numpy, jinja2 & co
+            # even when the pinned version is only on PyPI.
+            args += ["--index-strategy", "unsafe-best-match"]
+        for folder in self.find_links:
+            args += ["--find-links", folder]
+        return args + (["--offline"] if self.offline else [])
+
+
+def link_paths(items: Iterable[str | os.PathLike[str]]) -> tuple[str, ...]:
+    """``--find-links`` values as uv gets them: URLs as given, folders made absolute."""
+    texts = [os.fspath(item) for item in items]
+    return tuple(text if "://" in text else os.path.abspath(text) for text in texts)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -107,21 +129,7 @@ class RestorePlan:
 
     def uv_index_args(self) -> list[str]:
         """Index options for ``uv pip sync``, hints included."""
-        args: list[str] = ["--no-index"] if self.index.no_index else []
-        if self.index.index_url:
-            args += ["--index-url", self.index.index_url]
-        extra = list(self.index.extra_index_urls)
-        if self.hints_applied:
-            extra += self.index_hints
-        for url in extra:
-            args += ["--extra-index-url", url]
-        if self.hints_applied:
-            # uv's default (first-index) stops at the PyTorch index for numpy, jinja2 & co
-            # even when the pinned version is only on PyPI.
-            args += ["--index-strategy", "unsafe-best-match"]
-        for folder in self.index.find_links:
-            args += ["--find-links", folder]
-        return args + self.uv_network_args()
+        return self.index.uv_args(self.index_hints if self.hints_applied else ())
 
     def uv_network_args(self) -> list[str]:
         """``--offline`` when asked for: every uv command of the restore gets it."""
