@@ -70,8 +70,10 @@ def test_target_ranks_outside_the_world_is_one_line_and_no_hang(tmp_path: Path):
     proc = run(tmp_path / "bad", 2, 4, "--target-ranks", "2")
     assert proc.returncode != 0
     # Both ranks refuse alike, before joining the process group; torchrun reports exit 2.
+    # torchrun SIGTERMs the other rank as soon as the first exits, so on a loaded machine
+    # the second may be stopped before it prints: one line per rank that got that far.
     lines = [line for line in proc.stderr.splitlines() if line.startswith("dflash-train:")]
-    assert len(lines) == 2, proc.stderr[-3000:]
+    assert 1 <= len(lines) <= 2, proc.stderr[-3000:]
     assert all("--target-ranks must be between 1 and WORLD_SIZE - 1 = 1" in line
                for line in lines)
     assert "exitcode  : 2" in proc.stderr
