@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from envguard.cli import main
+from envguard.cli import entry
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 from envguard.doctor.interface import DoctorRule, Scene
 from envguard.explain.conda import conda_cuda_families
-from envguard.explain.interface import Finding, Severity
 from envguard.explain.torch import index_url_for
+from envguard.findings import Finding, Severity
 
 MIN_DRIVER: dict[tuple[int, int], str] = {
     (11, 8): "520.61.05", (12, 0): "525.60.13", (12, 1): "530.30.02",

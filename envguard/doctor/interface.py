@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from envguard.explain.interface import Finding
+from envguard.findings import Finding
 from envguard.history import Timeline
 from envguard.model import Snapshot
 

@@ -1,4 +1,4 @@
-"""Rules and findings: small named functions over a diff, yielding plain data."""
+"""Rules: small named functions over a diff, yielding findings (:mod:`envguard.findings`)."""
 
 from __future__ import annotations
 
@@ -6,38 +6,13 @@ import re
 import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from enum import Enum
 
-from envguard.changes import Change, SnapshotDiff
+from envguard.changes import SnapshotDiff
+from envguard.findings import Finding, Severity
 from envguard.model import Snapshot
 
-
-class Severity(str, Enum):
-    CRITICAL = "critical"
-    WARNING = "warning"
-    INFO = "info"
-
-    @property
-    def rank(self) -> int:
-        return {"critical": 0, "warning": 1, "info": 2}[self.value]
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Finding:
-    rule: str
-    severity: Severity
-    title: str
-    """One line: what changed."""
-    explanation: str
-    """Why this can cause a regression."""
-    evidence: tuple[str, ...]
-    remedy: tuple[str, ...]
-    """Steps in order; commands where one exists."""
-    changes: tuple[Change, ...] = ()
-    weight: int = 50
-    """How directly this explains a breakage (higher first, within a severity)."""
-    keywords: tuple[str, ...] = ()
-    """Symptom words (error text) that point at this finding."""
+__all__ = ["Check", "Context", "Finding", "Rule", "Severity", "shell_word", "shell_words",
+           "short"]
 
 
 @dataclass(frozen=True, slots=True)

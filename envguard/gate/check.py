@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from envguard.changes import SnapshotDiff, diff
 from envguard.errors import InputError
-from envguard.explain.interface import Finding, Severity
+from envguard.findings import Finding, Severity
 from envguard.gate.lockfile import Lock, LockEntry, closure, project_requires
 from envguard.model import (
     Distribution,
@@ -39,6 +39,8 @@ class EntryComparison:
     entry: LockEntry
     diff: SnapshotDiff
     findings: tuple[Finding, ...]
+    """Why the entry does not match: explained only for :attr:`GateResult.closest` when no
+    entry matches (the only findings anyone reads); empty for the others."""
 
     @property
     def matches(self) -> bool:
@@ -64,7 +66,7 @@ class GateResult:
     def closest(self) -> EntryComparison | None:
         if not self.comparisons:
             return None
-        return min(self.comparisons, key=lambda c: (len(c.diff.material), c.entry.id))
+        return min(self.comparisons, key=_closeness)
 
     @property
     def passed(self) -> bool:
@@ -89,6 +91,10 @@ class GateResult:
         if note.severity is not Severity.CRITICAL:
             return (*base, note)  # a warning only: never the headline of a refusal
         return tuple(sorted((note, *base), key=lambda f: (f.severity.rank, -f.weight, f.rule)))
+
+
+def _closeness(comparison: EntryComparison) -> tuple[int, str]:
+    return len(comparison.diff.material), comparison.entry.id
 
 
 _WRONG_ANYWHERE = frozenset({"forbidden-package-installed", "foreign-stack-installed"})
@@ -150,9 +156,12 @@ def _reference(lock: Lock, entry: LockEntry, current: Snapshot, project_root: Pa
 
 def compare(entry: LockEntry, lock: Lock, current: Snapshot, project_root: Path,
             current_closure: set[str] | None = None,
-            accepted: tuple[IntegrityIssue, ...] = ()) -> EntryComparison:
+            accepted: tuple[IntegrityIssue, ...] = (), *,
+            explain_mismatch: bool = True) -> EntryComparison:
     """``accepted``: files that already differed from RECORD when the entry was locked (an
-    image that appends its CA to certifi's bundle); only new differences count."""
+    image that appends its CA to certifi's bundle); only new differences count.
+    ``explain_mismatch=False``: the diff only, no findings (they take the rules' import and
+    run, which a gate whose other entry matches never shows)."""
     ref_dists, ref_files, ref_torch = _reference(lock, entry, current, project_root)
     if current_closure is None:
         current_closure = _current_closure(lock, current, project_root)
@@ -177,7 +186,7 @@ def compare(entry: LockEntry, lock: Lock, current: Snapshot, project_root: Path,
         cuda_wheel_family=now.torch.cuda_wheel_family, cuda_wheels=now.torch.cuda_wheels,
         location=now.torch.location))
     changes = diff(reference, now)
-    if changes.equivalent:  # a match: its findings are never shown (GateResult.findings)
+    if changes.equivalent or not explain_mismatch:  # a match's findings are never shown
         return EntryComparison(entry=entry, diff=changes, findings=())
     # Only a mismatch needs the rules (the gate's happy path does not import them).
     from envguard.explain import explain
@@ -255,10 +264,17 @@ def check(snapshot: Snapshot, lock: Lock, lock_path: str, project_root: Path, *,
         now |= {p.name for p in snapshot.packages if not p.editable}
     lock_dir = Path(lock_path).parent
     touched = any(i.package in now for i in snapshot.integrity.issues)
-    comparisons = tuple(
-        compare(e, lock, snapshot, project_root, now,
-                _accepted_issues(e, lock_dir) if touched else ())
-        for e in entries)
+
+    def comparison(entry: LockEntry, explain_mismatch: bool) -> EntryComparison:
+        return compare(entry, lock, snapshot, project_root, now,
+                       _accepted_issues(entry, lock_dir) if touched else (),
+                       explain_mismatch=explain_mismatch)
+
+    comparisons = tuple(comparison(e, False) for e in entries)
+    if comparisons and not any(c.matches for c in comparisons):
+        closest = min(comparisons, key=_closeness)
+        comparisons = tuple(comparison(c.entry, True) if c is closest else c
+                            for c in comparisons)
     result = GateResult(lock=lock, lock_path=lock_path, snapshot=snapshot,
                         comparisons=comparisons, cache_note=_cache_note(lock, snapshot))
     if result.matched is None and result.closest is not None:

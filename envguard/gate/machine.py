@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envguard.errors import InputError
-from envguard.explain import Finding, Severity
+from envguard.findings import Finding, Severity
 from envguard.gate.lockfile import Lock, LockEntry
 from envguard.model import Snapshot
 

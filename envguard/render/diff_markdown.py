@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from envguard.changes import Change
-from envguard.explain.interface import Finding
+from envguard.findings import Finding
 from envguard.render.report import DiffReport
 from envguard.render.sanitize import clean, display_value
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from envguard.changes import SnapshotDiff
-from envguard.explain import Finding, Severity
+from envguard.findings import Finding, Severity
 
 DIFF_SCHEMA = "envguard.diff/1"
 
