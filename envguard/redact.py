@@ -223,6 +223,12 @@ def _scrub(value: T) -> T:
     return out  # type: ignore[no-any-return]
 
 
+def redact_data(value: T) -> T:
+    """Any plain data (a section of a snapshot, a list of its records) with every
+    credential in its strings masked, as :func:`redact_snapshot` masks a whole one."""
+    return _scrub(value)
+
+
 def redact_snapshot(snapshot: Snapshot) -> Snapshot:
     """``snapshot`` with every credential in any of its strings masked (URLs in
     ``direct_url.json``, paths, error messages, values in old snapshot files)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -112,3 +113,51 @@ def test_hostile_names_are_shown_inert(clean_cwd: Path, venvs: VenvFactory,
     assert "\\x1b[2J[bold red]x" in proc.stderr  # shown literally, markup not applied
     data = json.loads((clean_cwd / "s.json").read_text())
     assert any("corrupt METADATA" in e["message"] for e in data["errors"])
+
+
+# -- bytecode under PYTHONDONTWRITEBYTECODE (cli.keep_bytecode) ---------------------------------
+
+def test_keep_bytecode_only_when_bytecode_is_off_and_nothing_shipped_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from envguard.bytecode import OPT_OUT_ENV, keep_bytecode
+
+    source = tmp_path / "mod.py"  # a module whose install wrote no .pyc
+    source.write_text("x = 1\n")
+    shipped = tmp_path / "shipped.py"
+    shipped.write_text("x = 1\n")
+    import py_compile
+
+    py_compile.compile(str(shipped), cfile=importlib.util.cache_from_source(str(shipped)))
+    folder = tmp_path / "bytecode"
+    for bytecode_off, env, module, changes in (
+            (True, {}, source, True),
+            (False, {}, source, False),            # the user allows bytecode
+            (True, {OPT_OUT_ENV: "1"}, source, False),
+            (True, {}, shipped, False),            # the install compiled it
+            (True, {}, None, False)):              # no such module (torch not installed)
+        monkeypatch.setattr(sys, "pycache_prefix", None)
+        monkeypatch.setattr(sys, "dont_write_bytecode", bytecode_off)
+        assert keep_bytecode(folder, str(module) if module else None, env) is changes
+        assert (sys.pycache_prefix == str(folder)) is changes
+        assert sys.dont_write_bytecode is (bytecode_off and not changes)
+    monkeypatch.setattr(sys, "pycache_prefix", "/elsewhere")  # PYTHONPYCACHEPREFIX wins
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    assert keep_bytecode(folder, str(source), {}) is False
+
+
+def test_the_command_line_writes_no_bytecode_beside_the_sources(tmp_path: Path) -> None:
+    """Under PYTHONDONTWRITEBYTECODE the real command keeps its bytecode in its cache
+    folder (or uses what an install shipped) and never writes a __pycache__ of its own."""
+    import importlib.util
+
+    import envguard.cli as cli
+
+    shipped = os.path.exists(importlib.util.cache_from_source(cli.__file__))
+    before = set(Path(cli.__file__).parent.parent.rglob("__pycache__"))
+    proc = envguard("snapshot", "-q", "--json", "--verify", "none", cwd=tmp_path,
+                    env={"PYTHONDONTWRITEBYTECODE": "1",
+                         "ENVGUARD_CACHE_DIR": str(tmp_path / "cache")})
+    assert proc.returncode == ExitCode.OK, proc.stderr
+    cached = list((tmp_path / "cache" / "bytecode").rglob("envguard/probe/collector*.pyc"))
+    assert bool(cached) is not shipped
+    assert set(Path(cli.__file__).parent.parent.rglob("__pycache__")) == before

@@ -257,3 +257,30 @@ def test_the_deadline_is_checked_inside_a_pass(tmp_path: Path, good: Path,
     with pytest.raises(GatherError, match="timed out after 5 s"):
         gather.gather_dir(snapshot, launch, tmp_path, 5.0)
     assert len(looked_at) < 20, len(looked_at)  # the old code looked at all 65,536 first
+
+
+def test_the_gate_reads_only_the_integrity_issues_of_a_reference_snapshot(
+        tmp_path: Path) -> None:
+    from envguard.model import SCHEMA
+    from envguard.snapshot_file import read_integrity_issues
+
+    path = tmp_path / "entry.json"
+    issue = {"package": "certifi", "path": "certifi/cacert.pem", "problem": "size",
+             "expected": "1", "actual": "https://user:hunter2@example.com/ca"}
+    # The rest of the document is neither validated nor returned.
+    path.write_text(json.dumps({"schema": SCHEMA, "packages": "not a list",
+                                "integrity": {"mode": "size", "issues": [issue]}}))
+    [read] = read_integrity_issues(path)
+    assert (read.package, read.path, read.problem) == ("certifi", "certifi/cacert.pem", "size")
+    assert "hunter2" not in (read.actual or "")
+    wrong_issue = {"mode": "size", "issues": [{"package": 1}]}
+    for bad, said in (({"schema": SCHEMA, "integrity": wrong_issue}, "integrity.issues"),
+                      ({"schema": "envguard.snapshot/99.0"}, "schema"),
+                      ([1, 2], "expected an object")):
+        path.write_text(json.dumps(bad))
+        with pytest.raises(InputError, match=said) as caught:
+            read_integrity_issues(path)
+        assert str(path) in str(caught.value) and "\n" not in str(caught.value)
+    path.write_text("{not json")
+    with pytest.raises(InputError, match="not valid JSON"):
+        read_integrity_issues(path)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import threading
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -272,3 +275,117 @@ def test_special_files_are_explained_in_the_diff(torch_env: Venv) -> None:
     (finding,) = [f for f in findings if f.rule == "installed-files-modified"]
     assert "torch: torch/version.py (not-a-regular-file)" in finding.evidence
     assert "FIFO" in finding.explanation and "never ends" in finding.explanation
+
+
+# -- the stat pass in forked children (integrity.PendingCheck) --------------------------------
+
+def _broken(env: Venv) -> None:
+    """A size change, a missing file and a same-size edit after the install."""
+    site = env.site_packages()
+    patched = site / "torch" / "fx" / "_symbolic_trace.py"
+    patched.write_text(patched.read_text() + "# patched\n")
+    (site / "torch" / "version.py").unlink()
+    init = site / "torch" / "__init__.py"
+    later = os.stat(init).st_mtime + 60
+    os.utime(init, (later, later))
+
+
+@pytest.fixture
+def small_shares(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fork for any number of rows, as if on 4 cores (a real fork, real stat calls)."""
+    monkeypatch.setattr(integrity, "_FORK_MIN_ROWS", 1)
+    monkeypatch.setattr(integrity, "_CHUNK_ROWS", 2)
+    monkeypatch.setattr(integrity, "usable_cpus", lambda: 4)
+
+
+@pytest.fixture
+def fork_always(small_shares: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """As ``small_shares``, even if an earlier test left a thread running in this pytest
+    process (the children here only stat files, which takes no lock another thread holds)."""
+    monkeypatch.setattr(integrity, "fork_is_safe", lambda: True)
+    with warnings.catch_warnings():  # Python 3.12+ warns about fork with threads
+        warnings.filterwarnings("ignore", message=".*fork", category=DeprecationWarning)
+        yield
+
+
+def _serial(env: Venv, monkeypatch: pytest.MonkeyPatch) -> integrity.Integrity:
+    with monkeypatch.context() as m:
+        m.setattr(integrity, "usable_cpus", lambda: 1)
+        return _verify(env, "size")
+
+
+@pytest.mark.usefixtures("fork_always")
+def test_forked_stat_pass_finds_what_the_serial_one_finds(
+        torch_env: Venv, monkeypatch: pytest.MonkeyPatch) -> None:
+    _broken(torch_env)
+    found, _ = distributions.scan([str(torch_env.site_packages())])
+    pending = integrity.begin(found, "size")
+    assert len(pending.forked) >= 2  # up to min(4 - 1 cores, 7) children
+    forked = pending.finish()
+    serial = _serial(torch_env, monkeypatch)
+    assert forked == serial
+    assert {("torch", "torch/fx/_symbolic_trace.py", "size"),
+            ("torch", "torch/version.py", "missing"),
+            ("torch", "torch/__init__.py", "modified-after-install")} <= _problems(forked)
+
+
+@pytest.mark.usefixtures("fork_always")
+def test_a_failed_child_share_is_checked_in_the_parent(
+        torch_env: Venv, monkeypatch: pytest.MonkeyPatch) -> None:
+    _broken(torch_env)
+    serial = _serial(torch_env, monkeypatch)
+
+    def crash(group: object) -> object:
+        raise RuntimeError("child failed")
+
+    monkeypatch.setattr(integrity, "_child_work", crash)  # the children inherit it
+    found, _ = distributions.scan([str(torch_env.site_packages())])
+    pending = integrity.begin(found, "size")
+    assert pending.forked
+    assert pending.finish() == serial
+    assert all(child.result() is None for _, child in pending.forked)
+
+
+@pytest.mark.usefixtures("small_shares")
+def test_no_fork_while_another_thread_runs_and_none_for_hashing(torch_env: Venv) -> None:
+    found, _ = distributions.scan([str(torch_env.site_packages())])
+    assert not integrity.begin(found, "hash").forked
+    release = threading.Event()
+    waiter = threading.Thread(target=release.wait)
+    waiter.start()
+    try:
+        assert not integrity.begin(found, "size").forked
+    finally:
+        release.set()
+        waiter.join()
+
+
+@pytest.mark.usefixtures("fork_always")
+def test_an_interrupt_in_the_parent_kills_and_reaps_the_children(
+        torch_env: Venv, monkeypatch: pytest.MonkeyPatch) -> None:
+    found, _ = distributions.scan([str(torch_env.site_packages())])
+    parent = os.getpid()
+    real = integrity._check_rows
+
+    def interrupted(*args: object, **kwargs: object) -> object:
+        if os.getpid() == parent:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(integrity, "_check_rows", interrupted)
+    pending = integrity.begin(found, "size")
+    pids = [child._pid for _, child in pending.forked]
+    assert pids
+    with pytest.raises(KeyboardInterrupt):
+        pending.finish()
+    for pid in pids:  # reaped: no zombie left behind
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+
+
+def test_forked_returns_plain_data_or_none_on_failure() -> None:
+    from envguard.probe.background import Forked
+
+    assert Forked(lambda: [("a", 1, None)]).result() == [("a", 1, None)]
+    assert Forked(lambda: 1 / 0).result() is None
+    assert Forked(lambda: object()).result() is None  # not marshal-able

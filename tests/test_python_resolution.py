@@ -126,3 +126,44 @@ def test_check_ran_as(target: Venv, venvs: VenvFactory) -> None:
     with pytest.raises(ProbeError, match="ran another interpreter"):
         check_ran_as(str(target.python), {"executable": str(other.python),
                                           "prefix": str(other.path), "base_prefix": "/usr"})
+
+
+# -- the probe started early (interpreter.prefetch) --------------------------------------------
+
+def test_a_prefetched_probe_is_the_one_probe_python_reads(venvs: VenvFactory) -> None:
+    from envguard.probe import interpreter
+
+    env = venvs.create()
+    fresh = interpreter.probe_python(str(env.python))
+    interpreter.prefetch(str(env.python))
+    exe = resolve_python(str(env.python))
+    started = interpreter._PREFETCHED[exe]
+    assert isinstance(started, subprocess.Popen)  # a real process, already running
+    assert interpreter.probe_python(str(env.python)).facts == fresh.facts
+    assert exe not in interpreter._PREFETCHED and started.returncode == 0
+
+
+def test_prefetch_never_raises_and_skips_this_interpreter(tmp_path: Path) -> None:
+    from envguard.probe import interpreter
+
+    before = dict(interpreter._PREFETCHED)
+    interpreter.prefetch(str(tmp_path / "no-such-python"))
+    interpreter.prefetch(sys.executable)
+    assert before == interpreter._PREFETCHED
+    with pytest.raises(ProbeError, match="interpreter not found"):
+        interpreter.probe_python(str(tmp_path / "no-such-python"))
+
+
+def test_an_unread_prefetched_probe_is_ended_at_exit(venvs: VenvFactory, tmp_path: Path) -> None:
+    """A command that fails before it probes (an unknown lock) leaves no probe running."""
+    from envguard.probe import interpreter
+
+    env = venvs.create()
+    proc = envguard("check", "no-such-lock", "--python", env.python, cwd=tmp_path)
+    assert proc.returncode == ExitCode.USAGE, proc.stderr
+    assert "Exception ignored" not in proc.stderr and "ResourceWarning" not in proc.stderr
+    interpreter.prefetch(str(env.python))
+    started = interpreter._PREFETCHED[resolve_python(str(env.python))]
+    interpreter._discard_prefetched()  # what atexit runs
+    assert not interpreter._PREFETCHED
+    assert isinstance(started, subprocess.Popen) and started.returncode is not None

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
-import os
 import sys
 
 from envguard.cli._common import Parser, run_command
@@ -71,19 +69,10 @@ def entry() -> int:
 
 
 def keep_bytecode() -> None:
-    """Under ``PYTHONDONTWRITEBYTECODE`` (common in images), keep envguard's compiled
-    modules in its own cache folder (``<user dir>/bytecode``, never beside the sources),
-    so that a guarded launch does not compile about 80 modules from source every time
-    (80-90 ms of the gate's overhead on a 2-core VM). Nothing changes for an install that
-    ships bytecode (``uv tool install --compile-bytecode``), for a user who allows
-    bytecode, or with ``ENVGUARD_NO_BYTECODE_CACHE=1``. Only this process is affected:
-    guarded commands start with the environment they were given."""
-    if not sys.dont_write_bytecode or os.environ.get("ENVGUARD_NO_BYTECODE_CACHE"):
-        return
-    if sys.pycache_prefix is not None or os.path.exists(
-            importlib.util.cache_from_source(__file__)):
-        return
+    """Under ``PYTHONDONTWRITEBYTECODE``, envguard's compiled modules live in
+    ``<user dir>/bytecode`` (:mod:`envguard.bytecode`): without them a guarded launch
+    compiles about 80 modules from source every time."""
+    from envguard.bytecode import keep_bytecode as keep
     from envguard.paths import user_dir
 
-    sys.pycache_prefix = str(user_dir() / "bytecode")
-    sys.dont_write_bytecode = False
+    keep(user_dir() / "bytecode", __file__)

@@ -265,11 +265,13 @@ def add_probe_options(parser: argparse.ArgumentParser) -> None:
 
 
 def select_environment(python: str | None, *, quiet: bool = False,
-                       command: str | None = None) -> Selection:
+                       command: str | None = None, probe: bool = False) -> Selection:
     """The environment a command looks at (:func:`envguard.probe.discovery.discover`), said
     on stderr in one line unless ``quiet``: ``envguard: environment: ~/t/.venv (VIRTUAL_ENV)``.
     With ``command`` (``envguard run``) and no ``python``: the interpreter that command runs
-    under, when it is Python (``python`` on PATH, a console script's shebang)."""
+    under, when it is Python (``python`` on PATH, a console script's shebang). ``probe``:
+    the command will snapshot it, so its probe starts now, while the command imports the
+    rest of envguard (:func:`envguard.probe.interpreter.prefetch`)."""
     from pathlib import Path
 
     from envguard.probe.discovery import Selection, discover, prefix_of
@@ -285,6 +287,10 @@ def select_environment(python: str | None, *, quiet: bool = False,
     if selection is None:
         selection = discover(python, env=os.environ, cwd=Path.cwd())
     _ENVIRONMENT_LINE[:] = [] if quiet else [f"environment: {selection.describe()}"]
+    if probe and selection.python is not None:
+        from envguard.probe.interpreter import prefetch
+
+        prefetch(selection.python)
     return selection
 
 

@@ -112,12 +112,12 @@ def cmd_lock(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from envguard.gate import check_command
-
     if not args.name and not args.lock:
         raise InputError("name a lock (envguard check NAME) or pass --lock PATH")
     name, lock_path = lock_choice(args.name or "", args.lock)
-    python = select_environment(args.python).python
+    python = select_environment(args.python, probe=True).python
+    from envguard.gate import check_command
+
     result = check_command(name, lock=lock_path, python=python, strict=args.strict)
     show(result, args.format)
     return ExitCode.OK if result.passed else ExitCode.DRIFT
@@ -145,10 +145,6 @@ def lock_choice(name: str, lock: str | None) -> tuple[str, str | None]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from envguard.gate import SNAPSHOT_ENV, VERIFIED_ENV, check_command
-    from envguard.gate.runner import run_child
-    from envguard.runs.store import now_iso
-
     argv = list(args.argv)
     if argv and argv[0] == "--":
         argv = argv[1:]
@@ -156,7 +152,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise InputError("no command: envguard run [options] -- CMD [ARGS...]")
     _check_runnable(argv[0])  # before the gate: a typo is not a drifted environment
     name, lock_path = lock_choice(os.path.basename(argv[0]), args.lock)
-    python = select_environment(args.python, command=argv[0]).python
+    python = select_environment(args.python, command=argv[0], probe=True).python
+    from envguard.gate import SNAPSHOT_ENV, VERIFIED_ENV, check_command
+    from envguard.gate.runner import run_child
+    from envguard.runs.store import now_iso
+
     result = check_command(name, lock=lock_path, python=python, strict=args.strict)
     say_environment()  # before the refusal, or the child's own output
     lock, path, snapshot = result.lock, result.lock_path, result.snapshot

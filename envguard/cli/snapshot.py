@@ -44,10 +44,11 @@ def _default_snapshot_path() -> Path:
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
+    selection = select_environment(args.python, quiet=args.quiet, probe=True)
     from envguard.atomic import write_text_atomic
     from envguard.probe import collect
 
-    options = probe_options(args, select_environment(args.python, quiet=args.quiet))
+    options = probe_options(args, selection)
     show_summary = not args.quiet
     with StderrProgress(quiet=args.quiet) as progress:
         snapshot = collect(options, progress)

@@ -228,12 +228,12 @@ def _cache_note(lock: Lock, snapshot: Snapshot) -> Finding | None:
 
 def _accepted_issues(entry: LockEntry, lock_dir: Path) -> tuple[IntegrityIssue, ...]:
     """Integrity differences already present in the entry's reference snapshot."""
-    from envguard.snapshot_file import read_snapshot
+    from envguard.snapshot_file import read_integrity_issues
 
     if not entry.snapshot_file:
         return ()
     try:
-        return tuple(read_snapshot(lock_dir / entry.snapshot_file).integrity.issues)
+        return tuple(read_integrity_issues(lock_dir / entry.snapshot_file))
     except InputError:
         return ()
 

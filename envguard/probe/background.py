@@ -1,16 +1,22 @@
-"""Two tiny threading helpers, instead of ``concurrent.futures``.
+"""Small concurrency helpers, instead of ``concurrent.futures`` and ``multiprocessing``.
 
 ``concurrent.futures`` (with the ``logging`` it pulls in) costs about 8 ms of
 import on every snapshot; envguard only needs "run this in the background" and
-"map over a few batches in N threads", which plain threads do.
+"map over a few batches in N threads", which plain threads do, and "compute this in a
+forked child" (:class:`Forked`) for the one job threads cannot speed up, ``stat``-ing
+tens of thousands of files.
 """
 
 from __future__ import annotations
 
+import contextlib
+import marshal
+import os
 import queue
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -82,3 +88,78 @@ def parallel_map(fn: Callable[[T], R], items: Iterable[T], workers: int) -> Iter
         yield value  # type: ignore[misc]
     for t in threads:
         t.join()
+
+
+def fork_is_safe() -> bool:
+    """Whether :class:`Forked` may fork here: on Linux, from a process with no other thread
+    (a fork copies only the calling thread, and a lock another thread held stays held in
+    the child; Python 3.12 warns for that reason). Elsewhere, or with threads: never."""
+    return (sys.platform.startswith("linux") and hasattr(os, "fork")
+            and threading.active_count() == 1)
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, as ``taskset`` or a container
+    sets it), else ``os.cpu_count()``."""
+    with contextlib.suppress(AttributeError, OSError):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+class Forked:
+    """``fn()`` computed in a forked child, its value passed back through a pipe with
+    ``marshal`` (so it must be plain data: tuples, lists, strings, numbers, None).
+
+    The child leaves with ``os._exit``: it never flushes the parent's stdio buffers or
+    runs its ``atexit`` handlers. :meth:`result` is None when the child failed (an
+    exception, a signal, garbage); the caller then does the work itself.
+    """
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        """Fork now; call only where :func:`fork_is_safe`. Raises OSError if fork fails."""
+        read_fd, write_fd = os.pipe()
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(read_fd)
+            os.close(write_fd)
+            raise
+        if pid == 0:  # the child: compute, write, leave
+            status = 1
+            try:
+                os.close(read_fd)
+                data = marshal.dumps(fn())
+                with open(write_fd, "wb", closefd=True) as out:
+                    out.write(data)
+                status = 0
+            finally:
+                os._exit(status)
+        os.close(write_fd)
+        self._pid, self._fd = pid, read_fd
+        self._done = False
+        self._value: Any = None
+
+    def result(self) -> Any:
+        """The child's value, or None if it failed. Waits for it."""
+        if not self._done:
+            self._done = True
+            try:
+                with open(self._fd, "rb", closefd=True) as src:
+                    data = src.read()
+            finally:
+                _, status = os.waitpid(self._pid, 0)
+            if os.waitstatus_to_exitcode(status) == 0:
+                with contextlib.suppress(EOFError, ValueError, TypeError):
+                    self._value = marshal.loads(data)  # noqa: S302 - our own child's answer
+        return self._value
+
+    def abandon(self) -> None:
+        """Kill the child (an interrupted caller) and reap it."""
+        if not self._done:
+            self._done = True
+            with contextlib.suppress(OSError):
+                os.kill(self._pid, 9)
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            with contextlib.suppress(OSError):
+                os.waitpid(self._pid, 0)

@@ -94,9 +94,9 @@ def _scan(target: Target, options: SnapshotOptions, memo_root: Path,
     return installed
 
 
-def _verify(installed: list[distributions.InstalledDist], target: Target,
-            options: SnapshotOptions, memo_root: Path, progress: Progress | None,
-            issues: list[ProbeIssue]) -> Integrity:
+def _begin_verify(installed: list[distributions.InstalledDist], target: Target,
+                  options: SnapshotOptions, memo_root: Path,
+                  issues: list[ProbeIssue]) -> integrity.PendingCheck:
     memo = None
     if options.verify == "hash":
         memo = HashMemo.for_prefix(str(target.facts.get("prefix") or ""), memo_root)
@@ -104,9 +104,13 @@ def _verify(installed: list[distributions.InstalledDist], target: Target,
             issues.append(ProbeIssue(section="integrity", message=memo.load_error))
     scope = installed if options.integrity_only is None else [
         i for i in installed if i.dist.name in options.integrity_only]
-    checked = integrity.verify(scope, options.verify, memo=memo,
-                               progress=progress or NullProgress())
-    if memo is not None and (error := memo.save()):
+    return integrity.begin(scope, options.verify, memo=memo)
+
+
+def _finish_verify(pending: integrity.PendingCheck, progress: Progress | None,
+                   issues: list[ProbeIssue]) -> Integrity:
+    checked = pending.finish(progress or NullProgress())
+    if pending.memo is not None and (error := pending.memo.save()):
         issues.append(ProbeIssue(section="integrity", message=f"hash memo not saved: {error}"))
     return checked
 
@@ -127,16 +131,19 @@ def collect(options: SnapshotOptions, progress: Progress | None = None) -> Snaps
         mark = now
 
     memo_root = options.memo_root or memo_dir()
-    commands = _Commands.start(env, str(options.cwd), memo_root, options.git)
     target = probe_python(options.python) if options.python else probe_self()
-    deep_task = Task(lambda: deep.collect(target.executable)) if options.deep else None
     lap("interpreter")
 
     installed = _scan(target, options, memo_root, issues)
     torch, torch_issues = torch_identity.probe(installed, target.sys_path)
     issues.extend(torch_issues)
     lap("packages")
-    checked = _verify(installed, target, options, memo_root, progress, issues)
+    # The RECORD check may fork (integrity.PendingCheck), so it begins before any thread:
+    # the external commands and --deep start right after, and overlap with its work.
+    pending = _begin_verify(installed, target, options, memo_root, issues)
+    commands = _Commands.start(env, str(options.cwd), memo_root, options.git)
+    deep_task = Task(lambda: deep.collect(target.executable)) if options.deep else None
+    checked = _finish_verify(pending, progress, issues)
     conda_packages, checked = _conda(Path(str(target.facts.get("prefix") or "")), installed,
                                      checked, options.verify, issues)
     lap("integrity")

@@ -52,6 +52,16 @@ def run(
     The command is looked up on ``env``'s PATH when ``env`` is given. It runs in its own
     process group, so a timeout kills everything it started (torch may spawn workers).
     """
+    return finish(start(args, env=env, cwd=cwd), timeout=timeout)
+
+
+def start(
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+) -> subprocess.Popen[bytes] | CommandResult:
+    """The first half of :func:`run`: the command started (or why it could not be)."""
     argv = tuple(str(a) for a in args)
     if os.sep not in argv[0]:
         search = env.get("PATH") if env is not None else None
@@ -60,7 +70,7 @@ def run(
             return CommandResult(argv, None, "", "", f"{argv[0]}: not found on PATH")
         argv = (found, *argv[1:])
     try:
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             argv,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -71,6 +81,14 @@ def run(
         )
     except OSError as exc:
         return CommandResult(argv, None, "", "", f"{argv[0]}: {exc.strerror or exc}")
+
+
+def finish(proc: subprocess.Popen[bytes] | CommandResult, *, timeout: float) -> CommandResult:
+    """The second half of :func:`run`: wait at most ``timeout`` seconds for a command
+    :func:`start` started, and read what it printed."""
+    if isinstance(proc, CommandResult):
+        return proc
+    argv = tuple(str(a) for a in proc.args)  # type: ignore[union-attr]
     try:
         raw_out, raw_err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -8,17 +8,21 @@ interpreter; envguard never imports the target's packages.
 from __future__ import annotations
 
 import ast
+import atexit
 import os
 import shutil
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envguard.errors import ProbeError
-from envguard.model import Interpreter
 from envguard.probe import _inprocess
-from envguard.probe.commands import run
+from envguard.probe.commands import CommandResult, finish, run, start
+
+if TYPE_CHECKING:
+    from envguard.model import Interpreter
 
 PROBE_TIMEOUT_S = 30.0
 
@@ -97,6 +101,38 @@ def is_current_interpreter(exe: str) -> bool:
         sys.prefix)
 
 
+def _probe_argv(exe: str) -> list[str]:
+    return [exe, str(Path(_inprocess.__file__))]
+
+
+_PREFETCHED: dict[str, subprocess.Popen[bytes] | CommandResult] = {}
+
+
+def prefetch(python: str) -> None:
+    """Start probing ``python`` now, in the background; :func:`probe_python` of the same
+    interpreter later reads its answer instead of starting another. A command calls this
+    as soon as it knows its environment, so that the probe (25-80 ms: another interpreter
+    starting) overlaps with the import of envguard's own modules. Never raises: a problem
+    is reported by :func:`probe_python`."""
+    try:
+        exe = resolve_python(python)
+    except ProbeError:
+        return
+    if exe not in _PREFETCHED and not is_current_interpreter(exe):
+        if not _PREFETCHED:
+            atexit.register(_discard_prefetched)
+        _PREFETCHED[exe] = start(_probe_argv(exe))
+
+
+def _discard_prefetched() -> None:
+    """At exit: end the probes nobody read (the command failed before it probed)."""
+    while _PREFETCHED:
+        _, started = _PREFETCHED.popitem()
+        if isinstance(started, subprocess.Popen):
+            started.kill()
+            started.communicate()
+
+
 def probe_python(python: str) -> Target:
     """Run the stdlib-only probe under ``python``; raise ProbeError if it cannot run.
 
@@ -106,8 +142,9 @@ def probe_python(python: str) -> Target:
     exe = resolve_python(python)
     if is_current_interpreter(exe):
         return probe_self()
-    script = Path(_inprocess.__file__)
-    result = run([exe, str(script)], timeout=PROBE_TIMEOUT_S)
+    started = _PREFETCHED.pop(exe, None)
+    result = (finish(started, timeout=PROBE_TIMEOUT_S) if started is not None
+              else run(_probe_argv(exe), timeout=PROBE_TIMEOUT_S))
     if not result.ok:
         raise ProbeError(f"cannot probe {exe}: {result.error}")
     try:
@@ -162,6 +199,8 @@ def _abi_tag(soabi: str | None, interpreter_tag: str) -> str | None:
 
 
 def interpreter_section(target: Target, selected_by: str | None = None) -> Interpreter:
+    from envguard.model import Interpreter
+
     f = target.facts
     interp_tag = str(f.get("interpreter_tag") or "")
     abi = _abi_tag(f.get("soabi"), interp_tag)
