@@ -207,21 +207,28 @@ def cache_env(root: Path) -> dict[str, str]:
 
 
 def stage_start(out: Path, preset: str, deadline: float, mega: bool) -> None:
-    """dflash-train's own time to its first step (:mod:`first_step`): cold (empty compile
-    folders and Mega-Cache store), warm (a second process on the same folders and store,
-    as every later run on a machine), and with ``mega`` a third with empty folders and
-    the store the cold run filled (a new machine with the same build)."""
+    """dflash-train's own time to its first step (:mod:`first_step`), each a fresh process:
+    ``first``, a new machine (empty compile folders, Mega-Cache store, and dflash's and
+    envguard's cache folders: bytecode under PYTHONDONTWRITEBYTECODE, the matmul peak);
+    ``cold``, the compile folders emptied as in the incident (the rest as the first run
+    left it); ``warm``, a second process on the same folders, as every later run on a
+    machine; with ``mega`` a last one with empty compile folders and the store the first
+    run filled (a new machine with the same build)."""
     base = Path(tempfile.mkdtemp(prefix="dflash-start-"))
     store = f"--set=mega_cache={base / 'store'}"
     runs: dict[str, Any] = {"preset": preset, "bytecode": bytecode_state()}
-    plan = [("cold", "a", 120.0), ("warm", "a", 60.0)] + ([("mega", "b", 60.0)] if mega else [])
+    plan = [("first", "a", 150.0), ("cold", "b", 90.0), ("warm", "b", 60.0)] + (
+        [("mega", "c", 60.0)] if mega else [])
+    tools = {"DFLASH_CACHE_DIR": str(base / "dflash-cache"),
+             "ENVGUARD_CACHE_DIR": str(base / "envguard-cache")}
     for name, folders, limit in plan:
         left = deadline - time.monotonic()
         if left < 20:
             runs[name] = {"skipped": "time"}
             continue
-        runs[name] = first_step(preset, base / f"run-{name}", cache_env(base / folders),
-                                min(limit, left), (store,))
+        runs[name] = first_step(preset, base / f"run-{name}",
+                                {**cache_env(base / folders), **tools}, min(limit, left),
+                                (store,))
         write(out, "start", runs)
     write(out, "start", runs)
 

@@ -5,6 +5,7 @@ summed on the device between two log points and turned into one metrics.jsonl re
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -17,6 +18,8 @@ from torch import Tensor
 from dflash.distributed.world import World, all_reduce_sum
 from dflash.flops import FlopModel
 from dflash.loss import LossOutput
+from envguard.atomic import write_text_atomic
+from envguard.errors import EnvguardError
 
 
 def sync_device(device: torch.device) -> None:
@@ -43,6 +46,30 @@ def measure_matmul_tflops(device: torch.device, dtype: torch.dtype, size: int | 
         elapsed = time.perf_counter() - start
         if elapsed >= seconds:
             return 2.0 * n**3 * iters / elapsed / 1e12
+
+
+def remembered_peak(device: torch.device, dtype: torch.dtype, folder: Path) -> float:
+    """:func:`measure_matmul_tflops`, measured once per GPU model, torch build and dtype and
+    kept in ``folder/peaks.json`` (half a second of every start otherwise). On CPU, whose
+    rate depends on what else runs, it is measured every time."""
+    if device.type != "cuda":
+        return measure_matmul_tflops(device, dtype)
+    key = f"{torch.cuda.get_device_name(device)} | torch {torch.__version__} | {dtype}"
+    path = folder / "peaks.json"
+    try:
+        known = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        known = {}
+    if not isinstance(known, dict):
+        known = {}
+    value = known.get(key)
+    if isinstance(value, (int, float)) and value > 0:
+        return float(value)
+    measured = measure_matmul_tflops(device, dtype)
+    with contextlib.suppress(OSError, EnvguardError):  # a cache only: a failed write costs time
+        write_text_atomic(path, json.dumps({**known, key: measured}, indent=2,
+                                           sort_keys=True) + "\n")
+    return measured
 
 
 def _process_start() -> float:

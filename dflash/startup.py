@@ -14,29 +14,38 @@ Also here, the parts of the build that decide how long it takes:
   as large as a fixed memory budget allows on a GPU (the 64-prompt batches the CPU keeps
   ran an 8B target's decode loop 8 times for the default 512 prompts), and a warm-up-only
   run, which needs nothing but the batch shapes, gets random ids in every bucket instead
-  of generating anything.
+  of generating anything. Greedy generation is a pure function of the target, the
+  recipe and the numerics, so its result is kept in dflash's cache
+  (:func:`remembered_examples`): a later start with the same key reads it (10-15 s of
+  an 8B start on the H200 was this decode loop).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from pathlib import Path
 from typing import Protocol
 
 import torch
 
 from dflash.config import DrafterConfig, TrainConfig
-from dflash.data import Example, drop_short, read_examples
+from dflash.data import Example, drop_short, read_examples, write_jsonl_atomic
 from dflash.decoding.generate import generate_responses, synthetic_prompts
-from dflash.errors import ConfigError
+from dflash.errors import ConfigError, DataError
 from dflash.meter import sync_device
 from dflash.model import DFlashDrafter
+from dflash.presets import STDLIB_TARGET, target_path
 from dflash.target import TargetModel
+from envguard.errors import EnvguardError
 
-GENERATION_BYTES = 8 * 2**30
-"""Device memory one batch of synthetic generation may use for its KV cache and prefill
-logits: 276 prompts a batch for an 8B target with the default recipe (16 + 96 tokens)."""
+GENERATION_BYTES = 16 * 2**30
+"""Device memory one batch of synthetic generation may use at most for its KV cache (a
+prefill keeps the last position's logits only): the default recipe's 512 prompts (16 + 96
+tokens) in one batch for an 8B target. A third of the free memory when that is less."""
 CPU_GENERATION_BATCH = 64
 
 
@@ -89,9 +98,12 @@ def generation_batch(target: TargetModel, cfg: TrainConfig) -> int:
     itemsize = torch.empty((), dtype=target.dtype).element_size()
     kv_per_token = 2 * target.num_layers * heads * head_dim * itemsize
     tokens = cfg.synthetic_prompt_length + cfg.synthetic_response_tokens
-    prefill_logits = cfg.synthetic_prompt_length * target.vocab_size * (itemsize + 4)
-    per_prompt = tokens * kv_per_token + prefill_logits
-    return max(CPU_GENERATION_BATCH, min(cfg.synthetic_prompts, GENERATION_BYTES // per_prompt))
+    last_logits = target.vocab_size * (itemsize + 4)
+    per_prompt = tokens * kv_per_token + last_logits
+    budget = GENERATION_BYTES
+    if target.device.type == "cuda":
+        budget = min(budget, torch.cuda.mem_get_info(target.device)[0] // 3)
+    return max(CPU_GENERATION_BATCH, min(cfg.synthetic_prompts, budget // per_prompt))
 
 
 def synthetic_examples(target: TargetModel, cfg: TrainConfig) -> list[Example]:
@@ -133,25 +145,79 @@ def split_held_out(cfg: TrainConfig, examples: list[Example]
     return usable[:split], usable[split:]
 
 
+def synthetic_key(cfg: TrainConfig, target: TargetModel) -> str:
+    """What greedy synthetic data depends on, as a digest: the target (a named shape's
+    seed, else its files' names, sizes and times), the recipe's prompt settings, the
+    batch and the numerics (device, dtype, torch and transformers builds)."""
+    import transformers
+
+    source = target_path(cfg.target) if cfg.target != STDLIB_TARGET else None
+    files: list[tuple[str, int, int]] = []
+    if source is not None:
+        folder = source if source.is_dir() else source.parent
+        for path in sorted(folder.iterdir()):
+            with suppress(OSError):
+                st = path.stat()
+                files.append((path.name, st.st_size, st.st_mtime_ns))
+    device = target.device
+    device_name = (torch.cuda.get_device_name(device) if device.type == "cuda"
+                   else device.type)
+    parts = {"format": "dflash-synthetic/1", "target": cfg.target, "files": files,
+             "seed": cfg.seed, "prompts": cfg.synthetic_prompts,
+             "prompt_length": cfg.synthetic_prompt_length,
+             "response_tokens": cfg.synthetic_response_tokens,
+             "vocab": target.vocab_size, "mask": target.mask_token_id,
+             "batch": generation_batch(target, cfg), "device": device_name,
+             "dtype": str(target.dtype), "torch": torch.__version__,
+             "transformers": transformers.__version__}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def remembered_path(cfg: TrainConfig, target: TargetModel, folder: Path) -> Path:
+    return folder / "synthetic" / f"{synthetic_key(cfg, target)}.jsonl"
+
+
+def remembered_examples(target: TargetModel, cfg: TrainConfig, folder: Path) -> list[Example]:
+    """:func:`synthetic_examples`, kept in ``folder/synthetic/<key>.jsonl`` (the data
+    file format) and read back by a later start with the same :func:`synthetic_key`. A
+    file that does not read is generated again; one that cannot be written costs time."""
+    path = remembered_path(cfg, target, folder)
+    with suppress(DataError, OSError):
+        return read_examples(path, max_length=cfg.synthetic_prompt_length
+                             + cfg.synthetic_response_tokens)
+    examples = synthetic_examples(target, cfg)
+    with suppress(OSError, EnvguardError):
+        write_jsonl_atomic(path, ({"input_ids": list(e.input_ids), "loss_mask": list(e.loss_mask)}
+                                  for e in examples))
+    return examples
+
+
 def training_examples(cfg: TrainConfig, target: TargetModel, *, shapes_only: bool = False,
-                      ranks: int = 1) -> tuple[list[Example], list[Example]]:
+                      ranks: int = 1, cache: Path | None = None
+                      ) -> tuple[list[Example], list[Example]]:
     """(training, held-out examples): the recipe's data file, else generated by the
-    target; with ``shapes_only`` and no data file, :func:`shape_examples`."""
+    target (kept in ``cache`` when given: the target was loaded from ``cfg.target``);
+    with ``shapes_only`` and no data file, :func:`shape_examples`."""
     if cfg.data:
         examples = read_examples(cfg.data, tokenizer=target.tokenizer,
                                  max_length=max(cfg.buckets))
     elif shapes_only:
         examples = shape_examples(cfg, target.vocab_size, target.mask_token_id, ranks)
+    elif cache is not None:
+        examples = remembered_examples(target, cfg, cache)
     else:
         examples = synthetic_examples(target, cfg)
     return split_held_out(cfg, examples)
 
 
-def data_text(cfg: TrainConfig, shapes_only: bool) -> str:
-    """What the data phase does, for the progress display."""
+def data_text(cfg: TrainConfig, shapes_only: bool, remembered: Path | None = None) -> str:
+    """What the data phase does, for the progress display (``remembered``: the file of
+    :func:`remembered_examples`, when one will be read instead of generating)."""
     if cfg.data:
         return f"reading the data ({cfg.data})"
     if shapes_only:
         return "making random batches of every shape (warm-up only)"
+    if remembered is not None and remembered.is_file():
+        return f"reading the data the target generated before ({remembered})"
     return (f"generating the data with the target ({cfg.synthetic_prompts} prompts x "
             f"{cfg.synthetic_response_tokens} tokens)")

@@ -148,20 +148,24 @@ class TargetModel:
             cache.crop(-remove)
 
     @torch.no_grad()
-    def forward_cached(self, ids_BT: Tensor, cache: DynamicCache, start: int
-                       ) -> tuple[Tensor, Tensor]:
+    def forward_cached(self, ids_BT: Tensor, cache: DynamicCache, start: int, *,
+                       last_only: bool = False) -> tuple[Tensor, Tensor]:
         """Run T new tokens at positions start..start+T-1 on top of ``cache``.
 
-        Returns fp32 logits [B, T, V] and the tapped features [B, T, k*H].
+        Returns fp32 logits [B, T, V] and the tapped features [B, T, k*H]; with
+        ``last_only`` (plain generation) the logits and features of the last position
+        only, [B, 1, ...]: a prefill then never holds a [B, T, V] logits tensor.
         """
         if self.cache_length(cache) != start:
             raise ValueError(f"cache holds {self.cache_length(cache)} positions, not {start}")
         bsz, t = ids_BT.shape
         pos_BT = torch.arange(start, start + t, device=ids_BT.device).expand(bsz, t)
+        keep = {"logits_to_keep": 1} if last_only else {}
         with self._tapping(stop_early=False) as taps:
             out = self.model(input_ids=ids_BT, position_ids=pos_BT, use_cache=True,
-                             **{self._cache_kw: cache})
-            return out.logits.float(), self._concat_taps(taps)
+                             **{self._cache_kw: cache}, **keep)
+            features = self._concat_taps(taps)
+            return out.logits.float(), features[:, -1:] if last_only else features
 
 
 # -- building targets ----------------------------------------------------------------------

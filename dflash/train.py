@@ -48,7 +48,7 @@ from dflash.masks import (
     flex_attend,
     sdpa_attend,
 )
-from dflash.meter import Meter, MetricsLog, measure_matmul_tflops, sync_device
+from dflash.meter import Meter, MetricsLog, remembered_peak, sync_device
 from dflash.optim import MasterAdamW, lr_at
 from dflash.parallelize import parallelize, resolve
 from dflash.startup import (
@@ -56,10 +56,12 @@ from dflash.startup import (
     StartClock,
     build_drafter,
     data_text,
+    remembered_path,
     split_held_out,
     training_examples,
 )
 from dflash.state import TrainState
+from dflash.stdlib_target import cache_root
 from dflash.target import TargetModel, drafter_config_for, load_target, target_text
 
 LogFn = Callable[[dict[str, Any]], None]
@@ -105,6 +107,7 @@ class Trainer:
         """Seconds per start phase: target, drafter, parallelize, data, then warmup (and
         peak, when the run measures the matmul peak)."""
         torch.manual_seed(cfg.seed)
+        loaded_here = target is None  # then cfg.target names it: its data may be cached
         if target is None:
             with self.clock.phase("target", target_text(cfg.target)):
                 target = load_target(cfg.target, device=self.rt.device, dtype=self.rt.dtype,
@@ -121,11 +124,14 @@ class Trainer:
             self.kernels = parallelize(self.drafter, self.rt, self.world)
             optimizer = MasterAdamW(self.drafter, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                                     weight_decay=cfg.weight_decay)
-        with self.clock.phase("data", data_text(cfg, shapes_only and examples is None)):
+        cache = cache_root() if loaded_here and not cfg.data and not shapes_only else None
+        remembered = remembered_path(cfg, self.target, cache) if cache is not None else None
+        with self.clock.phase("data", data_text(cfg, shapes_only and examples is None,
+                                                remembered)):
             if examples is None:
-                train, self.held_out = training_examples(cfg, self.target,
-                                                         shapes_only=shapes_only,
-                                                         ranks=self.world.size)
+                train, self.held_out = training_examples(
+                    cfg, self.target, shapes_only=shapes_only, ranks=self.world.size,
+                    cache=cache)
             else:
                 train, self.held_out = split_held_out(cfg, examples)
             batches = BatchLoader(train, batch_size=cfg.batch_size, buckets=cfg.buckets,
@@ -300,11 +306,12 @@ class Trainer:
         return None
 
     def peak_tflops(self) -> float:
-        """The MFU denominator: the recipe's ``peak_tflops``, else measured once (a start
-        phase)."""
+        """The MFU denominator: the recipe's ``peak_tflops``, else measured once per GPU
+        model and torch build (a start phase; :func:`dflash.meter.remembered_peak`)."""
         if not self._peak:
             with self.clock.phase("peak", "measuring the matmul peak (for MFU)"):
-                self._peak = measure_matmul_tflops(self.rt.device, self.rt.dtype)
+                self._peak = remembered_peak(self.rt.device, self.rt.dtype,
+                                             cache_root())
         return self._peak
 
     # -- the loop ---------------------------------------------------------------------------

@@ -28,9 +28,11 @@ def _isolated_uv_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Non
 @pytest.fixture(autouse=True)
 def _isolated_home(tmp_path_factory: pytest.TempPathFactory,
                    monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Keep envguard's caches, mask key and compile-cache markers out of the real home."""
+    """Keep envguard's and dflash's caches, mask key and compile-cache markers out of the
+    real home."""
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("ENVGUARD_CACHE_DIR", str(home / "cache"))
+    monkeypatch.setenv("DFLASH_CACHE_DIR", str(home / "dflash"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(home / "inductor"))
     monkeypatch.setenv("TRITON_CACHE_DIR", str(home / "triton"))

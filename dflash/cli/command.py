@@ -113,3 +113,23 @@ class Command:
         if isinstance(exc, RuntimeError):
             return ExitCode.FAILED, f"failed: {first_line(exc)}"
         return None
+
+
+def keep_bytecode() -> None:
+    """Under ``PYTHONDONTWRITEBYTECODE`` with a torch that ships no ``.pyc`` (the H200
+    image), every launch compiled torch, transformers, dynamo and inductor from source:
+    their bytecode is kept in ``<dflash cache>/bytecode`` instead (:mod:`envguard.bytecode`;
+    ``ENVGUARD_NO_BYTECODE_CACHE=1`` opts out)."""
+    from dflash.stdlib_target import cache_root
+    from envguard.bytecode import keep_bytecode as keep
+
+    spec = importlib.util.find_spec("torch")  # found, not imported
+    keep(cache_root() / "bytecode", spec.origin if spec is not None else None)
+
+
+def entry(main: Callable[[], int]) -> int:
+    """A console script (or ``python -m``): :func:`keep_bytecode`, then ``main()``. Tests
+    call ``main`` itself, so their process keeps its own bytecode settings."""
+    keep_bytecode()
+    return main()
+

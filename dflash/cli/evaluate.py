@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from dflash.checkpoint.layout import WEIGHTS_NAME, read_config
 from dflash.cli import options
 from dflash.cli.command import Command
+from dflash.cli.command import entry as command_entry
 from dflash.config import DrafterConfig
 from dflash.errors import CheckpointError, ConfigError, InputError
 from dflash.exitcodes import ExitCode
@@ -218,5 +219,11 @@ def render_text(report: EvalReport) -> str:
     return "\n".join(lines)
 
 
+def entry() -> int:
+    """The console script and ``python -m``: :func:`main`, with compiled modules kept
+    (:func:`dflash.cli.command.entry`)."""
+    return command_entry(main)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

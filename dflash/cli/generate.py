@@ -14,6 +14,7 @@ from typing import Any
 
 from dflash.cli import options
 from dflash.cli.command import Command
+from dflash.cli.command import entry as command_entry
 from dflash.exitcodes import ExitCode
 
 PROG = "dflash-generate"
@@ -91,5 +92,11 @@ def _main(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+def entry() -> int:
+    """The console script and ``python -m``: :func:`main`, with compiled modules kept
+    (:func:`dflash.cli.command.entry`)."""
+    return command_entry(main)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from dflash.checkpoint.layout import latest_checkpoint
 from dflash.cli import options
 from dflash.cli.command import Command
+from dflash.cli.command import entry as command_entry
 from dflash.cli.gate import Gate, check_gate, gather, refuse
 from dflash.config import TrainConfig, kernels_for
 from dflash.distributed.world import Roles, World, barrier, detect, init, shutdown
@@ -283,5 +284,11 @@ def _write_meta(out: Path, meta: dict[str, Any]) -> None:
     write_text_atomic(out / "metadata.json", json.dumps(meta, indent=2, default=str) + "\n")
 
 
+def entry() -> int:
+    """The console script and ``python -m``: :func:`main`, with compiled modules kept
+    (:func:`dflash.cli.command.entry`)."""
+    return command_entry(main)
+
+
 if __name__ == "__main__":  # torchrun --nproc-per-node N -m dflash.cli.train ...
-    sys.exit(main())
+    sys.exit(entry())

@@ -41,6 +41,9 @@ def _next_tokens(logits_BV: torch.Tensor, temperature: float, gen: torch.Generat
     return torch.multinomial(probs, 1, generator=gen).squeeze(-1)
 
 
+_STOP_CHECK_EVERY = 8
+
+
 @torch.no_grad()
 def _generate_group(target: TargetModel, prompts_BP: torch.Tensor, max_new_tokens: int,
                     temperature: float, gen: torch.Generator | None,
@@ -48,16 +51,21 @@ def _generate_group(target: TargetModel, prompts_BP: torch.Tensor, max_new_token
     """Decode one batch of equal-length prompts; a row stops after a stop id."""
     bsz, plen = prompts_BP.shape
     cache = target.new_cache()
-    logits, _ = target.forward_cached(prompts_BP, cache, 0)
+    logits, _ = target.forward_cached(prompts_BP, cache, 0, last_only=True)
     done_B = torch.zeros(bsz, dtype=torch.bool, device=prompts_BP.device)
     out: list[torch.Tensor] = []
     for i in range(max_new_tokens):
         tok_B = _next_tokens(logits[:, -1], temperature, gen)
         out.append(tok_B)
-        done_B |= torch.isin(tok_B, stop_ids)
-        if i + 1 == max_new_tokens or bool(done_B.all()):
+        if i + 1 == max_new_tokens:
             break
-        logits, _ = target.forward_cached(tok_B[:, None], cache, plen + i)
+        if len(stop_ids):
+            done_B |= torch.isin(tok_B, stop_ids)
+            # Asking the device whether every row stopped waits for it; every few steps
+            # only, so the host queues the next steps meanwhile (rows cut after stops).
+            if i % _STOP_CHECK_EVERY == _STOP_CHECK_EVERY - 1 and bool(done_B.all()):
+                break
+        logits, _ = target.forward_cached(tok_B[:, None], cache, plen + i, last_only=True)
     rows = torch.stack(out, dim=1).tolist()
     stops = set(stop_ids.tolist())
     result = []

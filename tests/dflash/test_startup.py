@@ -61,9 +61,11 @@ def test_the_cpu_build_and_data_are_what_they_were(tiny_target):
 def test_a_gpu_generates_in_batches_a_memory_budget_holds():
     target = load_target("qwen3-8b-shape", device="meta", dtype=torch.bfloat16)
     cfg = qwen3_8b_shape()
-    # 112 tokens x 144 KiB of KV each, plus 16 prefill rows of fp32 + bf16 logits: 8 GiB
-    # holds 276 prompts, so the default 512 need 2 decode loops instead of 8.
-    assert generation_batch(target, cfg) == 276
+    # 112 tokens x 144 KiB of KV each, plus the last position's fp32 + bf16 logits (the
+    # prefill keeps no others): 16 GiB holds 985 prompts, so the default 512 need one
+    # decode loop (two when the prefill kept [B, 16, V] logits, eight at 64 a batch).
+    assert generation_batch(target, cfg) == 512
+    assert generation_batch(target, dataclasses.replace(cfg, synthetic_prompts=4096)) == 985
     assert generation_batch(target, dataclasses.replace(cfg, synthetic_prompts=100)) == 100
 
 
@@ -85,3 +87,55 @@ def test_each_checkpoint_names_the_environment_snapshot(tiny_target, tmp_path: P
     trainer.environment = {"file": "env.json", "sha256": "sha256:" + "ab" * 32}
     state = read_trainer_state(trainer.save())
     assert state["environment"] == trainer.environment
+
+
+def test_the_matmul_peak_is_measured_once_per_gpu_model(tmp_path: Path, monkeypatch):
+    """No GPU here: the device name and the measurement are stand-ins (said so), the
+    memo file and its reading are real."""
+    from dflash import meter
+
+    calls: list[str] = []
+
+    def measure(device, dtype):
+        calls.append(str(device))
+        return 700.0 + len(calls)
+
+    monkeypatch.setattr(meter, "measure_matmul_tflops", measure)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+    cuda = torch.device("cuda")
+    assert meter.remembered_peak(cuda, torch.bfloat16, tmp_path) == 701.0
+    assert meter.remembered_peak(cuda, torch.bfloat16, tmp_path) == 701.0  # remembered
+    assert meter.remembered_peak(cuda, torch.float32, tmp_path) == 702.0  # another dtype
+    assert len(calls) == 2
+    (tmp_path / "peaks.json").write_text("{not json")
+    assert meter.remembered_peak(cuda, torch.bfloat16, tmp_path) == 703.0  # measured again
+    assert meter.remembered_peak(torch.device("cpu"), torch.float32, tmp_path) == 704.0
+    assert meter.remembered_peak(torch.device("cpu"), torch.float32, tmp_path) == 705.0
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    assert meter.remembered_peak(cuda, torch.bfloat16, blocked / "sub") == 706.0  # no folder
+
+
+def test_generated_data_is_kept_and_read_back_by_a_later_start(tiny_target, tmp_path: Path,
+                                                               monkeypatch):
+    from dflash import startup
+
+    cfg = dataclasses.replace(tiny(), synthetic_prompts=12, synthetic_response_tokens=10)
+    first = startup.remembered_examples(tiny_target, cfg, tmp_path)
+    assert first == synthetic_examples(tiny_target, cfg)
+    path = startup.remembered_path(cfg, tiny_target, tmp_path)
+    assert path.is_file()
+    assert "generated before" in startup.data_text(cfg, False, path)
+
+    def no_generation(*args, **kwargs):
+        raise AssertionError("generated again")
+
+    monkeypatch.setattr(startup, "synthetic_examples", no_generation)
+    assert startup.remembered_examples(tiny_target, cfg, tmp_path) == first  # read back
+    # Another recipe or seed is another key, so it generates.
+    for other in (dataclasses.replace(cfg, seed=1), dataclasses.replace(cfg, synthetic_prompts=13)):
+        assert startup.remembered_path(other, tiny_target, tmp_path) != path
+    monkeypatch.undo()
+    path.write_text('{"input_ids": [1, 2]\n')  # a torn file: generated and written again
+    assert startup.remembered_examples(tiny_target, cfg, tmp_path) == first
+    assert startup.remembered_examples(tiny_target, cfg, tmp_path / "no" / "such") == first
