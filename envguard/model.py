@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from envguard.errors import SnapshotValidationError, UnsupportedSchemaError
-from envguard.validation import build, to_plain, type_name
+from envguard.validation import build, parse_json, to_plain, type_name
 
 SCHEMA_NAME = "envguard.snapshot"
 SCHEMA_MAJOR = 1
@@ -357,20 +357,6 @@ class Snapshot:
     def validate(self) -> Snapshot:
         """Round trip through the dict form; raises if any field has the wrong type."""
         return Snapshot.from_dict(json.loads(self.to_json()))
-
-
-def parse_json(text: str) -> object:
-    """``json.loads``; SnapshotValidationError with a one-line reason if it is not JSON."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SnapshotValidationError(
-            f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
-        ) from None
-    except ValueError as exc:  # an integer longer than int() converts (4300 digits)
-        raise SnapshotValidationError(
-            f"not valid JSON ({str(exc).split(':', 1)[0]})"
-        ) from None
 
 
 def check_schema(value: object) -> tuple[int, int]:

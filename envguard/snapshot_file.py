@@ -8,9 +8,9 @@ from pathlib import Path
 
 from envguard.errors import InputError, SnapshotValidationError, UnsupportedSchemaError
 from envguard.input_file import MAX_INPUT_BYTES, read_input_text
-from envguard.model import Integrity, IntegrityIssue, Snapshot, check_schema, parse_json
+from envguard.model import Integrity, IntegrityIssue, Snapshot, check_schema
 from envguard.redact import redact_data, redact_snapshot
-from envguard.validation import build, type_name
+from envguard.validation import build, parse_json, type_name
 
 MAX_SNAPSHOT_BYTES = MAX_INPUT_BYTES
 

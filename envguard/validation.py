@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import types
 import typing
 from typing import Any, TypeVar, Union
@@ -128,3 +129,17 @@ def to_plain(value: Any) -> Any:
     if cls is dict:
         return {k: to_plain(v) for k, v in value.items()}
     return value
+
+
+def parse_json(text: str) -> object:
+    """``json.loads``; SnapshotValidationError with a one-line reason if it is not JSON."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SnapshotValidationError(
+            f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+        ) from None
+    except ValueError as exc:  # an integer longer than int() converts (4300 digits)
+        raise SnapshotValidationError(
+            f"not valid JSON ({str(exc).split(':', 1)[0]})"
+        ) from None
