@@ -117,3 +117,43 @@ def test_parse_headers_joins_folded_lines_and_stops_at_body() -> None:
 
 def test_short_record_rows_are_tolerated() -> None:
     assert parse_record("only/path\n\n,\n") == [("only/path", "", "")]
+
+
+# -- dist-info folders read from the memo (RecordMemo.get_folder) ----------------------------
+
+def test_a_memoised_folder_is_read_again_when_any_of_its_files_changes(
+        venvs: VenvFactory, wheel_dir: Path, tmp_path: Path) -> None:
+    import os
+    import time
+
+    from envguard.probe import distributions
+    from envguard.probe.memo.records import RecordMemo
+
+    env = venvs.create()
+    venvs.uv_install(env, build_wheel(wheel_dir, "torch", "2.11.0+cu128", fake_torch_files()))
+    site = [str(env.site_packages())]
+    memo_file = tmp_path / "records.marshal"
+
+    def scan() -> dict[str, object]:
+        memo = RecordMemo(memo_file)
+        found, _ = distributions.scan(site, memo)
+        assert memo.save() is None
+        return {i.dist.name: (i.dist, i.record, i.record_total, i.issues) for i in found}
+
+    cold = scan()
+    assert scan() == cold == {i.dist.name: (i.dist, i.record, i.record_total, i.issues)
+                              for i in distributions.scan(site)[0]}  # memo hit = fresh read
+    info = next(env.site_packages().glob("torch-*.dist-info"))
+    metadata = info / "METADATA"
+    before = os.stat(metadata)
+    text = metadata.read_text()
+    time.sleep(0.01)
+    metadata.write_text(text.replace("Version: 2.11.0+cu128", "Version: 2.11.0+cu129"))
+    os.utime(metadata, ns=(before.st_atime_ns, before.st_mtime_ns))  # size and mtime put back
+    assert scan()["torch"][0].version == "2.11.0+cu129"  # type: ignore[index,union-attr]
+    (info / "REQUESTED").write_text("")
+    assert scan()["torch"][0].requested is True  # type: ignore[index,union-attr]
+    (info / "INSTALLER").unlink()
+    assert scan()["torch"][0].installer is None  # type: ignore[index,union-attr]
+    memo_file.write_bytes(b"garbage")  # an unusable memo file is ignored
+    assert scan()["torch"][0].installer is None  # type: ignore[index,union-attr]

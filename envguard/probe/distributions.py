@@ -7,6 +7,7 @@ over the normalized RECORD (see :func:`fingerprint_record`).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import hashlib
@@ -17,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envguard.model import DirectUrl, Distribution, ProbeIssue
-from envguard.probe.memo.marshal_file import stat_key
-from envguard.probe.memo.records import RecordMemo
+from envguard.probe.memo.marshal_file import Key, stat_key
+from envguard.probe.memo.records import RecordMemo, folder_entry, folder_parts
 
 _NORMALIZE_RE = re.compile(r"[-_.]+")
 _DROPPED_DIST_INFO_FILES = frozenset(
@@ -182,10 +183,51 @@ def _parse_direct_url(text: str) -> DirectUrl:
     )
 
 
+_FOLDER_FILES = ("METADATA", "RECORD", "WHEEL", "INSTALLER", "direct_url.json", "REQUESTED")
+"""What :func:`read_distribution` reads of a dist-info folder: the memo key's files."""
+
+
+def _folder_key(meta_dir: str) -> tuple[Key | None, ...] | None:
+    """The stat key of each file a dist-info read depends on (None: the file is absent);
+    None when one cannot be stat'ed (then nothing is memoised)."""
+    key: list[Key | None] = []
+    for name in _FOLDER_FILES:
+        try:
+            key.append(stat_key(os.stat(os.path.join(meta_dir, name))))
+        except FileNotFoundError:
+            key.append(None)
+        except OSError:
+            return None
+    return tuple(key)
+
+
 def read_distribution(
     site_dir: str, meta_name: str, memo: RecordMemo | None = None
 ) -> InstalledDist:
-    """Read one ``*.dist-info`` or ``*.egg-info`` folder; problems become issues, not raises."""
+    """Read one ``*.dist-info`` or ``*.egg-info`` folder; problems become issues, not raises.
+    With ``memo``, a dist-info folder whose files all kept their stat keys is not read
+    again (:class:`~envguard.probe.memo.records.RecordMemo`)."""
+    if memo is None or meta_name.endswith(".egg-info"):
+        return _read_folder(site_dir, meta_name, memo)
+    meta_dir = os.path.join(site_dir, meta_name)
+    key = _folder_key(meta_dir)
+    if key is not None:
+        cached = memo.get_folder(meta_dir, key)
+        if cached is not None:
+            with contextlib.suppress(ValueError, TypeError, IndexError):
+                dist, record, total, mtime_ns, issues = folder_parts(cached, site_dir,
+                                                                     meta_name)
+                return InstalledDist(dist=dist, site_dir=site_dir, record=record,
+                                     record_total=total, record_mtime_ns=mtime_ns,
+                                     issues=issues)
+    item = _read_folder(site_dir, meta_name, memo)
+    if key is not None and key == _folder_key(meta_dir):  # unchanged while it was read
+        memo.put_folder(meta_dir, key, folder_entry(item.dist, item.record, item.record_total,
+                                                    item.record_mtime_ns, item.issues))
+    return item
+
+
+def _read_folder(site_dir: str, meta_name: str, memo: RecordMemo | None) -> InstalledDist:
     meta_dir = os.path.join(site_dir, meta_name)
     issues: list[ProbeIssue] = []
     stem = meta_name.rsplit(".", 1)[0]
