@@ -20,6 +20,7 @@ from typing import Any
 from envguard.model import DirectUrl, Distribution, ProbeIssue
 from envguard.probe.memo.marshal_file import Key, stat_key
 from envguard.probe.memo.records import RecordMemo, folder_entry, folder_parts
+from envguard.redact import redact_data
 
 _NORMALIZE_RE = re.compile(r"[-_.]+")
 _DROPPED_DIST_INFO_FILES = frozenset(
@@ -221,7 +222,10 @@ def read_distribution(
                                      record_total=total, record_mtime_ns=mtime_ns,
                                      issues=issues)
     item = _read_folder(site_dir, meta_name, memo)
-    if key is not None and key == _folder_key(meta_dir):  # unchanged while it was read
+    # Kept only if unchanged while it was read, and only if it holds nothing a credential
+    # could be in (a direct_url with user:password@): memo files must not carry secrets.
+    if key is not None and key == _folder_key(meta_dir) \
+            and redact_data(item.dist) is item.dist and redact_data(item.issues) is item.issues:
         memo.put_folder(meta_dir, key, folder_entry(item.dist, item.record, item.record_total,
                                                     item.record_mtime_ns, item.issues))
     return item
