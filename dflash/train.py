@@ -124,14 +124,15 @@ class Trainer:
             self.kernels = parallelize(self.drafter, self.rt, self.world)
             optimizer = MasterAdamW(self.drafter, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                                     weight_decay=cfg.weight_decay)
-        cache = cache_root() if loaded_here and not cfg.data and not shapes_only else None
-        remembered = remembered_path(cfg, self.target, cache) if cache is not None else None
+        remembered = (remembered_path(cfg, self.target, cache_root())
+                      if loaded_here and examples is None and not cfg.data and not shapes_only
+                      else None)
         with self.clock.phase("data", data_text(cfg, shapes_only and examples is None,
                                                 remembered)):
             if examples is None:
                 train, self.held_out = training_examples(
                     cfg, self.target, shapes_only=shapes_only, ranks=self.world.size,
-                    cache=cache)
+                    remembered=remembered)
             else:
                 train, self.held_out = split_held_out(cfg, examples)
             batches = BatchLoader(train, batch_size=cfg.batch_size, buckets=cfg.buckets,

@@ -265,16 +265,14 @@ def check(snapshot: Snapshot, lock: Lock, lock_path: str, project_root: Path, *,
     lock_dir = Path(lock_path).parent
     touched = any(i.package in now for i in snapshot.integrity.issues)
 
-    def comparison(entry: LockEntry, explain_mismatch: bool) -> EntryComparison:
-        return compare(entry, lock, snapshot, project_root, now,
-                       _accepted_issues(entry, lock_dir) if touched else (),
-                       explain_mismatch=explain_mismatch)
-
-    comparisons = tuple(comparison(e, False) for e in entries)
+    accepted = [_accepted_issues(e, lock_dir) if touched else () for e in entries]
+    comparisons = tuple(compare(e, lock, snapshot, project_root, now, a, explain_mismatch=False)
+                        for e, a in zip(entries, accepted, strict=True))
     if comparisons and not any(c.matches for c in comparisons):
-        closest = min(comparisons, key=_closeness)
-        comparisons = tuple(comparison(c.entry, True) if c is closest else c
-                            for c in comparisons)
+        # Explain the closest entry only: its findings are the only ones anyone reads.
+        i = min(range(len(comparisons)), key=lambda k: _closeness(comparisons[k]))
+        explained = compare(entries[i], lock, snapshot, project_root, now, accepted[i])
+        comparisons = (*comparisons[:i], explained, *comparisons[i + 1:])
     result = GateResult(lock=lock, lock_path=lock_path, snapshot=snapshot,
                         comparisons=comparisons, cache_note=_cache_note(lock, snapshot))
     if result.matched is None and result.closest is not None:

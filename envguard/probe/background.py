@@ -13,6 +13,7 @@ import contextlib
 import marshal
 import os
 import queue
+import signal
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -158,7 +159,7 @@ class Forked:
         if not self._done:
             self._done = True
             with contextlib.suppress(OSError):
-                os.kill(self._pid, 9)
+                os.kill(self._pid, signal.SIGKILL)
             with contextlib.suppress(OSError):
                 os.close(self._fd)
             with contextlib.suppress(OSError):

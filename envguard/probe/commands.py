@@ -92,11 +92,11 @@ def finish(proc: subprocess.Popen[bytes] | CommandResult, *, timeout: float) -> 
     try:
         raw_out, raw_err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        _kill_group(proc)
+        stop(proc)
         return CommandResult(argv, None, "", "",
                              f"{os.path.basename(argv[0])}: timed out after {timeout:g} s")
     except BaseException:
-        _kill_group(proc)
+        stop(proc)
         raise
     out = raw_out.decode("utf-8", "replace")
     err = raw_err.decode("utf-8", "replace")
@@ -109,7 +109,8 @@ def finish(proc: subprocess.Popen[bytes] | CommandResult, *, timeout: float) -> 
     return CommandResult(argv, proc.returncode, out, err, None)
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """Kill a command :func:`start` started, with its process group, and reap it."""
     with contextlib.suppress(OSError):
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(OSError):

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from envguard.errors import ProbeError
 from envguard.probe import _inprocess
-from envguard.probe.commands import CommandResult, finish, run, start
+from envguard.probe.commands import CommandResult, finish, run, start, stop
 
 if TYPE_CHECKING:
     from envguard.model import Interpreter
@@ -119,18 +119,16 @@ def prefetch(python: str) -> None:
     except ProbeError:
         return
     if exe not in _PREFETCHED and not is_current_interpreter(exe):
-        if not _PREFETCHED:
-            atexit.register(_discard_prefetched)
         _PREFETCHED[exe] = start(_probe_argv(exe))
 
 
+@atexit.register
 def _discard_prefetched() -> None:
     """At exit: end the probes nobody read (the command failed before it probed)."""
     while _PREFETCHED:
         _, started = _PREFETCHED.popitem()
         if isinstance(started, subprocess.Popen):
-            started.kill()
-            started.communicate()
+            stop(started)
 
 
 def probe_python(python: str) -> Target:

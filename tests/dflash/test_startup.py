@@ -121,9 +121,9 @@ def test_generated_data_is_kept_and_read_back_by_a_later_start(tiny_target, tmp_
     from dflash import startup
 
     cfg = dataclasses.replace(tiny(), synthetic_prompts=12, synthetic_response_tokens=10)
-    first = startup.remembered_examples(tiny_target, cfg, tmp_path)
-    assert first == synthetic_examples(tiny_target, cfg)
     path = startup.remembered_path(cfg, tiny_target, tmp_path)
+    first = startup.remembered_examples(tiny_target, cfg, path)
+    assert first == synthetic_examples(tiny_target, cfg)
     assert path.is_file()
     assert "generated before" in startup.data_text(cfg, False, path)
 
@@ -131,11 +131,11 @@ def test_generated_data_is_kept_and_read_back_by_a_later_start(tiny_target, tmp_
         raise AssertionError("generated again")
 
     monkeypatch.setattr(startup, "synthetic_examples", no_generation)
-    assert startup.remembered_examples(tiny_target, cfg, tmp_path) == first  # read back
+    assert startup.remembered_examples(tiny_target, cfg, path) == first  # read back
     # Another recipe or seed is another key, so it generates.
     for other in (dataclasses.replace(cfg, seed=1), dataclasses.replace(cfg, synthetic_prompts=13)):
         assert startup.remembered_path(other, tiny_target, tmp_path) != path
     monkeypatch.undo()
     path.write_text('{"input_ids": [1, 2]\n')  # a torn file: generated and written again
-    assert startup.remembered_examples(tiny_target, cfg, tmp_path) == first
-    assert startup.remembered_examples(tiny_target, cfg, tmp_path / "no" / "such") == first
+    assert startup.remembered_examples(tiny_target, cfg, path) == first
+    assert startup.remembered_examples(tiny_target, cfg, tmp_path / "no" / "such.jsonl") == first
