@@ -148,9 +148,7 @@ def split_held_out(cfg: TrainConfig, examples: list[Example]
 def synthetic_key(cfg: TrainConfig, target: TargetModel) -> str:
     """What greedy synthetic data depends on, as a digest: the target (a named shape's
     seed, else its files' names, sizes and times), the recipe's prompt settings, the
-    batch and the numerics (device, dtype, torch and transformers builds)."""
-    import transformers
-
+    batch and the numerics (device, dtype, torch build, the network's implementation)."""
     source = target_path(cfg.target) if cfg.target != STDLIB_TARGET else None
     files: list[tuple[str, int, int]] = []
     if source is not None:
@@ -169,8 +167,20 @@ def synthetic_key(cfg: TrainConfig, target: TargetModel) -> str:
              "vocab": target.vocab_size, "mask": target.mask_token_id,
              "batch": generation_batch(target, cfg), "device": device_name,
              "dtype": str(target.dtype), "torch": torch.__version__,
-             "transformers": transformers.__version__}
+             "network": network_of(target)}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def network_of(target: TargetModel) -> str:
+    """Which code runs the target: dflash's own Qwen3, or transformers (its version, read
+    from the installed metadata: no import)."""
+    if type(target.model).__module__.startswith("dflash."):
+        return f"{type(target.model).__module__}.{type(target.model).__name__}"
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return f"transformers {version('transformers')}"
+    except PackageNotFoundError:
+        return type(target.model).__module__
 
 
 def remembered_path(cfg: TrainConfig, target: TargetModel, folder: Path) -> Path:

@@ -6,26 +6,33 @@ A target comes from one of three sources:
   exists in fp32 on the host);
 - a local folder with a ``config.json`` but no weights, or a ``config.json`` file:
   the same, for any architecture transformers knows;
-- a local folder with weights: ``from_pretrained``, offline.
+- a local folder with weights: its safetensors read onto the device, offline.
+
+A Qwen3 (every named shape, and any folder whose config is a plain Qwen3) runs on
+dflash's own network (``dflash.qwen3``), which keeps transformers' import, about 5 s on
+a GPU host, off the trainer's start; any other architecture is built by transformers.
+``DFLASH_TARGET_BACKEND=transformers`` builds a Qwen3 with transformers too.
 
 The target is frozen and in eval mode. ``features`` runs it only up to the highest
 tapped layer (forward hooks capture the taps; the last one stops the forward), so the
-layers above the taps cost nothing in training. transformers is imported lazily: it takes
-seconds, and nothing in ``dflash`` needs it until a target is built.
+layers above the taps cost nothing in training. transformers is imported lazily, and only
+for a target ``dflash.qwen3`` does not run.
 """
 
 from __future__ import annotations
 
 import inspect
 import json
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import torch
 from torch import Tensor, nn
 
+from dflash import qwen3
 from dflash.config import DrafterConfig, TargetShape, target_layer_ids_for
 from dflash.errors import TargetError
 from dflash.presets import STDLIB_TARGET, TARGET_SHAPES, target_path
@@ -39,6 +46,10 @@ if TYPE_CHECKING:
     )
 
 
+TargetCache: TypeAlias = "DynamicCache | qwen3.KVCache"
+"""A decoding cache: dflash's own for its Qwen3, transformers' for any other target."""
+
+
 class _StopForward(Exception):
     """Raised by the hook on the highest tapped layer to end the forward early."""
 
@@ -46,11 +57,12 @@ class _StopForward(Exception):
 class TargetModel:
     """A frozen causal LM plus the tapped layers. Every method is no-grad."""
 
-    def __init__(self, model: PreTrainedModel, layer_ids: tuple[int, ...], mask_token_id: int,
+    def __init__(self, model: PreTrainedModel | qwen3.Qwen3ForCausalLM,
+                 layer_ids: tuple[int, ...], mask_token_id: int,
                  tokenizer: PreTrainedTokenizerBase | None = None) -> None:
         hf: Any = model  # transformers' model methods (eval, get_decoder, ...) are untyped
         self.model: Any = hf.eval().requires_grad_(False)
-        self.config: PretrainedConfig = model.config
+        self.config: PretrainedConfig | qwen3.Qwen3Config = model.config
         self.layers: nn.ModuleList = hf.get_decoder().layers
         self.num_layers = len(self.layers)
         if not layer_ids or list(layer_ids) != sorted(set(layer_ids)):
@@ -129,16 +141,18 @@ class TargetModel:
                 self.model(input_ids=input_ids_BS, use_cache=False)
             return self._concat_taps(taps)
 
-    def new_cache(self) -> DynamicCache:
+    def new_cache(self) -> TargetCache:
+        if isinstance(self.model, qwen3.Qwen3ForCausalLM):
+            return self.model.new_cache()
         from transformers import DynamicCache
         return DynamicCache()
 
     @staticmethod
-    def cache_length(cache: DynamicCache) -> int:
+    def cache_length(cache: TargetCache) -> int:
         return int(cache.get_seq_length())
 
     @staticmethod
-    def crop_cache(cache: DynamicCache, length: int) -> None:
+    def crop_cache(cache: TargetCache, length: int) -> None:
         """Keep the first ``length`` positions. A negative argument to ``crop`` means
         'remove that many' in every transformers version (5.x accepts only that form)."""
         remove = int(cache.get_seq_length()) - length
@@ -148,7 +162,7 @@ class TargetModel:
             cache.crop(-remove)
 
     @torch.no_grad()
-    def forward_cached(self, ids_BT: Tensor, cache: DynamicCache, start: int, *,
+    def forward_cached(self, ids_BT: Tensor, cache: TargetCache, start: int, *,
                        last_only: bool = False) -> tuple[Tensor, Tensor]:
         """Run T new tokens at positions start..start+T-1 on top of ``cache``.
 
@@ -170,10 +184,12 @@ class TargetModel:
 
 # -- building targets ----------------------------------------------------------------------
 
-def _qwen3_config(shape: TargetShape) -> Any:
-    from transformers import Qwen3Config
-    # rope_theta: a keyword in 4.x; 5.x folds it into rope_parameters.
-    return Qwen3Config(  # type: ignore[call-arg]
+def _own_backend() -> bool:
+    return os.environ.get("DFLASH_TARGET_BACKEND", "dflash") != "transformers"
+
+
+def _qwen3_config(shape: TargetShape) -> qwen3.Qwen3Config:
+    return qwen3.Qwen3Config(
         vocab_size=shape.vocab_size, hidden_size=shape.hidden_size,
         intermediate_size=shape.intermediate_size, num_hidden_layers=shape.num_layers,
         num_attention_heads=shape.num_heads, num_key_value_heads=shape.num_kv_heads,
@@ -181,17 +197,36 @@ def _qwen3_config(shape: TargetShape) -> Any:
         max_position_embeddings=40960, tie_word_embeddings=shape.tie_embeddings)
 
 
+def transformers_config(config: qwen3.Qwen3Config) -> Any:
+    """The same Qwen3 as a transformers config (rope_theta: a keyword in 4.x, folded into
+    rope_parameters by 5.x)."""
+    from transformers import Qwen3Config
+    kwargs = {k: v for k, v in config.to_json().items() if k not in ("architectures",
+                                                                    "model_type")}
+    return Qwen3Config(**kwargs)
+
+
 def _random_model(config: Any, device: torch.device, dtype: torch.dtype, seed: int
                   ) -> Any:
     """Build on meta, allocate on ``device``, fill matrices with N(0, 1/fan_in) and norm
     weights with ones. 1/fan_in (about HF's 0.02 at H=4096) keeps logits at a realistic
-    scale for every width; 0.02 at H=64 gives near-uniform next-token distributions."""
-    from transformers import AutoModelForCausalLM
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype)  # type: ignore[no-untyped-call]
+    scale for every width; 0.02 at H=64 gives near-uniform next-token distributions.
+    Either backend draws the same weights: the parameters by name, in sorted order."""
+    own = isinstance(config, qwen3.Qwen3Config) and _own_backend()
+    if isinstance(config, qwen3.Qwen3Config) and not own:
+        config = transformers_config(config)
+    if own:
+        model: Any = qwen3.build(config, dtype)
+    else:
+        from transformers import AutoModelForCausalLM
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype)  # type: ignore[no-untyped-call]
     if device.type == "meta":  # shapes only (FLOP counts, feature sizes): no values
         return model
-    model.to_empty(device=device)
+    if own:
+        qwen3.allocate(model, device)
+    else:
+        model.to_empty(device=device)
     gen = torch.Generator(device=device).manual_seed(seed)
     with torch.no_grad():
         for _name, param in sorted(model.named_parameters()):
@@ -199,8 +234,10 @@ def _random_model(config: Any, device: torch.device, dtype: torch.dtype, seed: i
                 param.fill_(1.0)
             else:
                 param.normal_(0.0, param.shape[1] ** -0.5, generator=gen)
+        if own:
+            model.reset_rope()
         # to_empty leaves non-persistent buffers (RoPE inv_freq) as garbage: rebuild them.
-        for name, module in list(model.named_modules()):
+        for name, module in list(model.named_modules()) if not own else ():
             if "inv_freq" in dict(module.named_buffers(recurse=False)):
                 fresh = type(module)(config=module.config).to(device)
                 parent = model.get_submodule(name.rpartition(".")[0])
@@ -210,7 +247,25 @@ def _random_model(config: Any, device: torch.device, dtype: torch.dtype, seed: i
     return model
 
 
+def _read_config(path: Path) -> Any:
+    """The JSON of a ``config.json`` (``path`` the file or its folder); None if absent."""
+    file = path if path.is_file() else path / "config.json"
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise TargetError(f"{file}: not a usable model config: {exc}") from None
+
+
+def _own_config(path: Path) -> qwen3.Qwen3Config | None:
+    return qwen3.config_from_json(_read_config(path)) if _own_backend() else None
+
+
 def _config_only(path: Path) -> Any:
+    own = _own_config(path)
+    if own is not None:
+        return own
     from transformers import AutoConfig
     try:
         if path.is_file():
@@ -273,7 +328,7 @@ def load_target(source: str, *, device: str | torch.device = "cpu",
         from dflash import stdlib_target
 
         shape = TARGET_SHAPES["tiny"]
-        path = stdlib_target.ensure(_qwen3_config(shape))
+        path = stdlib_target.ensure(transformers_config(_qwen3_config(shape)))
         layer_ids = layer_ids or shape.layer_ids
     if path is None:
         shape = TARGET_SHAPES[source]
@@ -282,7 +337,10 @@ def load_target(source: str, *, device: str | torch.device = "cpu",
         mask = shape.mask_token_id
     else:
         folder = path if path.is_dir() else path.parent
-        if path.is_dir() and _has_weights(path):
+        own = _own_config(path) if path.is_dir() and any(path.glob("*.safetensors")) else None
+        if own is not None:
+            model = qwen3.load_folder(path, own, device=device, dtype=dtype)
+        elif path.is_dir() and _has_weights(path):
             from transformers import AutoModelForCausalLM
             try:
                 loaded: Any = AutoModelForCausalLM.from_pretrained(

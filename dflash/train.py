@@ -35,6 +35,7 @@ from dflash.compilation.megacache import for_setting
 from dflash.config import DrafterConfig, TrainConfig
 from dflash.data import Example
 from dflash.distributed.roles import FeatureClient
+from dflash.distributed.stop import StopVote
 from dflash.distributed.world import World
 from dflash.errors import MegaCacheError
 from dflash.flops import count_params, flop_model, visible_pairs
@@ -333,10 +334,11 @@ class Trainer:
         last: dict[str, Any] = {}
         saved: Path | None = None
         stopped = False
+        vote = StopVote(self.world)  # a SIGTERM stops every rank at the same step
         try:
             t0 = time.perf_counter()
             while state.step < cfg.steps:
-                if (stop is not None and stop.is_set()) or (
+                if vote(stop is not None and stop.is_set()) or (
                         cfg.stop_after and state.step >= cfg.stop_after):
                     stopped = True
                     break
@@ -361,6 +363,7 @@ class Trainer:
                     t0 = time.perf_counter()
                 if cfg.save_every and state.step % cfg.save_every == 0:
                     saved = self.save()
+            vote.close()
         finally:
             if self._ahead is not None:  # an answer asked for ahead must still be taken
                 self._ahead[1]()
@@ -394,6 +397,3 @@ class Trainer:
             self._ahead = (upcoming, self.remote.request(upcoming[0]))
         return (*batch, current())
 
-
-if __name__ == "__main__":  # the torchrun entry moved; the loop is not a command
-    raise SystemExit("dflash.train is the training loop: run `torchrun ... -m dflash.cli.train`")

@@ -28,7 +28,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -37,10 +37,7 @@ from dflash.masks import sdpa_attend
 from dflash.meter import sync_device
 from dflash.model import DFlashDrafter
 from dflash.ngram import DEFAULT_N_MAX, DEFAULT_N_MIN, TargetVerifier, speculate
-from dflash.target import TargetModel
-
-if TYPE_CHECKING:
-    from transformers import DynamicCache
+from dflash.target import TargetCache, TargetModel
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +99,7 @@ def _hit_stop(tokens: Sequence[int], stop_ids: Sequence[int]) -> bool:
     return any(t in stop_ids for t in tokens)
 
 
-def _prefill(target: TargetModel, prompt: Sequence[int]) -> tuple[DynamicCache, int, Tensor]:
+def _prefill(target: TargetModel, prompt: Sequence[int]) -> tuple[TargetCache, int, Tensor]:
     """Run the prompt into a fresh cache: (cache, first greedy token, prompt features)."""
     cache = target.new_cache()
     logits, feats = target.forward_cached(torch.tensor([list(prompt)], device=target.device),

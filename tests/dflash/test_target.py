@@ -1,6 +1,7 @@
 """The frozen target: tapped features, early exit, cached decoding, shapes and sources.
 
-Real transformers models with random weights (nothing can be downloaded here)."""
+Real models with random weights (nothing can be downloaded here): dflash's own Qwen3, and
+transformers' as the oracle for it."""
 
 from __future__ import annotations
 
@@ -20,10 +21,15 @@ from dflash.target import (
 )
 
 
-def test_features_are_the_tapped_hidden_states(tiny_target):
+def test_features_are_the_tapped_hidden_states(tiny_target, tmp_path: Path):
     ids = torch.randint(0, 511, (2, 24), generator=torch.Generator().manual_seed(0))
     feats = tiny_target.features(ids)
-    out = tiny_target.model(input_ids=ids, output_hidden_states=True)
+    # The oracle: transformers' own Qwen3 with the same weights, and its hidden_states.
+    from transformers import AutoModelForCausalLM
+
+    tiny_target.model.save_pretrained(tmp_path / "saved")
+    reference = AutoModelForCausalLM.from_pretrained(tmp_path / "saved", local_files_only=True)
+    out = reference(input_ids=ids, output_hidden_states=True)
     # Layer id i is the OUTPUT of decoder layer i, i.e. hidden_states[i + 1].
     expected = torch.cat([out.hidden_states[i + 1] for i in tiny_target.layer_ids], dim=-1)
     assert feats.shape == (2, 24, len(tiny_target.layer_ids) * tiny_target.hidden_size)
