@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from envguard import redact
 from envguard.model import Environment, ProbeIssue
@@ -287,6 +289,24 @@ def test_every_value_pattern_passes_the_quick_filter() -> None:
     """The fast path skips a string only when no pattern can match it."""
     for value, _ in CREDENTIAL_CASES:
         assert redact._MAYBE.search(value), value
+        assert redact._may_hold_secret(value), value
+
+
+# Pieces of every branch of the quick filter, near misses and non-ASCII case variants
+# (the Kelvin sign and the long s fold to k and s), joined at random.
+_FRAGMENTS = ["://", ":/", "@", "-----BEGIN", "----BEGIN", "ghp_", "gho_", "gh_", "github_pat_",
+              "glpat-", "hf_", "hf", "sk-", "sk_", "rk_", "xox", "xo", "xapp-", "pypi-", "npm_",
+              "AIza", "AKIA", "ASIA", "eyJ", "hooks.slack", "hooks-slack", "/t/", "t/", "/", "t",
+              "?", "&", ";", "=", "==", "a=", "-=", "Bearer", "BASIC", "accountKey",
+              "sharedAccess", "bearer", "\u212a", "\u017f", "account\u212aey",
+              "\u017fharedaccess", "A" * 39, "Ab1+" * 10, "ab12" * 10, "0f" * 20, "Z", " ",
+              "_", "-", ".", "x"]
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.sampled_from(_FRAGMENTS), max_size=6).map("".join))
+def test_the_cheap_checks_answer_exactly_as_the_quick_filter(text: str) -> None:
+    assert redact._may_hold_secret(text) == (redact._MAYBE.search(text) is not None), text
 
 
 @pytest.mark.parametrize("value", [
