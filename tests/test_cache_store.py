@@ -225,6 +225,10 @@ def test_stale_archive_is_refused_naming_both_builds_unless_forced(builds: Build
     status = json.loads(envguard("cache", "status", "--format", "json",
                                  "--python", builds.b.path).stdout)
     assert [a["matches"] for a in status["archives"]] == [False]
+    md = envguard("cache", "status", "--format", "markdown", "--python", builds.b.path)
+    assert md.returncode == 0, md.stderr
+    assert "| kind | state | files | size | fs | path |" in md.stdout
+    assert "| from-a | no |" in md.stdout and "compat key `" in md.stdout
     forced = envguard("cache", "restore", "from-a", "--force", "--python", builds.b.path)
     assert forced.returncode == ExitCode.OK, forced.stderr
     assert "--force" in forced.stderr and GIT_A[:12] in forced.stderr

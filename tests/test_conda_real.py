@@ -224,6 +224,17 @@ def test_restore_writes_explicit_spec_and_environment_yml(
     yml = (tmp_path / "good.environment.yml").read_text()
     assert "  - " + _channel_line(tmp_path / "good.json") in yml
     assert "cudatoolkit=11.8.0=h6a678d5_0" in yml
+    # the same plan as a report: JSON and Markdown, written whether or not a tool is here
+    for fmt in ("json", "markdown"):
+        dry = envguard("restore", "good.json", "--into", tmp_path / "new", "--dry-run",
+                       "--format", fmt, cwd=tmp_path, env=bare)
+        assert dry.returncode == 0, dry.stderr
+        if fmt == "json":
+            conda = json.loads(dry.stdout)["conda"]
+            assert conda["packages"] == 4 and conda["built"] is False and conda["tools"] == []
+        else:
+            assert dry.stdout.startswith("## envguard restore: good.json (conda)")
+            assert f"micromamba create -p {tmp_path / 'new'} -f " in dry.stdout
     # a (stand-in) micromamba on PATH: the prefix is built from the explicit file, then checked
     tools = tmp_path / "bin"
     tools.mkdir()

@@ -576,11 +576,15 @@ def test_hostile_names_and_versions_are_shown_sanitized(world: World) -> None:
     path = w.root / "hostile.json"
     path.write_text(json.dumps(data))
     req = w.root / "hostile-req.txt"
-    for fmt in ("text", "json"):
+    for fmt in ("text", "json", "markdown"):
         proc = envguard(w, "restore", path, "--python", w.polluted, "--dry-run", "--all",
                         "--format", fmt, "--requirements-out", req)
         assert proc.returncode == ExitCode.OK, proc.stderr
         assert "\x1b" not in proc.stdout + proc.stderr and "\x07" not in proc.stdout
+    md = envguard(w, "restore", path, "--python", w.polluted, "--dry-run", "--format",
+                  "markdown").stdout
+    assert md.startswith("## envguard restore: ") and "| action | package |" in md
+    assert "\\[red\\]boom\\[/red\\]" in md  # markup characters escaped, shown
     text = envguard(w, "restore", path, "--python", w.polluted, "--dry-run").stdout
     assert "[red]boom[/red]" in text and "[bold]2.0" in text  # shown, not interpreted
     assert "\\x1b[31mevil" in text
@@ -661,3 +665,39 @@ def test_uv_error_lines_old_and_new_formats() -> None:
                                "unsatisfiable.")
     assert error_line(old).startswith("No solution found") and "Because x" in error_line(old)
     assert error_line(("just this",)) == "just this" and error_line(()) == "no output"
+
+
+# --- the conda restore report, pure ------------------------------------------------------
+
+
+def _conda_report(**changes: Any) -> Any:
+    from envguard.restore.report import CondaRestoreReport
+
+    base = CondaRestoreReport(
+        good_name="good.json", packages=4, pip_requirements=("tqdm==4.66.1", "x|y==1"),
+        explicit="/w/good.conda-explicit.txt", environment_yml="/w/good.environment.yml",
+        left_out=("evil\x1b[31m",), platform="linux-64", target="/w/new",
+        tools=("micromamba",), commands=("micromamba create -p /w/new -f /w/x.txt",))
+    return dataclasses.replace(base, **changes)
+
+
+def test_a_conda_restore_report_renders_in_every_format() -> None:
+    from envguard.render import render
+
+    planned, built = _conda_report(), _conda_report(
+        built=True, tool="micromamba", differences=("cudatoolkit: build h1 ≠ h2",))
+    text = render(planned, "text")
+    assert "recreate it with one of:\n    micromamba create -p /w/new" in text
+    assert '"x|y==1"' in text and "\x1b" not in text and "evil\\x1b[31m" in text
+    assert "differs: cudatoolkit: build h1 ≠ h2" in render(built, "text")
+    assert "verified: the conda packages match GOOD" in render(
+        dataclasses.replace(built, differences=()), "text")
+    doc = json.loads(render(built, "json"))
+    assert doc["schema"] == "envguard.restore/1" and doc["conda"]["tool"] == "micromamba"
+    assert doc["conda"]["built"] is True and doc["conda"]["pip"] == ["tqdm==4.66.1", "x|y==1"]
+    assert "tool" not in json.loads(render(planned, "json"))["conda"]
+    md = render(planned, "markdown")
+    assert md.startswith("## envguard restore: good.json (conda)")
+    assert "```console\nmicromamba create -p /w/new -f /w/x.txt\n```" in md
+    assert "\x1b" not in md
+    assert "**1 difference(s)**" in render(built, "markdown")

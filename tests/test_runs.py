@@ -290,6 +290,11 @@ def test_runs_list_and_prune(world: World) -> None:
     assert [r["exit_code"] for r in doc["runs"]] == [6, 4, 0]  # newest first
     assert doc["runs"][2]["argv"][-1] == "***" and doc["last_good"] == doc["runs"][2]["id"]
     assert len(world.stored()) == 2
+    md = world.envguard("runs", "--format", "markdown")
+    assert md.returncode == 0, md.stderr
+    rows = [line for line in md.stdout.splitlines() if line.startswith("| `@run:")]
+    assert len(rows) == 3 and "| 6 |" in rows[0] and "(last-good)" in rows[2]
+    assert "hunter2" not in md.stdout and f"last-good: {doc['last_good']}" in md.stdout
 
     pruned = world.envguard("runs", "prune", "--keep", "1")
     assert pruned.returncode == 0, pruned.stderr

@@ -24,6 +24,7 @@ from envguard.cli._common import (
 )
 from envguard.errors import InputError
 from envguard.exitcodes import ExitCode
+from envguard.render.formats import OutputFormat
 
 if TYPE_CHECKING:
     from envguard.model import ProbeIssue, Snapshot
@@ -60,8 +61,8 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--environment-yml-out", metavar="FILE",
                    help="conda snapshots: the environment.yml (default: GOOD's name + "
                    ".environment.yml, here)")
-    p.add_argument("--format", choices=("text", "json"), default="text",
-                   help="text (default) or json (the envguard.restore/1 document)")
+    p.add_argument("--format", choices=[f.value for f in OutputFormat], default="text",
+                   help="text (default), json (the envguard.restore/1 document) or markdown")
     p.add_argument("--all", action="store_true", help="also list packages that stay as they are")
     p.set_defaults(handler=cmd_restore)
 
@@ -163,10 +164,8 @@ def _restore_conda(args: argparse.Namespace, good: Snapshot, into: Path | None) 
     """A conda or pixi snapshot: write the explicit spec and environment.yml, then recreate
     the prefix with micromamba, mamba or conda when one is here (and uv for pip's part)."""
     from envguard.atomic import write_text_atomic
-    from envguard.cli._common import write_stdout
     from envguard.errors import RestoreError
     from envguard.probe.discovery import prefix_of
-    from envguard.render import json_text
     from envguard.restore.build import find_uv, run_process, run_uv
     from envguard.restore.conda import (
         conda_differences,
@@ -175,6 +174,7 @@ def _restore_conda(args: argparse.Namespace, good: Snapshot, into: Path | None) 
         find_tools,
         shown_commands,
     )
+    from envguard.restore.report import CondaRestoreReport
 
     if args.in_place:
         raise InputError("--in-place is for venvs; a conda snapshot is restored into a new "
@@ -191,27 +191,14 @@ def _restore_conda(args: argparse.Namespace, good: Snapshot, into: Path | None) 
     if args.requirements_out and spec.pip_requirements:
         write_text_atomic(args.requirements_out, "".join(f"{x}\n" for x in spec.pip_requirements))
     tools = find_tools()
-    commands = shown_commands(str(target), str(explicit), str(yml))
-    info: dict[str, object] = {
-        "packages": len(good.conda), "explicit": str(explicit), "environment_yml": str(yml),
-        "left_out": list(spec.left_out), "pip": list(spec.pip_requirements),
-        "platform": spec.platform, "target": str(target), "tools": [t for t, _ in tools],
-        "commands": list(commands), "built": False, "differences": []}
-    summary = {"schema": "envguard.restore/1", "conda": info}
-    lines = [f"restore {args.good} (conda: {len(good.conda)} package(s), "
-             f"{len(spec.pip_requirements)} from pip/uv)",
-             f"  wrote {explicit} (@EXPLICIT: exact builds by URL and md5)",
-             f"  wrote {yml}"]
-    if spec.left_out:
-        lines.append("  no usable URL recorded, pinned in environment.yml only: "
-                     + ", ".join(spec.left_out))
+    report = CondaRestoreReport(
+        good_name=args.good, packages=len(good.conda),
+        pip_requirements=tuple(spec.pip_requirements), explicit=str(explicit),
+        environment_yml=str(yml), left_out=tuple(spec.left_out), platform=spec.platform,
+        target=str(target), tools=tuple(t for t, _ in tools),
+        commands=tuple(shown_commands(str(target), str(explicit), str(yml))))
     if args.dry_run or not tools:
-        lines += ["  recreate it with one of:"] + [f"    {c}" for c in commands]
-        if spec.pip_requirements:
-            lines.append(f"    then: uv pip install --python {target}/bin/python "
-                         + " ".join(f'"{x}"' for x in spec.pip_requirements[:5])
-                         + (" ..." if len(spec.pip_requirements) > 5 else ""))
-        write_stdout(json_text(summary) if args.format == "json" else "\n".join(lines) + "\n")
+        show(report, args.format)
         if args.dry_run:
             return ExitCode.OK
         raise RestoreError("no micromamba, mamba or conda on PATH (nor MAMBA_EXE/CONDA_EXE): "
@@ -237,9 +224,6 @@ def _restore_conda(args: argparse.Namespace, good: Snapshot, into: Path | None) 
     problems: list[ProbeIssue] = []
     differences = conda_differences(good.conda, [p for p, _ in read_records(target, problems)])
     differences += [f"{p.path}: {p.message}" for p in problems]
-    info.update(built=True, tool=tool, differences=differences)
-    lines.append(f"  built {target} with {tool}")
-    lines += ([f"  differs: {d}" for d in differences] if differences else
-              ["  verified: the conda packages match GOOD (versions and builds)"])
-    write_stdout(json_text(summary) if args.format == "json" else "\n".join(lines) + "\n")
+    show(dataclasses.replace(report, built=True, tool=tool, differences=tuple(differences)),
+         args.format)
     return ExitCode.DRIFT if differences else ExitCode.OK

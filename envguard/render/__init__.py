@@ -12,9 +12,14 @@ report                        text                        json / markdown
                                                            ``DiffReport``
 ``FleetReport`` (fleet)       :mod:`.fleet_text`           :mod:`.fleet_json`,
                                                            :mod:`.fleet_markdown`
-``CacheStatus`` (cache)       :mod:`.cache_text`           json only
-``RestoreReport`` (restore)   :mod:`.restore_text`         json only
-``RunList`` (runs)            :mod:`.runs_text`            json only
+``CacheStatus`` (cache)       :mod:`.cache_text`           ``to_dict``,
+                                                           :mod:`.state_markdown`
+``RestoreReport`` (restore)   :mod:`.restore_text`         ``to_dict``,
+                                                           :mod:`.state_markdown`
+``CondaRestoreReport``        :mod:`.restore_text`         ``to_dict``,
+(restore of a conda env)                                   :mod:`.state_markdown`
+``RunList`` (runs)            :mod:`.runs_text`            ``to_dict``,
+                                                           :mod:`.state_markdown`
 ``DoctorReport`` (doctor)     :mod:`.doctor_views`         :mod:`.doctor_views`
 ``Timeline`` (history)        :mod:`.doctor_views`         :mod:`.doctor_views`
 ``BisectReport`` (bisect)     :mod:`.bisect_views`         json: its ``to_dict``,
@@ -45,11 +50,11 @@ if TYPE_CHECKING:
     from envguard.gate.check import GateResult
     from envguard.history import Timeline
     from envguard.render.report import DiffReport
-    from envguard.restore.report import RestoreReport
+    from envguard.restore.report import CondaRestoreReport, RestoreReport
     from envguard.runs.store import RunList
 
-    Report = (DiffReport | GateResult | FleetReport | CacheStatus | RestoreReport | RunList
-              | DoctorReport | Timeline | BisectReport)
+    Report = (DiffReport | GateResult | FleetReport | CacheStatus | RestoreReport
+              | CondaRestoreReport | RunList | DoctorReport | Timeline | BisectReport)
 
 __all__ = ["PLAIN", "OutputFormat", "PlainScreen", "Screen", "json_text", "render", "to_text"]
 
@@ -140,23 +145,25 @@ def _fleet(report: FleetReport, fmt: OutputFormat, show_all: bool) -> str | Rend
     return fleet_text.render(report)
 
 
-def _cache_status(st: CacheStatus, fmt: OutputFormat,
-                  show_all: bool) -> str | RenderableType | None:
+def _cache_status(st: CacheStatus, fmt: OutputFormat, show_all: bool) -> str | RenderableType:
     if fmt is OutputFormat.JSON:
         return json_text(st.to_dict())
     if fmt is OutputFormat.MARKDOWN:
-        return None
+        from envguard.render import state_markdown
+
+        return state_markdown.cache_status(st)
     from envguard.render import cache_text
 
     return cache_text.status_view(st)
 
 
-def _restore(report: RestoreReport, fmt: OutputFormat,
-             show_all: bool) -> str | RenderableType | None:
+def _restore(report: RestoreReport, fmt: OutputFormat, show_all: bool) -> str | RenderableType:
     if fmt is OutputFormat.JSON:
         return json_text(report.to_dict())
     if fmt is OutputFormat.MARKDOWN:
-        return None
+        from envguard.render import state_markdown
+
+        return state_markdown.restore(report, show_all=show_all)
     from envguard.render import restore_text
 
     if report.verification is not None:
@@ -164,11 +171,25 @@ def _restore(report: RestoreReport, fmt: OutputFormat,
     return restore_text.render_plan(report.plan, show_keep=show_all)
 
 
-def _runs(report: RunList, fmt: OutputFormat, show_all: bool) -> str | RenderableType | None:
+def _conda_restore(report: CondaRestoreReport, fmt: OutputFormat, show_all: bool) -> str:
     if fmt is OutputFormat.JSON:
         return json_text(report.to_dict())
     if fmt is OutputFormat.MARKDOWN:
-        return None
+        from envguard.render import state_markdown
+
+        return state_markdown.conda_restore(report)
+    from envguard.render import restore_text
+
+    return restore_text.render_conda(report)
+
+
+def _runs(report: RunList, fmt: OutputFormat, show_all: bool) -> str | RenderableType:
+    if fmt is OutputFormat.JSON:
+        return json_text(report.to_dict())
+    if fmt is OutputFormat.MARKDOWN:
+        from envguard.render import state_markdown
+
+        return state_markdown.runs(report)
     from envguard.render import runs_text
 
     return runs_text.render(report)
@@ -206,6 +227,7 @@ def _bisect(report: BisectReport, fmt: OutputFormat, show_all: bool) -> str | Re
 
 _KINDS: dict[str, Callable[[Any, OutputFormat, bool], str | RenderableType | None]] = {
     "DiffReport": _diff, "GateResult": _gate, "FleetReport": _fleet,
-    "CacheStatus": _cache_status, "RestoreReport": _restore, "RunList": _runs,
+    "CacheStatus": _cache_status, "RestoreReport": _restore,
+    "CondaRestoreReport": _conda_restore, "RunList": _runs,
     "DoctorReport": _doctor, "Timeline": _history, "BisectReport": _bisect,
 }

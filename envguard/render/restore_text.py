@@ -12,6 +12,7 @@ from rich.text import Text
 
 from envguard.render.sanitize import clean
 from envguard.restore.plan import ACTIONS, CHANGE, INSTALL, KEEP, REMOVE, SKIP, RestorePlan
+from envguard.restore.report import CondaRestoreReport
 from envguard.restore.verify import Verification
 
 _STYLE = {INSTALL: "green", CHANGE: "yellow", REMOVE: "red", KEEP: "dim", SKIP: "bold red"}
@@ -77,3 +78,27 @@ def render_verification(v: Verification) -> RenderableType:
         more = f" and {len(v.ignored) - 6} more" if len(v.ignored) > 6 else ""
         parts.append(Text(f"  ignored, not packages: {shown}{more}", style="dim"))
     return Group(*parts)
+
+
+def render_conda(r: CondaRestoreReport) -> str:
+    """The files written, then either how to rebuild the prefix by hand or what the rebuilt
+    prefix still lacks. Plain lines (paths and names through :func:`clean`)."""
+    lines = [f"restore {clean(r.good_name)} (conda: {r.packages} package(s), "
+             f"{len(r.pip_requirements)} from pip/uv)",
+             f"  wrote {clean(r.explicit)} (@EXPLICIT: exact builds by URL and md5)",
+             f"  wrote {clean(r.environment_yml)}"]
+    if r.left_out:
+        lines.append("  no usable URL recorded, pinned in environment.yml only: "
+                     + ", ".join(clean(x, 80) for x in r.left_out))
+    if not r.built:
+        lines += ["  recreate it with one of:"] + [f"    {clean(c, 600)}" for c in r.commands]
+        if r.pip_requirements:
+            shown = " ".join(f'"{clean(x, 200)}"' for x in r.pip_requirements[:5])
+            more = " ..." if len(r.pip_requirements) > 5 else ""
+            lines.append(f"    then: uv pip install --python {clean(r.target)}/bin/python "
+                         f"{shown}{more}")
+        return "\n".join(lines) + "\n"
+    lines.append(f"  built {clean(r.target)} with {clean(r.tool or '?')}")
+    lines += ([f"  differs: {clean(d, 400)}" for d in r.differences] if r.differences else
+              ["  verified: the conda packages match GOOD (versions and builds)"])
+    return "\n".join(lines) + "\n"
