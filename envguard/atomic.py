@@ -28,7 +28,6 @@ import contextlib
 import errno
 import os
 import re
-import secrets
 import signal
 import stat
 import threading
@@ -184,7 +183,7 @@ def _replace(target: Path, where: Path, data: bytes, mode: int | None,
     with _signals_clean_up():
         try:
             while True:
-                tmp = where.parent / f".{where.name}.{secrets.token_hex(4)}.tmp"
+                tmp = where.parent / f".{where.name}.{os.urandom(4).hex()}.tmp"
                 try:
                     fd = os.open(tmp, _OPEN_TMP, 0o666 if keep is None else 0o600)
                     break
