@@ -46,10 +46,6 @@ class Qwen3Config:
     max_position_embeddings: int = 40960
     model_type: str = "qwen3"
 
-    @property
-    def rms_eps(self) -> float:  # model.MLP/RMSNorm read the drafter config's name
-        return self.rms_norm_eps
-
     def to_json(self) -> dict[str, Any]:
         """A ``config.json`` transformers reads as the same Qwen3."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -163,7 +159,7 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.self_attn = Attention(cfg)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = MLP(cfg)  # type: ignore[arg-type]  # reads the same three field names
+        self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size)
 
     def forward(self, x_BTD: Tensor, rope: tuple[Tensor, Tensor], cache: KVCache | None,
                 layer: int) -> Tensor:
