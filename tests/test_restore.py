@@ -701,3 +701,22 @@ def test_a_conda_restore_report_renders_in_every_format() -> None:
     assert "```console\nmicromamba create -p /w/new -f /w/x.txt\n```" in md
     assert "\x1b" not in md
     assert "**1 difference(s)**" in render(built, "markdown")
+
+
+def test_a_restore_report_with_its_proof_is_one_markdown_document(world: World) -> None:
+    from envguard.render import render
+    from envguard.restore.report import RestoreReport
+    from envguard.restore.verify import Unreproduced, Verification
+
+    good = read_snapshot(world.good_json)
+    plan = plan_restore(good, dataclasses.replace(good, packages=good.packages[1:]),
+                        good_name="good.json")
+    proof = Verification(good_name="good.json", new_name="/w/new", findings=(), ignored=(),
+                         unreproduced=(Unreproduced(name="torch", problem="build", good="a",
+                                                    new="b", detail="torch | build a ≠ b"),))
+    md = render(RestoreReport(plan=plan, target="/w/new", verification=proof), "markdown")
+    assert md.count("## envguard restore: good.json") == 1
+    assert f"| install | {good.packages[0].name} |" in md.replace("\\_", "_")
+    assert "### Verified good.json → /w/new" in md
+    assert "**1 package difference(s) could not be reproduced**" in md
+    assert "- build: torch \\| build a ≠ b" in md  # a table character escaped

@@ -120,13 +120,14 @@ def cmd_restore(args: argparse.Namespace) -> int:
     current = _snapshot(select_environment(args.python).python)
     plan = plan_restore(good, current, good_name=args.good, index=index_options(args))
     report = RestoreReport(plan=plan, in_place=args.in_place)
-    # Text shows the plan before uv runs, and the proof after; JSON is one document at the end.
-    as_json = args.format == "json"
-    if not as_json:
+    # Text shows the plan before uv runs, and the proof after; JSON and Markdown are one
+    # document at the end (plan and proof together).
+    one_document = args.format != "text"
+    if not one_document:
         show(report, args.format, show_all=args.all)
     _write_outputs(args, plan, good)
     if args.dry_run:
-        if as_json:
+        if one_document:
             show(report, args.format, show_all=args.all)
         return ExitCode.OK
 
