@@ -46,12 +46,12 @@ def apply_rope(x_BHTd: Tensor, cos_B1Td: Tensor, sin_B1Td: Tensor) -> Tensor:
     return x_BHTd * cos_B1Td + torch.cat([-x2, x1], dim=-1) * sin_B1Td
 
 
-class DraftKVCache:
+class KVCache:
     """Per-layer K/V (post k_norm and RoPE, before head repetition), shape [B, G, T, d].
 
     Decoding appends the new context K/V and the block K/V each cycle, then the caller
     crops back to the block start, keeping context and dropping the block (z-lab's
-    DynamicCache.crop pattern).
+    DynamicCache.crop pattern). The Qwen3 target (dflash.qwen3) keeps its K/V in one too.
     """
 
     def __init__(self, num_layers: int) -> None:
@@ -62,6 +62,10 @@ class DraftKVCache:
     def length(self) -> int:
         k0 = self.k[0]
         return 0 if k0 is None else k0.shape[2]
+
+    def get_seq_length(self) -> int:
+        """:attr:`length` by the name transformers' caches give it."""
+        return self.length
 
     def update(self, layer: int, k_BGTd: Tensor, v_BGTd: Tensor) -> tuple[Tensor, Tensor]:
         old_k, old_v = self.k[layer], self.v[layer]
@@ -103,7 +107,7 @@ class Attention(nn.Module):
 
     def forward(self, x_BQD: Tensor, ctx_BSD: Tensor, rope_q: tuple[Tensor, Tensor],
                 rope_ctx: tuple[Tensor, Tensor], attend: AttendFn,
-                cache: DraftKVCache | None, layer: int) -> Tensor:
+                cache: KVCache | None, layer: int) -> Tensor:
         bsz, q_len, _ = x_BQD.shape
         q_BHQd = self.q_norm(self.q_proj(x_BQD).view(bsz, q_len, self.n_heads, self.head_dim))
         q_BHQd = apply_rope(q_BHQd.transpose(1, 2), *rope_q)
@@ -145,7 +149,7 @@ class DecoderLayer(nn.Module):
 
     def forward(self, x_BQD: Tensor, ctx_BSD: Tensor, rope_q: tuple[Tensor, Tensor],
                 rope_ctx: tuple[Tensor, Tensor], attend: AttendFn,
-                cache: DraftKVCache | None, layer: int) -> Tensor:
+                cache: KVCache | None, layer: int) -> Tensor:
         # ctx_BSD is NOT passed through input_layernorm: it was normed once by hidden_norm.
         x_BQD = x_BQD + self.self_attn(self.input_layernorm(x_BQD), ctx_BSD, rope_q,
                                        rope_ctx, attend, cache, layer)
@@ -168,11 +172,11 @@ class DFlashDrafter(nn.Module):
         exponent = torch.arange(0, cfg.head_dim, 2, dtype=torch.float32) / cfg.head_dim
         self.register_buffer("inv_freq", 1.0 / (cfg.rope_theta ** exponent), persistent=False)
 
-    def new_cache(self) -> DraftKVCache:
-        return DraftKVCache(self.cfg.num_layers)
+    def new_cache(self) -> KVCache:
+        return KVCache(self.cfg.num_layers)
 
     def forward(self, block_emb_BQD: Tensor, ctx_feats_BSF: Tensor, pos_block_BQ: Tensor,
-                pos_ctx_BS: Tensor, attend: AttendFn, cache: DraftKVCache | None = None
+                pos_ctx_BS: Tensor, attend: AttendFn, cache: KVCache | None = None
                 ) -> Tensor:
         """Hidden states [B, Q, D] after the final norm; apply the target lm_head to them.
 

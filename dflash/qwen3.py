@@ -6,9 +6,10 @@ trainer start before the first step. This module is the same network in plain Py
 the same parameter names (a transformers Qwen3 checkpoint loads into it unchanged and the
 named shapes draw the same random weights), the same numerics (RMSNorm in fp32, RoPE
 computed in fp32, ``scaled_dot_product_attention``) and the interface the target wrapper
-uses (``get_decoder``, ``get_input_embeddings``, ``past_key_values``, ``logits_to_keep``).
+uses (``get_decoder``, ``get_input_embeddings``, ``past_key_values``, ``logits_to_keep``); its
+K/V live in the drafter's :class:`~dflash.model.KVCache`.
 
-Reads top to bottom: config, KV cache, attention, layer, model, loading. Architectures it
+Reads top to bottom: config, attention, layer, model, loading. Architectures it
 does not cover (another ``model_type``, attention biases, sliding windows, scaled RoPE)
 are left to transformers by :func:`config_from_json` returning None.
 """
@@ -25,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from dflash.errors import TargetError
-from dflash.model import MLP, RMSNorm, apply_rope, rope_cos_sin
+from dflash.model import MLP, KVCache, RMSNorm, apply_rope, rope_cos_sin
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -80,34 +81,6 @@ def config_from_json(raw: Any) -> Qwen3Config | None:
             max_position_embeddings=int(raw.get("max_position_embeddings", 40960)))
     except (KeyError, TypeError, ValueError) as exc:
         raise TargetError(f"Qwen3 config: bad or missing field: {exc}") from None
-
-
-class KVCache:
-    """Per-layer K/V [B, G, T, d] (after k_norm and RoPE). The two methods the decoding
-    loops call on transformers' ``DynamicCache`` behave the same here."""
-
-    def __init__(self, num_layers: int) -> None:
-        self.k: list[Tensor | None] = [None] * num_layers
-        self.v: list[Tensor | None] = [None] * num_layers
-
-    def get_seq_length(self) -> int:
-        k0 = self.k[0]
-        return 0 if k0 is None else int(k0.shape[2])
-
-    def update(self, layer: int, k_BGTd: Tensor, v_BGTd: Tensor) -> tuple[Tensor, Tensor]:
-        old_k, old_v = self.k[layer], self.v[layer]
-        if old_k is not None and old_v is not None:
-            k_BGTd, v_BGTd = torch.cat([old_k, k_BGTd], dim=2), torch.cat([old_v, v_BGTd], dim=2)
-        self.k[layer], self.v[layer] = k_BGTd, v_BGTd
-        return k_BGTd, v_BGTd
-
-    def crop(self, max_length: int) -> None:
-        """Keep the first ``max_length`` positions; a negative value removes that many."""
-        length = self.get_seq_length()
-        keep = length + max_length if max_length < 0 else min(max_length, length)
-        for i, (k, v) in enumerate(zip(self.k, self.v, strict=True)):
-            if k is not None and v is not None:
-                self.k[i], self.v[i] = k[:, :, :keep], v[:, :, :keep]
 
 
 def causal_attention(q_BHTd: Tensor, k_BGKd: Tensor, v_BGKd: Tensor) -> Tensor:

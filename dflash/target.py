@@ -35,6 +35,7 @@ from torch import Tensor, nn
 from dflash import qwen3
 from dflash.config import DrafterConfig, TargetShape, target_layer_ids_for
 from dflash.errors import TargetError
+from dflash.model import KVCache
 from dflash.presets import STDLIB_TARGET, TARGET_SHAPES, target_path
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     )
 
 
-TargetCache: TypeAlias = "DynamicCache | qwen3.KVCache"
+TargetCache: TypeAlias = "DynamicCache | KVCache"
 """A decoding cache: dflash's own for its Qwen3, transformers' for any other target."""
 
 
@@ -153,12 +154,14 @@ class TargetModel:
 
     @staticmethod
     def crop_cache(cache: TargetCache, length: int) -> None:
-        """Keep the first ``length`` positions. A negative argument to ``crop`` means
-        'remove that many' in every transformers version (5.x accepts only that form)."""
+        """Keep the first ``length`` positions. A negative argument to transformers'
+        ``crop`` means 'remove that many' in every version (5.x accepts only that form)."""
         remove = int(cache.get_seq_length()) - length
         if remove < 0:
             raise ValueError(f"cannot crop a cache of {cache.get_seq_length()} to {length}")
-        if remove:
+        if isinstance(cache, KVCache):
+            cache.crop(length)
+        elif remove:
             cache.crop(-remove)
 
     @torch.no_grad()

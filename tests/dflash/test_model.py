@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from dflash.masks import sdpa_attend
-from dflash.model import DraftKVCache
+from dflash.model import KVCache
 from tests.dflash.conftest import FLEX_EAGER, Tiny, random_batch, train_forward
 
 SEQ = 24
@@ -92,7 +92,7 @@ def test_flex_backward_is_unsupported_on_cpu(tiny_setup: Tiny) -> None:
         train_forward(t, ids, feats, anchors, keep, "flex")
 
 
-def _decode_block(t: Tiny, cache: DraftKVCache, ids: torch.Tensor, feats: torch.Tensor,
+def _decode_block(t: Tiny, cache: KVCache, ids: torch.Tensor, feats: torch.Tensor,
                   start: int) -> torch.Tensor:
     """One inference cycle: feed the context not yet cached plus the block at ``start``,
     then crop the cache back to ``start`` (keep context K/V, drop block K/V)."""

@@ -14,6 +14,7 @@ import torch
 
 from dflash import qwen3
 from dflash.errors import TargetError
+from dflash.model import KVCache
 from dflash.target import load_target
 from tests.dflash.launch import REPO
 
@@ -163,17 +164,17 @@ def test_damaged_weights_are_one_line_errors(tmp_path: Path):
         load_target(str(folder))
 
 
-def test_the_cache_crops_as_transformers_dynamic_cache_does():
-    cache = qwen3.KVCache(2)
-    for layer in range(2):
-        cache.update(layer, torch.zeros(1, 2, 10, 4), torch.zeros(1, 2, 10, 4))
-    cache.crop(-3)  # negative: remove that many
-    assert cache.get_seq_length() == 7
-    cache.crop(12)  # past the end: unchanged
-    assert cache.get_seq_length() == 7
-    cache.crop(5)
-    assert cache.get_seq_length() == 5 and all(k is not None and k.shape[2] == 5
-                                                for k in cache.k)
+def test_the_target_crops_its_own_cache_as_it_crops_transformers_cache():
+    target = load_target("tiny", seed=0)
+    cache = target.new_cache()
+    assert isinstance(cache, KVCache)  # the drafter's cache class, one copy of it
+    target.forward_cached(torch.zeros(1, 10, dtype=torch.long), cache, 0)
+    target.crop_cache(cache, 7)
+    assert target.cache_length(cache) == cache.get_seq_length() == 7
+    target.crop_cache(cache, 7)  # nothing to remove
+    assert all(k is not None and k.shape[2] == 7 for k in cache.k)
+    with pytest.raises(ValueError, match="cannot crop a cache of 7 to 8"):
+        target.crop_cache(cache, 8)
 
 
 def test_a_qwen3_target_builds_loads_and_decodes_without_importing_transformers(
