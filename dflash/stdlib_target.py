@@ -180,7 +180,7 @@ def _build(folder: Path, model_config: Any, recipe: Recipe, base: Path, files: l
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     model.eval()
     held_loss = _loss(model, held_data, recipe)
     folder.mkdir(parents=True)
