@@ -232,7 +232,10 @@ def _random_model(config: Any, device: torch.device, dtype: torch.dtype, seed: i
         model.to_empty(device=device)
     gen = torch.Generator(device=device).manual_seed(seed)
     with torch.no_grad():
-        for _name, param in sorted(model.named_parameters()):
+        # Tied names twice (the head, then the embedding that overwrites it): the same draws
+        # whether or not the model was tied when it was built (transformers ties later).
+        for _name, param in sorted(model.named_parameters(remove_duplicate=False),
+                                   key=lambda item: item[0]):
             if param.dim() == 1:
                 param.fill_(1.0)
             else:

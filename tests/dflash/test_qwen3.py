@@ -63,6 +63,20 @@ def test_a_named_shape_is_the_same_network_as_transformers_builds(monkeypatch):
     _compare_decoding(own, theirs, ids, atol=1e-5)
 
 
+def test_a_tied_random_target_draws_the_same_weights_as_transformers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # The 1.7B shape ties its head: transformers ties after the draws, dflash at build.
+    (tmp_path / "config.json").write_text(json.dumps({**SMALL, "tie_word_embeddings": True}))
+    own = load_target(str(tmp_path), seed=4)
+    monkeypatch.setenv("DFLASH_TARGET_BACKEND", "transformers")
+    theirs = load_target(str(tmp_path), seed=4)
+    assert own.model.lm_head.weight is own.model.model.embed_tokens.weight
+    mine, other = dict(own.model.named_parameters()), dict(theirs.model.named_parameters())
+    assert sorted(mine) == sorted(other)
+    for name, tensor in mine.items():
+        assert torch.equal(tensor, other[name]), name
+
+
 @pytest.mark.parametrize("tied, shard", [(False, None), (True, "40KB")])
 def test_a_transformers_checkpoint_loads_into_the_own_network(tmp_path: Path, tied: bool,
                                                               shard: str | None):
