@@ -215,9 +215,9 @@ def _random_model(config: Any, device: torch.device, dtype: torch.dtype, seed: i
     weights with ones. 1/fan_in (about HF's 0.02 at H=4096) keeps logits at a realistic
     scale for every width; 0.02 at H=64 gives near-uniform next-token distributions.
     Either backend draws the same weights: the parameters by name, in sorted order."""
-    own = isinstance(config, qwen3.Qwen3Config) and _own_backend()
-    if isinstance(config, qwen3.Qwen3Config) and not own:
+    if isinstance(config, qwen3.Qwen3Config) and not _own_backend():
         config = transformers_config(config)
+    own = isinstance(config, qwen3.Qwen3Config)
     if own:
         model: Any = qwen3.build(config, dtype)
     else:
@@ -227,7 +227,7 @@ def _random_model(config: Any, device: torch.device, dtype: torch.dtype, seed: i
     if device.type == "meta":  # shapes only (FLOP counts, feature sizes): no values
         return model
     if own:
-        qwen3.allocate(model, device)
+        qwen3.allocate(model, device)  # storage, and the RoPE frequencies computed
     else:
         model.to_empty(device=device)
     gen = torch.Generator(device=device).manual_seed(seed)
@@ -240,10 +240,9 @@ def _random_model(config: Any, device: torch.device, dtype: torch.dtype, seed: i
                 param.fill_(1.0)
             else:
                 param.normal_(0.0, param.shape[1] ** -0.5, generator=gen)
-        if own:
-            model.reset_rope()
+    if not own:
         # to_empty leaves non-persistent buffers (RoPE inv_freq) as garbage: rebuild them.
-        for name, module in list(model.named_modules()) if not own else ():
+        for name, module in list(model.named_modules()):
             if "inv_freq" in dict(module.named_buffers(recurse=False)):
                 fresh = type(module)(config=module.config).to(device)
                 parent = model.get_submodule(name.rpartition(".")[0])

@@ -143,8 +143,9 @@ def _may_hold_secret(text: str) -> bool:
     itself, and so does text that passes a cheap check."""
     if not text.isascii():
         return _MAYBE.search(text) is not None
+    lower = text.lower()
     cheap = (any(lit in text for lit in _LITERALS) or text.startswith("t/")
-             or any(word in text.lower() for word in _WORDS)
+             or any(word in lower for word in _WORDS)
              or ("=" in text and _assignment(text))
              or (_LONG_RUN.search(text) is not None
                  and _LONG_RUN_START.search(text) is not None))

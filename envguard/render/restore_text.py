@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from envguard.render.sanitize import clean
-from envguard.restore.plan import ACTIONS, CHANGE, INSTALL, KEEP, REMOVE, SKIP, RestorePlan
+from envguard.restore.plan import CHANGE, INSTALL, KEEP, REMOVE, SKIP, RestorePlan
 from envguard.restore.report import CondaRestoreReport
 from envguard.restore.verify import Verification
 
@@ -27,8 +27,7 @@ def render_plan(plan: RestorePlan, *, show_keep: bool = False) -> RenderableType
     head = Text()
     head.append(f"restore {clean(plan.good_name)} ", style="bold")
     head.append(f"(Python {clean(plan.good_python)}) against {clean(plan.current_python)}: ")
-    head.append(", ".join(f"{plan.count(a)} {a}" for a in ACTIONS if plan.count(a) or a in
-                          (INSTALL, CHANGE, REMOVE)))
+    head.append(plan.tally())
     parts: list[RenderableType] = [head]
     rows = [r for r in plan.rows if show_keep or r.action != KEEP]
     if rows:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from envguard.cache.manifest import build_label
 from envguard.cache.store import CacheStatus
 from envguard.render.diff_markdown import md
-from envguard.restore.plan import ACTIONS, CHANGE, INSTALL, KEEP, REMOVE
+from envguard.restore.plan import KEEP
 from envguard.restore.report import CondaRestoreReport, RestoreReport
 from envguard.runs.store import RunList
 from envguard.units import human_bytes
@@ -28,11 +28,9 @@ def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[str
 
 def restore(report: RestoreReport, *, show_all: bool = False) -> str:
     plan = report.plan
-    counts = ", ".join(f"{plan.count(a)} {a}" for a in ACTIONS
-                       if plan.count(a) or a in (INSTALL, CHANGE, REMOVE))
     out = [f"## envguard restore: {md(plan.good_name)}", "",
            f"GOOD has Python {md(plan.good_python)}; planned against "
-           f"`{md(plan.current_python)}`: {counts}.", ""]
+           f"`{md(plan.current_python)}`: {plan.tally()}.", ""]
     rows = [(md(r.action), md(r.name, 80), md(r.current_version or "–", 60),
              md(r.good_version or "–", 60), md(r.reason, 300))
             for r in plan.rows if show_all or r.action != KEEP]

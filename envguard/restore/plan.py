@@ -114,6 +114,12 @@ class RestorePlan:
     def count(self, action: str) -> int:
         return sum(1 for r in self.rows if r.action == action)
 
+    def tally(self) -> str:
+        """``1 install, 2 change, 1 remove``: every action that occurs, and those three
+        always."""
+        return ", ".join(f"{self.count(a)} {a}" for a in ACTIONS
+                         if self.count(a) or a in (INSTALL, CHANGE, REMOVE))
+
     @property
     def hints_applied(self) -> bool:
         """The hints are used unless the user named indexes, --find-links or --no-index."""
