@@ -56,20 +56,22 @@ subprocess for such a stage. ``--stages`` can resume from a finished stage: each
 reads what the earlier ones left in OUT and WORK (every stage result is also kept in
 ``WORK/results/``, so a later process with an empty OUT resumes too).
 
-Two machine calls on one WORK (the second within the machine's warm window; what was
-run for docs/bench/real-target/drafter/):
+Three machine calls on one WORK, each within the machine's warm window after the last
+(what was run for docs/bench/real-target/drafter-2/, run 2 of BENCHMARKS' "Drafter
+quality"):
 
     python3 benchmarks/real_target.py --out $OUT --work /tmp/rt --size small \
-        --stages corpus,tokenizer,pretrain,heldout,prompts,generate,probe,eval \
-        --eval-drafters ngram,untrained --minutes 6 --deadline-s 568 --reserve-s 290 \
-        --gen-batch 1024
+        --minutes 7 --deadline-s 520 --reserve-s 70 \
+        --stages corpus,tokenizer,pretrain,heldout,prompts
     python3 benchmarks/real_target.py --out $OUT --work /tmp/rt --size small \
-        --stages train,eval --eval-drafters trained,untrained --eval-limit 8 \
-        --drafter-seconds 120 --deadline-s 300 --train-reserve-s 100
+        --stages generate,probe,train --gen-batch 1024 --deadline-s 510 \
+        --train-reserve-s 20 --train-startup-s 40
+    python3 benchmarks/real_target.py --out $OUT --work /tmp/rt --size small \
+        --stages eval --eval-dtype float32 --deadline-s 455
 
-Budget the eval stage first: eager batch-1 decoding of this target runs at 65-100
-tokens/s, so one drafter on 24 prompts x 192 tokens takes about 100 s (target-only and
-speculative), an untrained one (tau 1) about 150 s.
+Budget the eval stage first: eager batch-1 decoding of this target runs at about 100
+tokens/s on the H200, so one drafter on 24 prompts x 192 tokens takes about 70 s
+(target-only and speculative), an untrained one (tau 1) on 8 prompts about 55 s.
 """
 
 from __future__ import annotations
@@ -157,7 +159,7 @@ SIZES: dict[str, Size] = {
     "small": Size(hidden=768, layers=12, heads=12, kv_heads=4, head_dim=64,
                   intermediate=2048, vocab=16_000, seq_len=1024, micro_batch=64, accum=2,
                   lr=1.5e-3, tokenizer_mb=48, max_corpus_mb=512, eval_tokens=2**21,
-                  prompt_tokens=256, train_prompts=8192, eval_prompts=256, sample_tokens=64,
+                  prompt_tokens=256, train_prompts=16384, eval_prompts=256, sample_tokens=64,
                   eval_every_s=30, log_every=20),
     # ~270 M parameters.
     "base": Size(hidden=1024, layers=20, heads=16, kv_heads=8, head_dim=64,
@@ -1417,8 +1419,13 @@ def eval_argv(run: Run, drafter: list[str], limit: int) -> list[str]:
 def _eval_jobs(run: Run) -> list[tuple[str, list[str], int]]:
     """(name, --drafter flags, prompts) of every drafter asked for that exists."""
     jobs: list[tuple[str, list[str], int]] = []
-    limit = run.args.eval_limit
-    for name in [n.strip() for n in run.args.eval_drafters.split(",") if n.strip()]:
+    for item in [n.strip() for n in run.args.eval_drafters.split(",") if n.strip()]:
+        name, _, count = item.partition(":")
+        try:
+            limit = int(count) if count else run.args.eval_limit
+        except ValueError:
+            raise SystemExit(f"real_target: bad prompt count in --eval-drafters: {item!r}"
+                             ) from None
         if name == "ngram":
             jobs.append(("ngram", ["--drafter", "ngram"], limit))
         elif name == "untrained":
@@ -1438,7 +1445,7 @@ def _eval_jobs(run: Run) -> list[tuple[str, list[str], int]]:
             for ckpt in ckpts[:-1]:
                 steps = int(ckpt.name.removeprefix("step-"))
                 jobs.append((f"trained@{steps}", ["--drafter", str(ckpt)],
-                             run.args.checkpoint_prompts))
+                             int(count) if count else run.args.checkpoint_prompts))
         else:
             raise SystemExit(f"real_target: unknown drafter {name!r} in --eval-drafters")
     return jobs
@@ -1525,8 +1532,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-line", type=int, default=1000,
                    help="leave out files with a longer line (generated code)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
-    p.add_argument("--compile", choices=["off", "on"], default="off",
-                   help="torch.compile the model for pretraining (compile time counts)")
+    p.add_argument("--compile", choices=["off", "on"], default="on",
+                   help="torch.compile the model for pretraining (compile time counts; "
+                        "451k against 265k tokens/s eager on the H200)")
     p.add_argument("--peak-tflops", type=float, help="MFU denominator (default: datasheet "
                                                      "dense bf16 of an H100/H200)")
     p.add_argument("--prompt-tokens", type=int, help="default: the size's")
@@ -1548,8 +1556,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="allowed for dflash-train's start before SIGTERM")
     g.add_argument("--train-reserve-s", type=float, default=120.0,
                    help="with --deadline-s: seconds kept for start-up and the eval stage")
-    g.add_argument("--eval-drafters", default="ngram,untrained,trained",
-                   help="comma-separated: ngram, untrained, trained, checkpoints")
+    g.add_argument("--eval-drafters", default="ngram,trained,untrained:8,checkpoints:8",
+                   help="comma-separated: ngram, untrained, trained, checkpoints; NAME:N "
+                        "evaluates that one on N prompts (default --eval-limit, "
+                        "--checkpoint-prompts for checkpoints)")
     g.add_argument("--eval-limit", type=int, default=24, help="eval prompts per drafter")
     g.add_argument("--checkpoint-prompts", type=int, default=8,
                    help="eval prompts for each intermediate checkpoint")
