@@ -26,24 +26,28 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
-        # Normalize in fp32 (as Qwen3 does), scale in the input dtype.
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
+        # Normalize in fp32 (as Qwen3 does), scale in the input dtype. One rms_norm call
+        # instead of pow/mean/add/rsqrt/mul: the same values (a test compares them), and
+        # at batch 1, where every launch counts, half the kernels.
+        normed = F.rms_norm(x.float(), (x.shape[-1],), None, self.eps)
+        return self.weight * normed.to(x.dtype)
 
 
 def rope_cos_sin(pos_BT: Tensor, inv_freq: Tensor, dtype: torch.dtype
                  ) -> tuple[Tensor, Tensor]:
-    """cos/sin [B, 1, T, d] for absolute positions (the 1 broadcasts over heads)."""
+    """cos and SIGNED sin [B, 1, T, d] for absolute positions (the 1 broadcasts over
+    heads): the sin's first half negated, which is where rotate_half puts -x2."""
     freqs_BTh = pos_BT[..., None].float() * inv_freq
-    emb_BTd = torch.cat([freqs_BTh, freqs_BTh], dim=-1)
-    return emb_BTd.cos().to(dtype)[:, None], emb_BTd.sin().to(dtype)[:, None]
+    sin_BTh = freqs_BTh.sin()
+    cos_BTd = torch.cat([freqs_BTh, freqs_BTh], dim=-1).cos()
+    sin_BTd = torch.cat([-sin_BTh, sin_BTh], dim=-1)
+    return cos_BTd.to(dtype)[:, None], sin_BTd.to(dtype)[:, None]
 
 
-def apply_rope(x_BHTd: Tensor, cos_B1Td: Tensor, sin_B1Td: Tensor) -> Tensor:
-    """Standard (HF rotate_half) RoPE."""
-    x1, x2 = x_BHTd.chunk(2, dim=-1)
-    return x_BHTd * cos_B1Td + torch.cat([-x2, x1], dim=-1) * sin_B1Td
+def apply_rope(x_BHTd: Tensor, cos_B1Td: Tensor, signed_sin_B1Td: Tensor) -> Tensor:
+    """Standard (HF rotate_half) RoPE, x·cos + [-x2, x1]·sin, as x·cos + [x2, x1]·signed
+    sin: the same bits (negation is exact) in three kernels fewer."""
+    return x_BHTd * cos_B1Td + x_BHTd.roll(x_BHTd.shape[-1] // 2, dims=-1) * signed_sin_B1Td
 
 
 class KVCache:
@@ -106,14 +110,13 @@ class Attention(nn.Module):
         return apply_rope(k_BGTd, cos, sin), v_BGTd
 
     def forward(self, x_BQD: Tensor, ctx_BSD: Tensor, rope_q: tuple[Tensor, Tensor],
-                rope_ctx: tuple[Tensor, Tensor], attend: AttendFn,
+                rope_kv: tuple[Tensor, Tensor], attend: AttendFn,
                 cache: KVCache | None, layer: int) -> Tensor:
         bsz, q_len, _ = x_BQD.shape
         q_BHQd = self.q_norm(self.q_proj(x_BQD).view(bsz, q_len, self.n_heads, self.head_dim))
         q_BHQd = apply_rope(q_BHQd.transpose(1, 2), *rope_q)
-        k_ctx, v_ctx = self._kv(ctx_BSD, *rope_ctx)
-        k_blk, v_blk = self._kv(x_BQD, *rope_q)
-        k_BGKd, v_BGKd = torch.cat([k_ctx, k_blk], dim=2), torch.cat([v_ctx, v_blk], dim=2)
+        # Context and block through one k_proj/v_proj/k_norm/RoPE pass: [context | block].
+        k_BGKd, v_BGKd = self._kv(torch.cat([ctx_BSD, x_BQD], dim=1), *rope_kv)
         if cache is not None:
             k_BGKd, v_BGKd = cache.update(layer, k_BGKd, v_BGKd)
         # Repeat K/V heads instead of enable_gqa (its flex backward is ~10x slower, [MO]).
@@ -148,11 +151,11 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size)
 
     def forward(self, x_BQD: Tensor, ctx_BSD: Tensor, rope_q: tuple[Tensor, Tensor],
-                rope_ctx: tuple[Tensor, Tensor], attend: AttendFn,
+                rope_kv: tuple[Tensor, Tensor], attend: AttendFn,
                 cache: KVCache | None, layer: int) -> Tensor:
         # ctx_BSD is NOT passed through input_layernorm: it was normed once by hidden_norm.
         x_BQD = x_BQD + self.self_attn(self.input_layernorm(x_BQD), ctx_BSD, rope_q,
-                                       rope_ctx, attend, cache, layer)
+                                       rope_kv, attend, cache, layer)
         out_BQD: Tensor = x_BQD + self.mlp(self.post_attention_layernorm(x_BQD))
         return out_BQD
 
@@ -190,9 +193,11 @@ class DFlashDrafter(nn.Module):
         ctx_BSD = self.hidden_norm(self.fc(ctx_feats_BSF))
         dtype = block_emb_BQD.dtype
         rope_q = rope_cos_sin(pos_block_BQ, self.inv_freq, dtype)
-        rope_ctx = rope_cos_sin(pos_ctx_BS, self.inv_freq, dtype)
+        # Keys and values come from [context | block]: their RoPE, once for every layer.
+        rope_kv = rope_cos_sin(torch.cat([pos_ctx_BS, pos_block_BQ], dim=1), self.inv_freq,
+                               dtype)
         x_BQD = block_emb_BQD
         for i, layer in enumerate(self.layers):
-            x_BQD = layer(x_BQD, ctx_BSD, rope_q, rope_ctx, attend, cache, i)
+            x_BQD = layer(x_BQD, ctx_BSD, rope_q, rope_kv, attend, cache, i)
         out_BQD: Tensor = self.norm(x_BQD)
         return out_BQD

@@ -83,20 +83,34 @@ def config_from_json(raw: Any) -> Qwen3Config | None:
         raise TargetError(f"Qwen3 config: bad or missing field: {exc}") from None
 
 
-def causal_attention(q_BHTd: Tensor, k_BGKd: Tensor, v_BGKd: Tensor) -> Tensor:
-    """Query t (the last T of K positions) sees keys 0..K-T+t. GQA by repeating K/V heads,
-    as transformers' SDPA path does."""
-    t, k_len = q_BHTd.shape[2], k_BGKd.shape[2]
+CAUSAL = "causal"
+"""The attention of a forward whose queries are all its keys (no cache before them)."""
+Visibility = Tensor | str | None
+"""What the T new queries see of the K keys: None (T = 1: everything), :data:`CAUSAL`,
+or a boolean [T, K] mask (T new positions on top of a cache). Built once a forward."""
+
+
+def visibility(t: int, k_len: int, device: torch.device) -> Visibility:
+    """Query t (the last T of K positions) sees keys 0..K-T+t."""
+    if t == 1:
+        return None
+    if t == k_len:
+        return CAUSAL
+    rows = torch.arange(k_len - t, k_len, device=device)[:, None]
+    return torch.arange(k_len, device=device)[None, :] <= rows
+
+
+def causal_attention(q_BHTd: Tensor, k_BGKd: Tensor, v_BGKd: Tensor, seen: Visibility
+                     ) -> Tensor:
+    """GQA by repeating K/V heads, as transformers' SDPA path does."""
     rep = q_BHTd.shape[1] // k_BGKd.shape[1]
     if rep > 1:
         k_BGKd, v_BGKd = k_BGKd.repeat_interleave(rep, 1), v_BGKd.repeat_interleave(rep, 1)
-    if t == 1:
+    if seen is None:
         return F.scaled_dot_product_attention(q_BHTd, k_BGKd, v_BGKd)
-    if t == k_len:
+    if isinstance(seen, str):
         return F.scaled_dot_product_attention(q_BHTd, k_BGKd, v_BGKd, is_causal=True)
-    rows = torch.arange(k_len - t, k_len, device=q_BHTd.device)[:, None]
-    allowed_TK = torch.arange(k_len, device=q_BHTd.device)[None, :] <= rows
-    return F.scaled_dot_product_attention(q_BHTd, k_BGKd, v_BGKd, attn_mask=allowed_TK)
+    return F.scaled_dot_product_attention(q_BHTd, k_BGKd, v_BGKd, attn_mask=seen)
 
 
 class Attention(nn.Module):
@@ -112,8 +126,8 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
 
-    def forward(self, x_BTD: Tensor, rope: tuple[Tensor, Tensor], cache: KVCache | None,
-                layer: int) -> Tensor:
+    def forward(self, x_BTD: Tensor, rope: tuple[Tensor, Tensor], seen: Visibility,
+                cache: KVCache | None, layer: int) -> Tensor:
         bsz, t, _ = x_BTD.shape
         q = self.q_norm(self.q_proj(x_BTD).view(bsz, t, self.n_heads, self.head_dim))
         k = self.k_norm(self.k_proj(x_BTD).view(bsz, t, self.n_kv, self.head_dim))
@@ -121,7 +135,7 @@ class Attention(nn.Module):
         q_BHTd, k_BGTd = apply_rope(q.transpose(1, 2), *rope), apply_rope(k.transpose(1, 2), *rope)
         if cache is not None:
             k_BGTd, v_BGTd = cache.update(layer, k_BGTd, v_BGTd)
-        out_BHTd = causal_attention(q_BHTd, k_BGTd, v_BGTd)
+        out_BHTd = causal_attention(q_BHTd, k_BGTd, v_BGTd, seen)
         out: Tensor = self.o_proj(out_BHTd.transpose(1, 2).reshape(bsz, t, -1))
         return out
 
@@ -134,9 +148,9 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size)
 
-    def forward(self, x_BTD: Tensor, rope: tuple[Tensor, Tensor], cache: KVCache | None,
-                layer: int) -> Tensor:
-        x_BTD = x_BTD + self.self_attn(self.input_layernorm(x_BTD), rope, cache, layer)
+    def forward(self, x_BTD: Tensor, rope: tuple[Tensor, Tensor], seen: Visibility,
+                cache: KVCache | None, layer: int) -> Tensor:
+        x_BTD = x_BTD + self.self_attn(self.input_layernorm(x_BTD), rope, seen, cache, layer)
         out: Tensor = x_BTD + self.mlp(self.post_attention_layernorm(x_BTD))
         return out
 
@@ -163,8 +177,10 @@ class Qwen3Model(nn.Module):
                 ) -> Tensor:
         x_BTD: Tensor = self.embed_tokens(input_ids_BT)
         rope = rope_cos_sin(position_ids_BT, self.inv_freq, x_BTD.dtype)
+        t = input_ids_BT.shape[1]
+        seen = visibility(t, t + (0 if cache is None else cache.length), x_BTD.device)
         for i, layer in enumerate(self.layers):
-            x_BTD = layer(x_BTD, rope, cache, i)
+            x_BTD = layer(x_BTD, rope, seen, cache, i)
         out: Tensor = self.norm(x_BTD)
         return out
 

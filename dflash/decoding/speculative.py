@@ -153,17 +153,21 @@ def speculative_greedy(target: TargetModel, drafter: DFlashDrafter, prompt: Sequ
     pending_1TF = feats
     accepted: list[int] = []
     drafted: list[int] = []
+    anchor_1 = torch.tensor([first], device=device)  # the last token, kept on the device
     while len(tokens) < max_new_tokens and not _hit_stop(tokens, stop_ids):
         p = len(prompt) + len(tokens) - 1
         k = min(max_draft, max_new_tokens - len(tokens) - 1)
         draft_logits = stream.draft(tokens[-1], p, pending_1TF)
-        drafts = draft_logits[1:1 + k].argmax(dim=-1)
-        block_1B = torch.cat([torch.tensor([tokens[-1]], device=device), drafts])[None]
-        verify_logits, verify_feats = target.forward_cached(block_1B, cache, p)
-        truth = verify_logits[0].argmax(dim=-1)
-        match = (drafts == truth[:-1]).int()
-        n = int(match.cumprod(0).sum())
-        tokens.extend([*drafts[:n].tolist(), int(truth[n])])
+        drafts_k = draft_logits[1:1 + k].argmax(dim=-1)
+        verify_logits, verify_feats = target.forward_cached(
+            torch.cat([anchor_1, drafts_k])[None], cache, p)
+        truth_k1 = verify_logits[0].argmax(dim=-1)
+        # One wait for the device a cycle: drafts and the target's choices together.
+        both = torch.cat([drafts_k, truth_k1]).tolist()
+        drafts, truth = both[:k], both[k:]
+        n = next((i for i in range(k) if drafts[i] != truth[i]), k)
+        tokens.extend([*drafts[:n], truth[n]])
+        anchor_1 = truth_k1[n:n + 1]
         accepted.append(n + 1)
         drafted.append(k)
         target.crop_cache(cache, p + n + 1)

@@ -221,3 +221,39 @@ def test_matches_independent_reference(tiny_setup: Tiny) -> None:
             blk[0] = ids[0, a]
             ref = _reference_block(t, t.embed(blk), feats[0], a)
             torch.testing.assert_close(_block(train, n, bs)[0], ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rmsnorm_equals_qwen3_formula_bit_for_bit(dtype: torch.dtype) -> None:
+    """One rms_norm call stands in for Qwen3's pow/mean/rsqrt in fp32, scaled in the input
+    dtype; the values must be the same bits, so training and the target's parity with
+    transformers keep their numerics."""
+    from dflash.model import RMSNorm
+
+    gen = torch.Generator().manual_seed(0)
+    norm = RMSNorm(96, 1e-6).to(dtype)
+    with torch.no_grad():
+        norm.weight.copy_(torch.rand(96, generator=gen) + 0.5)
+    x = (torch.randn(3, 7, 96, generator=gen) * 4).to(dtype)
+    x32 = x.float()
+    want = norm.weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + 1e-6)).to(dtype)
+    got = norm(x)
+    assert got.dtype == dtype
+    assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rope_equals_rotate_half_bit_for_bit(dtype: torch.dtype) -> None:
+    """The roll with a signed sin is HF's x*cos + rotate_half(x)*sin, the same bits."""
+    from dflash.model import apply_rope, rope_cos_sin
+
+    gen = torch.Generator().manual_seed(1)
+    inv_freq = 1.0 / (1e6 ** (torch.arange(0, 32, 2).float() / 32))
+    pos = torch.tensor([[0, 1, 5, 4095, 40959]])
+    x = torch.randn(1, 3, 5, 32, generator=gen).to(dtype)
+    angles = pos[..., None].float() * inv_freq
+    both = torch.cat([angles, angles], dim=-1)
+    cos, sin = both.cos().to(dtype)[:, None], both.sin().to(dtype)[:, None]
+    x1, x2 = x.chunk(2, dim=-1)
+    want = x * cos + torch.cat([-x2, x1], dim=-1) * sin
+    assert torch.equal(apply_rope(x, *rope_cos_sin(pos, inv_freq, dtype)), want)
