@@ -136,7 +136,7 @@ def _main(args: argparse.Namespace) -> int:
     from dflash.decoding.progress import Progress
 
     progress = Progress(PROG, quiet=args.quiet)
-    progress.phase("importing torch and transformers")
+    progress.phase("importing torch")
     import torch
 
     from dflash.checkpoint.export import load_drafter

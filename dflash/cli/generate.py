@@ -54,7 +54,7 @@ def _main(args: argparse.Namespace) -> int:
     from dflash.decoding.progress import Progress
 
     progress = Progress(PROG, quiet=args.quiet)
-    progress.phase("importing torch and transformers")
+    progress.phase("importing torch")
     from dflash.data import write_jsonl_atomic
     from dflash.decoding.generate import (
         device_and_dtype,
