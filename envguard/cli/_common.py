@@ -372,6 +372,12 @@ def sigterm_interrupts() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+def add_format_option(p: argparse.ArgumentParser, *, help: str) -> None:
+    """``--format``: every report's text (the default), JSON and Markdown."""
+    from envguard.render.formats import OutputFormat
+    p.add_argument("--format", choices=[f.value for f in OutputFormat], default="text", help=help)
+
+
 def add_index_options(p: argparse.ArgumentParser, *, find_links_help: str) -> None:
     """uv's index options, as ``restore`` and ``bisect`` take them."""
     p.add_argument("--index-url", metavar="URL", help="passed to uv")

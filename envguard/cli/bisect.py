@@ -9,6 +9,7 @@ from typing import Any
 
 from envguard.cli._common import (
     StderrProgress,
+    add_format_option,
     add_index_options,
     index_options,
     note,
@@ -17,7 +18,6 @@ from envguard.cli._common import (
 )
 from envguard.errors import InputError
 from envguard.exitcodes import ExitCode
-from envguard.render.formats import OutputFormat
 
 USAGE = ("envguard bisect GOOD BAD [--python PY] [--find-links PATH ...] [--index-url URL] "
          "[--timeout S] [--runs N] [-j N] [--keep] [--format F] -- CMD [ARGS...]")
@@ -68,8 +68,7 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--workdir", metavar="DIR",
                    help="where trial venvs are made (default: envguard's cache folder; put "
                    "it on the filesystem of uv's cache so that uv can hard-link)")
-    p.add_argument("--format", choices=[f.value for f in OutputFormat], default="text",
-                   help="text (default), json (envguard.bisect/1) or markdown")
+    add_format_option(p, help="text (default), json (envguard.bisect/1) or markdown")
     p.add_argument("argv", nargs=argparse.REMAINDER, metavar="CMD",
                    help="the command and its arguments, after --")
     p.set_defaults(handler=cmd_bisect, bisect_parser=p)

@@ -14,9 +14,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envguard.cli._common import StderrProgress, note, select_environment, show, write_stdout
+from envguard.cli._common import (
+    StderrProgress,
+    add_format_option,
+    note,
+    select_environment,
+    show,
+    write_stdout,
+)
 from envguard.exitcodes import ExitCode
-from envguard.render.formats import OutputFormat
 
 if TYPE_CHECKING:
     from envguard.cache.provenance import Marked
@@ -40,8 +46,7 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
                             "environment, then the archives in the store.")
     st.add_argument("--python", metavar="PY", help=python_help)
     st.add_argument("--store", metavar="PATH", help=store_help)
-    st.add_argument("--format", choices=[f.value for f in OutputFormat], default="text",
-                    help="text (default), json or markdown")
+    add_format_option(st, help="text (default), json or markdown")
     st.set_defaults(handler=cmd_status)
 
     sv = actions.add_parser("save", help="archive the inductor (and triton) cache",

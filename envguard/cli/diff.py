@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envguard.cli._common import show
+from envguard.cli._common import add_format_option, show
 from envguard.errors import InputError
 from envguard.exitcodes import ExitCode
-from envguard.render.formats import OutputFormat
 
 if TYPE_CHECKING:
     from envguard.explain.interface import Finding
@@ -39,8 +38,7 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
                      help="the snapshot of the state that worked (default: @last-good)")
     dif.add_argument("new", metavar="NOW", nargs="?", default=NOW,
                      help="the snapshot of the state that fails (default: @now)")
-    dif.add_argument("--format", choices=[f.value for f in OutputFormat], default="text",
-                     help="text (default, for a terminal), json (stable schema) or markdown")
+    add_format_option(dif, help="text (default, for a terminal), json (stable schema) or markdown")
     dif.add_argument("--symptom", metavar="TEXT",
                      help="a pasted error line; findings it points at come first")
     dif.add_argument("--all", action="store_true", help="list every change, also immaterial")

@@ -12,6 +12,7 @@ from typing import Any
 
 from envguard.cli._common import (
     StderrProgress,
+    add_format_option,
     note,
     select_environment,
     show,
@@ -19,7 +20,6 @@ from envguard.cli._common import (
 )
 from envguard.errors import InputError, RestoreError
 from envguard.exitcodes import ExitCode
-from envguard.render.formats import OutputFormat
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h|d|w)?\s*$")
 _UNIT_S = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 604800, None: 86400}
@@ -63,8 +63,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--python", metavar="PY",
                         help="the environment to examine (default: ENVGUARD_PYTHON, "
                              "VIRTUAL_ENV, CONDA_PREFIX, .venv, this one)")
-    parser.add_argument("--format", choices=[f.value for f in OutputFormat], default="text",
-                        help="text (default), json or markdown")
+    add_format_option(parser, help="text (default), json or markdown")
     parser.add_argument("-q", "--quiet", action="store_true",
                         help="no environment line and no progress notes on stderr")
 

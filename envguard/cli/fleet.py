@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from envguard.cli._common import (
     StderrProgress,
+    add_format_option,
     add_probe_options,
     note,
     probe_options,
@@ -26,7 +27,6 @@ from envguard.cli._common import (
 from envguard.errors import InputError
 from envguard.exitcodes import ExitCode
 from envguard.paths import FLEET_DIR
-from envguard.render.formats import OutputFormat
 
 if TYPE_CHECKING:
     from envguard.fleet.analyse import Member
@@ -60,9 +60,8 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
                       f"{DEFAULT_DIR_TIMEOUT_S:g} s with --dir, {DEFAULT_TORCH_TIMEOUT_S:g} s "
                       "over torch.distributed)")
     add_probe_options(snap)
-    snap.add_argument("--format", choices=[f.value for f in OutputFormat], default="text",
-                      help="rank 0's report: text (default), json (envguard.fleet-diff/1) or "
-                      "markdown")
+    add_format_option(snap, help="rank 0's report: text (default), json (envguard.fleet-diff/1) or "
+                                 "markdown")
     snap.add_argument("--ignore-env", action="append", default=[], metavar="NAME",
                       help="another variable that differs per rank by design (repeatable)")
     snap.add_argument("-q", "--quiet", action="store_true",
@@ -78,8 +77,7 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
         epilog="exit status: 0 all equivalent, 1 some differ, 2 bad input or usage")
     dif.add_argument("inputs", nargs="+", metavar="SNAPSHOT.json",
                      help="snapshot files or fleet documents (at least two snapshots in all)")
-    dif.add_argument("--format", choices=[f.value for f in OutputFormat], default="text",
-                     help="text (default), json (envguard.fleet-diff/1) or markdown")
+    add_format_option(dif, help="text (default), json (envguard.fleet-diff/1) or markdown")
     dif.add_argument("--baseline", metavar="FILE",
                      help="compare with this snapshot instead of the majority (one of the "
                      "inputs, or another file)")

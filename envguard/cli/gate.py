@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from envguard.cli._common import (
     StreamScreen,
+    add_format_option,
     note,
     say_environment,
     select_environment,
@@ -68,9 +69,8 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     chk.add_argument("--python", metavar="PY",
                      help="check another interpreter or venv folder (default: see "
                      "'Which environment' in docs/CLI.md)")
-    chk.add_argument("--format", choices=[f.value for f in OutputFormat], default="text",
-                     help="text (default), json (envguard.diff/1 against the closest "
-                     "entry) or markdown")
+    add_format_option(chk, help="text (default), json (envguard.diff/1 against the closest "
+                                "entry) or markdown")
     chk.add_argument("--strict", action="store_true",
                      help="every distribution must match, not only the command's closure")
     chk.set_defaults(handler=cmd_check)

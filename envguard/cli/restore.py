@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from envguard.cli._common import (
     StderrProgress,
+    add_format_option,
     add_index_options,
     index_options,
     note,
@@ -24,7 +25,6 @@ from envguard.cli._common import (
 )
 from envguard.errors import InputError
 from envguard.exitcodes import ExitCode
-from envguard.render.formats import OutputFormat
 
 if TYPE_CHECKING:
     from envguard.model import ProbeIssue, Snapshot
@@ -61,8 +61,7 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--environment-yml-out", metavar="FILE",
                    help="conda snapshots: the environment.yml (default: GOOD's name + "
                    ".environment.yml, here)")
-    p.add_argument("--format", choices=[f.value for f in OutputFormat], default="text",
-                   help="text (default), json (the envguard.restore/1 document) or markdown")
+    add_format_option(p, help="text (default), json (the envguard.restore/1 document) or markdown")
     p.add_argument("--all", action="store_true", help="also list packages that stay as they are")
     p.set_defaults(handler=cmd_restore)
 

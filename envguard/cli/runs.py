@@ -10,9 +10,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from envguard.cli._common import show, write_stdout
+from envguard.cli._common import add_format_option, show, write_stdout
 from envguard.exitcodes import ExitCode
-from envguard.render.formats import OutputFormat
 
 
 def _count(text: str) -> int:
@@ -28,8 +27,7 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
         "start time, command (credentials masked), exit status or signal, gate, snapshot "
         "digest. @run:N in envguard diff is the Nth row.",
         epilog="exit status: 0, 2 bad input")
-    runs.add_argument("--format", choices=[f.value for f in OutputFormat], default="text",
-                      help="text (default), json (envguard.runs/1) or markdown")
+    add_format_option(runs, help="text (default), json (envguard.runs/1) or markdown")
     runs.set_defaults(handler=cmd_runs)
     actions = runs.add_subparsers(dest="runs_command", metavar="ACTION")
     prune = actions.add_parser(
