@@ -6,9 +6,6 @@ through :func:`clean` and into ``Text``, never markup.
 
 from __future__ import annotations
 
-import os
-import shlex
-
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -28,16 +25,13 @@ def render(report: RunList) -> RenderableType:
                          else None)
     for n, run in enumerate(report.runs, 1):
         mark = " last-good" if run.id == report.last_good else ""
-        outcome = run.signal if run.signal else ("-" if run.exit_code is None
-                                                  else str(run.exit_code))
         table.add_row(
             Text(f"@run:{n}"), Text(clean(run.started_at)),
-            Text(clean(shlex.join([os.path.basename(run.argv[0]), *run.argv[1:]])
-                       if run.argv else "", 200), overflow="fold"),
-            Text(clean(outcome), style="" if run.exit_code == 0 else "yellow"),
+            Text(clean(run.command_line, 200), overflow="fold"),
+            Text(clean(run.exit_status or "-"), style="" if run.exit_code == 0 else "yellow"),
             Text(run.gate, style=_GATE_STYLE.get(run.gate, "")),
-            Text(clean(run.snapshot.removeprefix("sha256-")[:12]) + mark))
-    good = next((r for r in report.runs if r.id == report.last_good), None)
+            Text(clean(run.snapshot_short) + mark))
+    good = report.last_good_run
     footer = Text(f"last-good: {clean(good.id)} ({clean(good.ended_at)})" if good
                   else "last-good: none yet (a run that passes the gate and exits 0)",
                   style="dim")

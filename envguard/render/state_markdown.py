@@ -5,8 +5,6 @@ For pasting into an issue. Pure functions; every string goes through :func:`md`.
 
 from __future__ import annotations
 
-import os
-import shlex
 from collections.abc import Sequence
 
 from envguard.cache.manifest import build_label
@@ -78,13 +76,11 @@ def runs(report: RunList) -> str:
         return "\n".join([*out, "No guarded runs recorded here yet (`envguard run -- CMD`).", ""])
     rows = []
     for n, run in enumerate(report.runs, 1):
-        command = shlex.join([os.path.basename(run.argv[0]), *run.argv[1:]]) if run.argv else ""
-        outcome = run.signal or ("–" if run.exit_code is None else str(run.exit_code))
         mark = " (last-good)" if run.id == report.last_good else ""
-        rows.append((f"`@run:{n}`", md(run.started_at), f"`{md(command, 200)}`", md(outcome),
-                     md(run.gate), md(run.snapshot.removeprefix("sha256-")[:12]) + mark))
+        rows.append((f"`@run:{n}`", md(run.started_at), f"`{md(run.command_line, 200)}`",
+                     md(run.exit_status or "–"), md(run.gate), md(run.snapshot_short) + mark))
     out += _table(("#", "started (UTC)", "command", "exit", "gate", "snapshot"), rows)
-    good = next((r for r in report.runs if r.id == report.last_good), None)
+    good = report.last_good_run
     out += [f"last-good: {md(good.id)} ({md(good.ended_at)})" if good
             else "last-good: none yet (a run that passes the gate and exits 0)", ""]
     return "\n".join(out)

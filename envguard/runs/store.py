@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -84,6 +85,21 @@ class RunRecord:
     @property
     def gate(self) -> str:
         return "passed" if self.passed else ("forced" if self.forced else "refused")
+
+    @property
+    def exit_status(self) -> str | None:
+        """The signal's name, else the exit code; None when the gate refused."""
+        return self.signal or (None if self.exit_code is None else str(self.exit_code))
+
+    @property
+    def command_line(self) -> str:
+        """The command as a table shows it: the program's base name, then its arguments."""
+        return shlex.join([os.path.basename(self.argv[0]), *self.argv[1:]]) if self.argv else ""
+
+    @property
+    def snapshot_short(self) -> str:
+        """The snapshot's first 12 hex digits (or of an old record's file name)."""
+        return self.snapshot.removeprefix("sha256-")[:12]
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -266,6 +282,10 @@ class RunList:
 
     runs: tuple[RunRecord, ...]
     last_good: str | None
+
+    @property
+    def last_good_run(self) -> RunRecord | None:
+        return next((r for r in self.runs if r.id == self.last_good), None)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": "envguard.runs/1", "last_good": self.last_good,
