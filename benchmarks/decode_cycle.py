@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -92,17 +93,12 @@ print(json.dumps(out))
 def probe(tree: Path, args: argparse.Namespace, ops: bool) -> dict[str, Any]:
     proc = subprocess.run([sys.executable, "-c", PROBE, args.target, args.device,
                            str(args.tokens), "1" if ops else "0"], cwd=tree,
-                          capture_output=True, text=True, env={**_env(tree)})
+                          capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(tree)})
     if proc.returncode != 0:
         raise SystemExit(f"decode_cycle: the probe failed in {tree}:\n{proc.stderr[-2000:]}")
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     return result
-
-
-def _env(tree: Path) -> dict[str, str]:
-    import os
-
-    return {**os.environ, "PYTHONPATH": str(tree)}
 
 
 def main(argv: list[str] | None = None) -> int:

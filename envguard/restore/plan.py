@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from urllib.parse import unquote, urlparse
@@ -117,8 +118,9 @@ class RestorePlan:
     def tally(self) -> str:
         """``1 install, 2 change, 1 remove``: every action that occurs, and those three
         always."""
-        return ", ".join(f"{self.count(a)} {a}" for a in ACTIONS
-                         if self.count(a) or a in (INSTALL, CHANGE, REMOVE))
+        counts = Counter(r.action for r in self.rows)
+        return ", ".join(f"{counts[a]} {a}" for a in ACTIONS
+                         if counts[a] or a in (INSTALL, CHANGE, REMOVE))
 
     @property
     def hints_applied(self) -> bool:
