@@ -17,7 +17,9 @@ cycle_ms    a DFlash cycle (``speculative_greedy``: the drafter's block, the 16-
 ops         top-level aten operators of a target forward of 1 and of 16 tokens and of one
             drafter block (``torch.profiler``, once, in the first rep).
 
-The ref is checked out with ``git worktree`` into a temporary folder and removed after.
+The ref is checked out with ``git worktree`` into a temporary folder and removed after;
+``--ref-tree DIR`` names a checkout made beforehand instead (``git archive REF dflash |
+tar -x -C DIR``: the probe imports only ``dflash``), for a machine without the history.
 Prints one JSON document: per tree the medians, and tree / ref ratios.
 """
 
@@ -101,28 +103,40 @@ def probe(tree: Path, args: argparse.Namespace, ops: bool) -> dict[str, Any]:
     return result
 
 
+def alternate(trees: dict[str, Path], args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
+    """``args.reps`` probes of each tree, the trees taking turns within each rep."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
+    for rep in range(args.reps):
+        for name, tree in trees.items():
+            runs[name].append(probe(tree, args, ops=rep == 0))
+    return runs
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--ref", required=True, help="git ref to compare this tree against")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--ref", help="git ref to compare this tree against")
+    which.add_argument("--ref-tree", type=Path, metavar="DIR",
+                       help="an existing checkout of the ref (where there is no git history, "
+                       "as on a machine that gets a copy of the working tree)")
     p.add_argument("--target", default="tiny", help="a named target shape (random weights)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--tokens", type=int, default=96, help="tokens decoded a rep")
     p.add_argument("--reps", type=int, default=7)
     args = p.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="decode-cycle-") as tmp:
-        ref_tree = Path(tmp) / "ref"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q",
-                        str(ref_tree), args.ref], check=True)
-        try:
-            trees = {"tree": ROOT, "ref": ref_tree}
-            runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
-            for rep in range(args.reps):
-                for name, tree in trees.items():
-                    runs[name].append(probe(tree, args, ops=rep == 0))
-        finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
-                            str(ref_tree)], check=False)
-    summary: dict[str, Any] = {"ref_name": args.ref, "target": args.target,
+    if args.ref_tree is not None:
+        runs = alternate({"tree": ROOT, "ref": args.ref_tree.resolve()}, args)
+    else:
+        with tempfile.TemporaryDirectory(prefix="decode-cycle-") as tmp:
+            ref_tree = Path(tmp) / "ref"
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q",
+                            str(ref_tree), args.ref], check=True)
+            try:
+                runs = alternate({"tree": ROOT, "ref": ref_tree}, args)
+            finally:
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
+                                str(ref_tree)], check=False)
+    summary: dict[str, Any] = {"ref_name": args.ref or str(args.ref_tree), "target": args.target,
                                "device": args.device, "tokens": args.tokens, "reps": args.reps}
     for name, rows in runs.items():
         summary[name] = {key: statistics.median(r[key] for r in rows)
