@@ -154,14 +154,19 @@ def _reference(lock: Lock, entry: LockEntry, current: Snapshot, project_root: Pa
         triton_version=entry.triton_version)
 
 
-def compare(entry: LockEntry, lock: Lock, current: Snapshot, project_root: Path,
-            current_closure: set[str] | None = None,
-            accepted: tuple[IntegrityIssue, ...] = (), *,
-            explain_mismatch: bool = True) -> EntryComparison:
-    """``accepted``: files that already differed from RECORD when the entry was locked (an
-    image that appends its CA to certifi's bundle); only new differences count.
-    ``explain_mismatch=False``: the diff only, no findings (they take the rules' import and
-    run, which a gate whose other entry matches never shows)."""
+@dataclass(frozen=True)
+class _Sides:
+    """One entry's comparison before it is explained: what the entry pins, what is here now
+    (both cut to the packages and files the entry concerns), and their diff."""
+
+    reference: Snapshot
+    now: Snapshot
+    changes: SnapshotDiff
+
+
+def _sides(entry: LockEntry, lock: Lock, current: Snapshot, project_root: Path,
+           current_closure: set[str] | None,
+           accepted: tuple[IntegrityIssue, ...]) -> _Sides:
     ref_dists, ref_files, ref_torch = _reference(lock, entry, current, project_root)
     if current_closure is None:
         current_closure = _current_closure(lock, current, project_root)
@@ -185,14 +190,18 @@ def compare(entry: LockEntry, lock: Lock, current: Snapshot, project_root: Path,
         triton_fingerprint=now.torch.triton_fingerprint,
         cuda_wheel_family=now.torch.cuda_wheel_family, cuda_wheels=now.torch.cuda_wheels,
         location=now.torch.location))
-    changes = diff(reference, now)
-    if changes.equivalent or not explain_mismatch:  # a match's findings are never shown
-        return EntryComparison(entry=entry, diff=changes, findings=())
-    # Only a mismatch needs the rules (the gate's happy path does not import them).
+    return _Sides(reference=reference, now=now, changes=diff(reference, now))
+
+
+def _explained(entry: LockEntry, lock: Lock, current: Snapshot, sides: _Sides) -> EntryComparison:
+    """The comparison with its findings (the rules run only for a mismatch: the gate's happy
+    path does not even import them)."""
+    if sides.changes.equivalent:  # a match's findings are never shown
+        return EntryComparison(entry=entry, diff=sides.changes, findings=())
     from envguard.explain import explain
     from envguard.explain.packages import FOREIGN_STACKS
 
-    findings = explain(reference, now, changes)
+    findings = explain(sides.reference, sides.now, sides.changes)
     custom = [n for n in lock.forbidden_installed(current) if not FOREIGN_STACKS.match(n)]
     if custom:
         findings.insert(0, Finding(
@@ -202,7 +211,21 @@ def compare(entry: LockEntry, lock: Lock, current: Snapshot, project_root: Path,
                         "this environment.",
             evidence=tuple(f"{n} matches one of: {', '.join(lock.forbidden)}" for n in custom),
             remedy=(f"uv pip uninstall {' '.join(custom)}",), weight=85))
-    return EntryComparison(entry=entry, diff=changes, findings=tuple(findings))
+    return EntryComparison(entry=entry, diff=sides.changes, findings=tuple(findings))
+
+
+def compare(entry: LockEntry, lock: Lock, current: Snapshot, project_root: Path,
+            current_closure: set[str] | None = None,
+            accepted: tuple[IntegrityIssue, ...] = (), *,
+            explain_mismatch: bool = True) -> EntryComparison:
+    """``accepted``: files that already differed from RECORD when the entry was locked (an
+    image that appends its CA to certifi's bundle); only new differences count.
+    ``explain_mismatch=False``: the diff only, no findings (they take the rules' import and
+    run, which a gate whose other entry matches never shows)."""
+    sides = _sides(entry, lock, current, project_root, current_closure, accepted)
+    if not explain_mismatch:
+        return EntryComparison(entry=entry, diff=sides.changes, findings=())
+    return _explained(entry, lock, current, sides)
 
 
 def _cache_note(lock: Lock, snapshot: Snapshot) -> Finding | None:
@@ -266,12 +289,15 @@ def check(snapshot: Snapshot, lock: Lock, lock_path: str, project_root: Path, *,
     touched = any(i.package in now for i in snapshot.integrity.issues)
 
     accepted = [_accepted_issues(e, lock_dir) if touched else () for e in entries]
-    comparisons = tuple(compare(e, lock, snapshot, project_root, now, a, explain_mismatch=False)
-                        for e, a in zip(entries, accepted, strict=True))
+    sides = [_sides(e, lock, snapshot, project_root, now, a)
+             for e, a in zip(entries, accepted, strict=True)]
+    comparisons = tuple(EntryComparison(entry=e, diff=s.changes, findings=())
+                        for e, s in zip(entries, sides, strict=True))
     if comparisons and not any(c.matches for c in comparisons):
-        # Explain the closest entry only: its findings are the only ones anyone reads.
+        # Explain the closest entry only: its findings are the only ones anyone reads; its
+        # diff is the one already computed.
         i = min(range(len(comparisons)), key=lambda k: _closeness(comparisons[k]))
-        explained = compare(entries[i], lock, snapshot, project_root, now, accepted[i])
+        explained = _explained(entries[i], lock, snapshot, sides[i])
         comparisons = (*comparisons[:i], explained, *comparisons[i + 1:])
     result = GateResult(lock=lock, lock_path=lock_path, snapshot=snapshot,
                         comparisons=comparisons, cache_note=_cache_note(lock, snapshot))
