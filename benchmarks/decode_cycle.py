@@ -18,8 +18,7 @@ ops         top-level aten operators of a target forward of 1 and of 16 tokens a
             drafter block (``torch.profiler``, once, in the first rep).
 
 The ref is checked out with ``git worktree`` into a temporary folder and removed after;
-``--ref-tree DIR`` names a checkout made beforehand instead (``git archive REF dflash |
-tar -x -C DIR``: the probe imports only ``dflash``), for a machine without the history.
+``--ref-tree DIR`` names a checkout made beforehand instead (benchmarks/abtree.py).
 Prints one JSON document: per tree the medians, and tree / ref ratios.
 """
 
@@ -27,15 +26,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+from abtree import add_ref_options, alternate, probe, ref_name, trees
 
 PROBE = r"""
 import collections, json, sys, time, torch
@@ -92,51 +87,19 @@ print(json.dumps(out))
 """
 
 
-def probe(tree: Path, args: argparse.Namespace, ops: bool) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, "-c", PROBE, args.target, args.device,
-                           str(args.tokens), "1" if ops else "0"], cwd=tree,
-                          capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(tree)})
-    if proc.returncode != 0:
-        raise SystemExit(f"decode_cycle: the probe failed in {tree}:\n{proc.stderr[-2000:]}")
-    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return result
-
-
-def alternate(trees: dict[str, Path], args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
-    """``args.reps`` probes of each tree, the trees taking turns within each rep."""
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
-    for rep in range(args.reps):
-        for name, tree in trees.items():
-            runs[name].append(probe(tree, args, ops=rep == 0))
-    return runs
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--ref", help="git ref to compare this tree against")
-    which.add_argument("--ref-tree", type=Path, metavar="DIR",
-                       help="an existing checkout of the ref (where there is no git history, "
-                       "as on a machine that gets a copy of the working tree)")
+    add_ref_options(p)
     p.add_argument("--target", default="tiny", help="a named target shape (random weights)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--tokens", type=int, default=96, help="tokens decoded a rep")
     p.add_argument("--reps", type=int, default=7)
     args = p.parse_args(argv)
-    if args.ref_tree is not None:
-        runs = alternate({"tree": ROOT, "ref": args.ref_tree.resolve()}, args)
-    else:
-        with tempfile.TemporaryDirectory(prefix="decode-cycle-") as tmp:
-            ref_tree = Path(tmp) / "ref"
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q",
-                            str(ref_tree), args.ref], check=True)
-            try:
-                runs = alternate({"tree": ROOT, "ref": ref_tree}, args)
-            finally:
-                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
-                                str(ref_tree)], check=False)
-    summary: dict[str, Any] = {"ref_name": args.ref or str(args.ref_tree), "target": args.target,
+    argv_of = [args.target, args.device, str(args.tokens)]
+    with trees(args) as both:
+        runs = alternate(both, args.reps, lambda tree, rep: probe(
+            tree, PROBE, [*argv_of, "1" if rep == 0 else "0"], "decode_cycle"))
+    summary: dict[str, Any] = {"ref_name": ref_name(args), "target": args.target,
                                "device": args.device, "tokens": args.tokens, "reps": args.reps}
     for name, rows in runs.items():
         summary[name] = {key: statistics.median(r[key] for r in rows)

@@ -90,14 +90,23 @@ Visibility = Tensor | str | None
 or a boolean [T, K] mask (T new positions on top of a cache). Built once a forward."""
 
 
-def visibility(t: int, k_len: int, device: torch.device) -> Visibility:
-    """Query t (the last T of K positions) sees keys 0..K-T+t."""
-    if t == 1:
-        return None
-    if t == k_len:
-        return CAUSAL
+def visibility(t: int, k_len: int, device: torch.device, keys_BK: Tensor | None = None
+               ) -> Visibility:
+    """Query t (the last T of K positions) sees keys 0..K-T+t. ``keys_BK`` (left-padded
+    batches): which of the K positions of each row hold tokens; the mask is then [B, 1, T, K],
+    and a padding query sees itself, so that no row of the softmax is empty (an empty one
+    gives NaN, which masked keys would still carry into the real rows: 0 x NaN)."""
+    if keys_BK is None:
+        if t == 1:
+            return None
+        if t == k_len:
+            return CAUSAL
     rows = torch.arange(k_len - t, k_len, device=device)[:, None]
-    return torch.arange(k_len, device=device)[None, :] <= rows
+    cols = torch.arange(k_len, device=device)[None, :]
+    causal_TK = cols <= rows
+    if keys_BK is None:
+        return causal_TK
+    return ((causal_TK[None] & keys_BK[:, None, :].bool()) | (cols == rows)[None])[:, None]
 
 
 def causal_attention(q_BHTd: Tensor, k_BGKd: Tensor, v_BGKd: Tensor, seen: Visibility
@@ -173,12 +182,12 @@ class Qwen3Model(nn.Module):
         self.register_buffer("inv_freq", freq if freq.device.type == "meta"
                              else inv_freq(cfg, freq.device), persistent=False)
 
-    def forward(self, input_ids_BT: Tensor, position_ids_BT: Tensor, cache: KVCache | None
-                ) -> Tensor:
+    def forward(self, input_ids_BT: Tensor, position_ids_BT: Tensor, cache: KVCache | None,
+                keys_BK: Tensor | None = None) -> Tensor:
         x_BTD: Tensor = self.embed_tokens(input_ids_BT)
         rope = rope_cos_sin(position_ids_BT, self.inv_freq, x_BTD.dtype)
         t = input_ids_BT.shape[1]
-        seen = visibility(t, t + (0 if cache is None else cache.length), x_BTD.device)
+        seen = visibility(t, t + (0 if cache is None else cache.length), x_BTD.device, keys_BK)
         for i, layer in enumerate(self.layers):
             x_BTD = layer(x_BTD, rope, seen, cache, i)
         out: Tensor = self.norm(x_BTD)
@@ -244,13 +253,16 @@ class Qwen3ForCausalLM(nn.Module):
 
     def forward(self, input_ids: Tensor, position_ids: Tensor | None = None,
                 past_key_values: KVCache | None = None, use_cache: bool = False,
-                logits_to_keep: int = 0) -> CausalLMOutput:
+                logits_to_keep: int = 0, attention_mask: Tensor | None = None
+                ) -> CausalLMOutput:
+        """transformers' arguments; ``attention_mask`` [B, cached + T] is 1 where a position
+        holds a token, 0 at a left-padded batch's padding."""
         bsz, t = input_ids.shape
         cache = past_key_values if use_cache else None
         if position_ids is None:
             start = 0 if cache is None else cache.get_seq_length()
             position_ids = torch.arange(start, start + t, device=input_ids.device).expand(bsz, t)
-        hidden_BTD = self.model(input_ids, position_ids, cache)
+        hidden_BTD = self.model(input_ids, position_ids, cache, attention_mask)
         if logits_to_keep:
             hidden_BTD = hidden_BTD[:, -logits_to_keep:]
         return CausalLMOutput(logits=self.lm_head(hidden_BTD))

@@ -166,18 +166,25 @@ class TargetModel:
 
     @torch.no_grad()
     def forward_cached(self, ids_BT: Tensor, cache: TargetCache, start: int, *,
-                       last_only: bool = False) -> tuple[Tensor, Tensor]:
+                       last_only: bool = False, pad_B: Tensor | None = None
+                       ) -> tuple[Tensor, Tensor]:
         """Run T new tokens at positions start..start+T-1 on top of ``cache``.
 
         Returns fp32 logits [B, T, V] and the tapped features [B, T, k*H]; with
         ``last_only`` (plain generation) the logits and features of the last position
         only, [B, 1, ...]: a prefill then never holds a [B, T, V] logits tensor.
+        ``pad_B`` (a left-padded batch): row b's first ``pad_B[b]`` positions are padding;
+        they are masked, and the row's positions count from its first token.
         """
         if self.cache_length(cache) != start:
             raise ValueError(f"cache holds {self.cache_length(cache)} positions, not {start}")
         bsz, t = ids_BT.shape
         pos_BT = torch.arange(start, start + t, device=ids_BT.device).expand(bsz, t)
-        keep = {"logits_to_keep": 1} if last_only else {}
+        keep: dict[str, Any] = {"logits_to_keep": 1} if last_only else {}
+        if pad_B is not None:
+            pos_BT = (pos_BT - pad_B[:, None]).clamp(min=0)
+            keep["attention_mask"] = (torch.arange(start + t, device=ids_BT.device)[None]
+                                      >= pad_B[:, None]).long()
         with self._tapping(stop_early=False) as taps:
             out = self.model(input_ids=ids_BT, position_ids=pos_BT, use_cache=True,
                              **{self._cache_kw: cache}, **keep)

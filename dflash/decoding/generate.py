@@ -9,7 +9,6 @@ batched, with a KV cache). ``dflash-generate`` writes them to a file
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 import torch
@@ -44,14 +43,27 @@ def _next_tokens(logits_BV: torch.Tensor, temperature: float, gen: torch.Generat
 _STOP_CHECK_EVERY = 8
 
 
+def _left_padded(prompts: Sequence[Sequence[int]], device: torch.device
+                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """[B, P] ids, each prompt right-aligned, and each row's padding (None: none padded).
+    The padding id is 0; it is masked, so any id would do."""
+    longest = max(len(p) for p in prompts)
+    if all(len(p) == longest for p in prompts):
+        return torch.tensor([list(p) for p in prompts], dtype=torch.long, device=device), None
+    rows = [[0] * (longest - len(p)) + list(p) for p in prompts]
+    pad = [longest - len(p) for p in prompts]
+    return (torch.tensor(rows, dtype=torch.long, device=device),
+            torch.tensor(pad, dtype=torch.long, device=device))
+
+
 @torch.no_grad()
-def _generate_group(target: TargetModel, prompts_BP: torch.Tensor, max_new_tokens: int,
-                    temperature: float, gen: torch.Generator | None,
+def _generate_group(target: TargetModel, prompts_BP: torch.Tensor, pad_B: torch.Tensor | None,
+                    max_new_tokens: int, temperature: float, gen: torch.Generator | None,
                     stop_ids: torch.Tensor) -> list[list[int]]:
-    """Decode one batch of equal-length prompts; a row stops after a stop id."""
+    """Decode one batch of left-padded prompts; a row stops after a stop id."""
     bsz, plen = prompts_BP.shape
     cache = target.new_cache()
-    logits, _ = target.forward_cached(prompts_BP, cache, 0, last_only=True)
+    logits, _ = target.forward_cached(prompts_BP, cache, 0, last_only=True, pad_B=pad_B)
     done_B = torch.zeros(bsz, dtype=torch.bool, device=prompts_BP.device)
     out: list[torch.Tensor] = []
     for i in range(max_new_tokens):
@@ -65,7 +77,8 @@ def _generate_group(target: TargetModel, prompts_BP: torch.Tensor, max_new_token
             # only, so the host queues the next steps meanwhile (rows cut after stops).
             if i % _STOP_CHECK_EVERY == _STOP_CHECK_EVERY - 1 and bool(done_B.all()):
                 break
-        logits, _ = target.forward_cached(tok_B[:, None], cache, plen + i, last_only=True)
+        logits, _ = target.forward_cached(tok_B[:, None], cache, plen + i, last_only=True,
+                                          pad_B=pad_B)
     rows = torch.stack(out, dim=1).tolist()
     stops = set(stop_ids.tolist())
     result = []
@@ -82,35 +95,38 @@ def generate_responses(target: TargetModel, prompts: Sequence[Sequence[int]], *,
                        ) -> list[list[int]]:
     """The target's continuation of every prompt, in input order.
 
-    Prompts of equal length are batched together (no padding, so batching cannot change
-    a greedy result); each row stops after its first stop id or ``max_new_tokens``.
+    Prompts are sorted by length and decoded ``batch_size`` at a time. A batch whose
+    prompts differ in length is left-padded: the padding is masked out of attention and
+    each row's positions start at its first token, so a row decodes as it would alone
+    (greedy results equal up to rounding: a tie between two logits within float error may
+    break the other way, as any change of batch shape may). A batch of equal lengths has
+    no padding and no mask. Each row stops after its first stop id or ``max_new_tokens``.
     ``on_progress(done, total)`` hears the prompts done after each batch.
+
+    Batching by exact length instead left real prompt sets (lengths cut at many points)
+    in hundreds of small batches, each decoding ``max_new_tokens`` steps.
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    by_length: dict[int, list[int]] = defaultdict(list)
     for i, prompt in enumerate(prompts):
         if not prompt:
             raise ValueError(f"prompt {i} is empty")
-        by_length[len(prompt)].append(i)
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     gen = None
     if temperature > 0:
         gen = torch.Generator(device=target.device).manual_seed(seed)
     stops = torch.tensor(list(stop_ids), dtype=torch.long, device=target.device)
     responses: list[list[int]] = [[] for _ in prompts]
     done = 0
-    for length in sorted(by_length):
-        index = by_length[length]
-        for start in range(0, len(index), batch_size):
-            chunk = index[start:start + batch_size]
-            ids = torch.tensor([list(prompts[i]) for i in chunk], dtype=torch.long,
-                               device=target.device)
-            for i, row in zip(chunk, _generate_group(target, ids, max_new_tokens,
-                                                     temperature, gen, stops), strict=True):
-                responses[i] = row
-            done += len(chunk)
-            if on_progress is not None:
-                on_progress(done, len(prompts))
+    for start in range(0, len(order), batch_size):
+        chunk = order[start:start + batch_size]
+        ids, pad = _left_padded([prompts[i] for i in chunk], target.device)
+        for i, row in zip(chunk, _generate_group(target, ids, pad, max_new_tokens,
+                                                 temperature, gen, stops), strict=True):
+            responses[i] = row
+        done += len(chunk)
+        if on_progress is not None:
+            on_progress(done, len(prompts))
     return responses
 
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from dflash.cli.generate import main
 from dflash.data import read_examples
@@ -29,6 +30,37 @@ def test_batched_generation_equals_one_at_a_time(tiny_target):
     batched = generate_responses(tiny_target, prompts, max_new_tokens=20, batch_size=3)
     for prompt, got in zip(prompts, batched, strict=True):
         assert tuple(got) == target_greedy(tiny_target, prompt, max_new_tokens=20).tokens
+
+
+@pytest.mark.parametrize("backend", ["dflash", "transformers"])
+def test_a_left_padded_batch_decodes_each_row_as_alone(backend, monkeypatch):
+    # Ten lengths in batches of four: every batch but the last mixes lengths, so rows are
+    # left-padded by 1 to 9 positions, and the padding must change nothing of a row.
+    from dflash.target import load_target
+
+    monkeypatch.setenv("DFLASH_TARGET_BACKEND", backend)
+    target = load_target("tiny", seed=3)
+    prompts = [synthetic_prompts(1, vocab_size=512, length=n, seed=n, exclude=(511,))[0]
+               for n in (12, 3, 7, 10, 4, 9, 5, 11, 6, 8)]
+    seen: list[tuple[int, int]] = []
+    batched = generate_responses(target, prompts, max_new_tokens=16, batch_size=4,
+                                 on_progress=lambda done, total: seen.append((done, total)))
+    assert seen == [(4, 10), (8, 10), (10, 10)]  # one batch per four prompts, not per length
+    for prompt, got in zip(prompts, batched, strict=True):
+        assert tuple(got) == target_greedy(target, prompt, max_new_tokens=16).tokens
+
+
+def test_padding_is_masked_and_a_padding_query_sees_itself():
+    from dflash.qwen3 import visibility
+
+    keys = torch.tensor([[1, 1, 1, 1], [0, 0, 1, 1]])
+    seen = visibility(4, 4, torch.device("cpu"), keys)  # a prefill of two rows
+    assert seen.shape == (2, 1, 4, 4)
+    assert torch.equal(seen[0, 0], torch.ones(4, 4).tril().bool())
+    assert torch.equal(seen[1, 0], torch.tensor([[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0],
+                                                 [0, 0, 1, 1]]).bool())
+    step = visibility(1, 5, torch.device("cpu"), torch.tensor([[0, 1, 1, 1, 1]]))
+    assert torch.equal(step[0, 0], torch.tensor([[0, 1, 1, 1, 1]]).bool())
 
 
 def test_rows_stop_after_their_stop_id(tiny_target):
