@@ -87,7 +87,8 @@ CAUSAL = "causal"
 """The attention of a forward whose queries are all its keys (no cache before them)."""
 Visibility = Tensor | str | None
 """What the T new queries see of the K keys: None (T = 1: everything), :data:`CAUSAL`,
-or a boolean [T, K] mask (T new positions on top of a cache). Built once a forward."""
+a boolean [T, K] mask (T new positions on top of a cache), or a [B, 1, T, K] one (a
+left-padded batch: :func:`visibility`). Built once a forward."""
 
 
 def visibility(t: int, k_len: int, device: torch.device, keys_BK: Tensor | None = None
