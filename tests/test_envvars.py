@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 from envguard import redact
 from envguard.model import Environment, ProbeIssue
 from envguard.probe import SnapshotOptions, collect, envvars
+from envguard.snapshot_file import read_snapshot
 
 HF = "hf_q8Zr7XyWsecretTOKENvalue0001"
 OPENAI = "sk-proj-Zq3secretOPENAIkey9876"
@@ -204,6 +206,7 @@ def test_cli_never_prints_secrets(clean_cwd: Path) -> None:
 # ---------------------------------------------------------------- envguard.redact's rules
 
 GHP = "ghp_" + "Aa1" * 12
+DATA = Path(__file__).parent / "data"
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 JWT = ("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."
        "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U")
@@ -307,6 +310,23 @@ _FRAGMENTS = ["://", ":/", "@", "-----BEGIN", "----BEGIN", "ghp_", "gho_", "gh_"
 @given(st.lists(st.sampled_from(_FRAGMENTS), max_size=6).map("".join))
 def test_the_cheap_checks_answer_exactly_as_the_quick_filter(text: str) -> None:
     assert redact._may_hold_secret(text) == (redact._MAYBE.search(text) is not None), text
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(_FRAGMENTS), max_size=6).map("".join), max_size=12))
+def test_the_joined_search_finds_exactly_the_strings_the_filter_passes(texts: list[str]) -> None:
+    # suspects() looks through all strings at once; a hit must never span two of them.
+    assert redact.suspects(texts) == {t for t in texts if t and redact._may_hold_secret(t)}
+
+
+def test_a_snapshot_with_nothing_to_mask_comes_back_as_the_same_object() -> None:
+    snapshot = read_snapshot(DATA / "h200-snapshot.json")
+    assert redact.redact_snapshot(snapshot) is snapshot
+    leaky = dataclasses.replace(snapshot, errors=[
+        *snapshot.errors, ProbeIssue(section="files", message=f"token={GHP}")])
+    scrubbed = redact.redact_snapshot(leaky)
+    assert scrubbed.errors[-1].message == "token=***"
+    assert scrubbed.packages is snapshot.packages  # untouched sections are shared
 
 
 @pytest.mark.parametrize("value", [
