@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Time ``envguard snapshot`` against peer tools on ONE target environment, in ONE run.
 
-    python benchmarks/bench_snapshot.py --python PY [--markdown] [--json OUT]
+    python benchmarks/bench_snapshot.py --python PY [--markdown] [--json OUT] [--quick]
 
 Stdlib only; tools run as subprocesses, output discarded. envguard runs as ``sys.executable -m
 envguard`` (or ``--envguard CMD``; ``--envguard-src REPO`` adds PYTHONPATH=REPO). Caches, config
@@ -159,7 +159,11 @@ def main() -> int:
     ap.add_argument("--cwd", help="folder the tools run in (default: the temporary folder)")
     ap.add_argument("--json", metavar="OUT", help="write every raw number here")
     ap.add_argument("--markdown", action="store_true", help="print a markdown report")
+    ap.add_argument("--quick", action="store_true",
+                    help="the default snapshot and the freezes only (the ratio bar): no "
+                    "collect_env, no --verify hash, no sha256sum (minutes on a large env)")
     args = ap.parse_args()
+    skipped = "skipped (--quick)" if args.quick else None
 
     tmp = tempfile.mkdtemp(prefix="envguard-bench-")
     cwd = os.path.abspath(args.cwd or tmp)
@@ -236,7 +240,8 @@ def main() -> int:
         None if uv else "no uv binary found")
     ce_argv = [py, "-m", "torch.utils.collect_env"]
     add(Result("collect_env", "torch collect_env", ce_argv), 1, args.collect_env_reps,
-        lambda: timed(ce_argv, env, cwd), None if target["torch"] else "torch not importable")
+        lambda: timed(ce_argv, env, cwd),
+        skipped or (None if target["torch"] else "torch not importable"))
 
     # --verify hash on a cold hash cache (a fresh ENVGUARD_CACHE_DIR per run) vs sha256sum.
     hash_argv = [*eg, "snapshot", "--python", py, "--verify", "hash", "-q", "-o", snap_out]
@@ -251,19 +256,20 @@ def main() -> int:
 
     add(Result("hash_cold", "envguard --verify hash, cold hash cache", hash_argv,
                {**eg_env, "ENVGUARD_CACHE_DIR": f"{tmp}/cold-cache-<new per run>"}),
-        max(w, 1), n, cold_once)
+        max(w, 1), n, cold_once, skipped)
     hash_json = envguard_json("hash_cold")
     sha_argv = ["xargs", "-0", "sha256sum"]
     has_sha = bool(shutil.which("sha256sum") and shutil.which("xargs"))
     add(Result("sha256sum", "sha256sum, same files", sha_argv, stdin=file_list), max(w, 1), n,
         lambda: timed(sha_argv, {**env, "LC_ALL": "C"}, cwd, file_list),
-        None if has_sha and paths else "no sha256sum/xargs, or no RECORD-listed files")
+        skipped or (None if has_sha and paths
+                    else "no sha256sum/xargs, or no RECORD-listed files"))
 
     # Warm re-runs: --verify hash with a cache filled by the warm-up; the default snapshot.
     warm = os.path.join(tmp, "warm-cache")
     add(Result("hash_warm", "envguard --verify hash, warm hash cache (re-run)", hash_argv,
                {**eg_env, "ENVGUARD_CACHE_DIR": warm}), 1, n,
-        lambda: envguard(hash_argv, warm))
+        lambda: envguard(hash_argv, warm), skipped)
     add(Result("default_warm", "envguard snapshot (default), warm re-run", argv, dict(eg_env)),
         w, n, lambda: envguard(argv))
 
