@@ -112,15 +112,16 @@ class RestorePlan:
     """PyTorch indexes implied by local labels (``+cu128``) in GOOD's versions."""
     notes: tuple[str, ...] = ()
 
-    def count(self, action: str) -> int:
-        return sum(1 for r in self.rows if r.action == action)
+    def counts(self) -> dict[str, int]:
+        """Rows of each action, every action named (0 where none), in :data:`ACTIONS` order."""
+        found = Counter(r.action for r in self.rows)
+        return {a: found[a] for a in ACTIONS}
 
     def tally(self) -> str:
         """``1 install, 2 change, 1 remove``: every action that occurs, and those three
         always."""
-        counts = Counter(r.action for r in self.rows)
-        return ", ".join(f"{counts[a]} {a}" for a in ACTIONS
-                         if counts[a] or a in (INSTALL, CHANGE, REMOVE))
+        return ", ".join(f"{n} {a}" for a, n in self.counts().items()
+                         if n or a in (INSTALL, CHANGE, REMOVE))
 
     @property
     def hints_applied(self) -> bool:
@@ -291,7 +292,7 @@ def plan_to_dict(plan: RestorePlan) -> dict[str, object]:
         "good": plan.good_name, "good_python": plan.good_python,
         "current_python": plan.current_python,
         "current_python_version": plan.current_python_version,
-        "counts": {a: plan.count(a) for a in ACTIONS},
+        "counts": plan.counts(),
         "rows": [asdict(r) for r in plan.rows],
         "index_hints": list(plan.index_hints), "hints_applied": plan.hints_applied,
         "uv_index_args": redact_argv(plan.uv_index_args()),
