@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,6 +33,7 @@ from envguard.changes import SnapshotDiff
 from envguard.doctor import DoctorReport
 from envguard.errors import InputError
 from envguard.explain.interface import Finding
+from envguard.frozen import frozen
 from envguard.gate.check import GateResult
 from envguard.model import Snapshot
 from envguard.render.report import DiffReport
@@ -84,7 +84,7 @@ def read_snapshot(path: str | os.PathLike[str]) -> Snapshot:
     return read(Path(path))
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(kw_only=False)
 class Report:
     """What :func:`diff` found: every change, and the findings that explain them, most
     likely cause first. Plain data; the ``to_*`` methods render it."""

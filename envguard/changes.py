@@ -10,16 +10,16 @@ listed but do not make two snapshots "different".
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
+from envguard.frozen import frozen
 from envguard.model import CacheDir, Distribution, EnvValue, Snapshot, TrackedFile
 
 ADDED, REMOVED, CHANGED = "added", "removed", "changed"
 MASKED = "<masked>"
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Change:
     section: str
     key: str
@@ -35,7 +35,7 @@ class Change:
         return ".".join(p for p in parts if p)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(kw_only=False)
 class SnapshotDiff:
     changes: tuple[Change, ...]
 

@@ -6,10 +6,10 @@ the doctor and the renderers, so that holding a finding imports no rule.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
 
 from envguard.changes import Change
+from envguard.frozen import frozen
 
 __all__ = ["Finding", "Severity"]
 
@@ -24,7 +24,7 @@ class Severity(str, Enum):
         return {"critical": 0, "warning": 1, "info": 2}[self.value]
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Finding:
     rule: str
     severity: Severity

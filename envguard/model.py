@@ -12,11 +12,12 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from envguard.errors import SnapshotValidationError, UnsupportedSchemaError
+from envguard.frozen import frozen
 from envguard.validation import build, parse_json, to_plain, type_name
 
 SCHEMA_NAME = "envguard.snapshot"
@@ -27,7 +28,7 @@ SCHEMA = f"{SCHEMA_NAME}/{SCHEMA_MAJOR}"
 _SCHEMA_RE = re.compile(rf"{re.escape(SCHEMA_NAME)}/([0-9]+)(?:\.([0-9]+))?")
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class ProbeIssue:
     """A probe that failed or timed out; the snapshot still completes."""
 
@@ -36,7 +37,7 @@ class ProbeIssue:
     path: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Interpreter:
     executable: str
     version: str
@@ -57,7 +58,7 @@ class Interpreter:
     None in older snapshots. Never compared by diff."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class DirectUrl:
     """PEP 610 ``direct_url.json``: how a distribution was installed from a URL or folder."""
 
@@ -70,7 +71,7 @@ class DirectUrl:
     subdirectory: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Distribution:
     name: str
     """Normalized (PEP 503) project name."""
@@ -93,7 +94,7 @@ class Distribution:
     """Other sys.path folders that also hold this name (the first one wins)."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class CondaPackage:
     """One record of ``conda-meta/*.json`` (a conda, mamba or pixi install)."""
 
@@ -117,7 +118,7 @@ class CondaPackage:
     (``pip``, ``uv``): the package was installed over by another installer."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class TorchIdentity:
     present: bool
     location: str | None = None
@@ -139,7 +140,7 @@ class TorchIdentity:
     """Import-free stand-in for torch's compile-cache keys: torch sources, triton, CUDA, GPU."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class IntegrityIssue:
     package: str
     path: str
@@ -151,7 +152,7 @@ class IntegrityIssue:
     actual: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Integrity:
     mode: str
     """``none``, ``size`` or ``hash``."""
@@ -165,7 +166,7 @@ class Integrity:
     without_record: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class BuildStamp:
     """The build a compile cache was seen populated under (envguard's own marker)."""
 
@@ -176,7 +177,7 @@ class BuildStamp:
     first_seen: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class CacheDir:
     kind: str
     """``inductor``, ``triton`` or ``cuda``."""
@@ -197,7 +198,7 @@ class CacheDir:
     """``none``, ``created``, ``seen`` (current build already recorded) or ``added``."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class TrackedFile:
     pattern: str
     path: str
@@ -207,7 +208,7 @@ class TrackedFile:
     sha256: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class GitState:
     root: str
     commit: str | None
@@ -216,13 +217,13 @@ class GitState:
     untracked: int = 0
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Files:
     files: list[TrackedFile] = field(default_factory=list)
     git: GitState | None = None
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Gpu:
     index: int
     name: str
@@ -230,7 +231,7 @@ class Gpu:
     compute_capability: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class System:
     os: str
     kernel: str
@@ -250,7 +251,7 @@ class System:
     cuda_home: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class EnvValue:
     value: str | None
     """The value, or None when masked."""
@@ -259,14 +260,14 @@ class EnvValue:
     """Keyed HMAC of a masked value: detects a change without revealing the value."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Environment:
     variables: dict[str, EnvValue] = field(default_factory=dict)
     mask_key_id: str | None = None
     """Which key masked the digests; digests compare only under the same key."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Deep:
     """Facts that need ``import torch``, gathered in a crash-isolated subprocess (--deep)."""
 
@@ -284,7 +285,7 @@ class Deep:
     seconds: float | None = None
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Options:
     verify: str
     deep: bool
@@ -292,7 +293,7 @@ class Options:
     file_patterns: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Snapshot:
     schema: str
     envguard_version: str

@@ -23,11 +23,11 @@ import os
 import re
 import zipfile
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from envguard.frozen import frozen
 from envguard.model import Distribution
 from envguard.probe.distributions import (
     fingerprint_record,
@@ -45,7 +45,7 @@ _DATA = re.compile(r"^[^/]+\.data/(purelib|platlib|scripts|data|headers)/(.+)$")
 _DROPPED = frozenset({"INSTALLER", "REQUESTED", "RECORD", "direct_url.json", "uv_cache.json"})
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Build:
     """Where the exact build of one distribution was found."""
 

@@ -14,10 +14,11 @@ from __future__ import annotations
 import fnmatch
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from packaging.version import InvalidVersion, Version
 
+from envguard.frozen import frozen
 from envguard.model import Distribution, EnvValue, Snapshot
 from envguard.restore.plan import requirement_for
 
@@ -26,7 +27,7 @@ INSTALL, REMOVE, UPGRADE, DOWNGRADE, REBUILD, ENV = (
 KINDS = (INSTALL, REMOVE, UPGRADE, DOWNGRADE, REBUILD, ENV)
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Step:
     """One change from GOOD to BAD."""
 
@@ -141,7 +142,7 @@ def env_steps(good: Snapshot, bad: Snapshot) -> tuple[list[Step], list[str]]:
     return steps, notes
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class ChangeSet:
     """GOOD, BAD, and the steps between them (packages first, then variables)."""
 

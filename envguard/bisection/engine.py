@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 
 from envguard.bisection.builds import Build, locate, uv_cache_dir
@@ -50,6 +50,7 @@ from envguard.bisection.trial import (
     run_command,
 )
 from envguard.errors import InputError, RestoreError
+from envguard.frozen import frozen
 from envguard.model import Snapshot
 from envguard.paths import user_dir
 from envguard.restore.build import find_uv, kill_running
@@ -61,7 +62,7 @@ FLAKY_MISS = 0.05
 more often than this (BAD failed in only some of its runs)."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class BisectOptions:
     command: tuple[str, ...]
     python: str | None = None

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 from envguard.bisection.builds import Build
 from envguard.bisection.changeset import ENV, Step
 from envguard.bisection.trial import Trial
+from envguard.frozen import frozen
 from envguard.redact import redact_argv, redact_text
 
 SCHEMA = "envguard.bisect/1"
@@ -14,7 +15,7 @@ FOUND, INCONCLUSIVE, REFUSED, PLANNED = "found", "inconclusive", "refused", "pla
 VERDICTS = (FOUND, INCONCLUSIVE, REFUSED, PLANNED)
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Link:
     """A finding of ``envguard diff GOOD BAD`` that explains a culprit."""
 
@@ -23,13 +24,13 @@ class Link:
     remedy: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Culprit:
     step: Step
     links: tuple[Link, ...] = ()
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class BisectReport:
     good_name: str
     bad_name: str

@@ -14,7 +14,8 @@ Pure: no I/O; ``test`` does the work.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+
+from envguard.frozen import frozen
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 OUTCOMES = (PASS, FAIL, SKIP)
@@ -23,7 +24,7 @@ Config = frozenset[int]
 Tester = Callable[[Sequence[Config]], Sequence[str]]
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class SearchResult:
     culprits: Config
     """A failing set from which no single change can be removed (as far as tested)."""

@@ -14,11 +14,11 @@ import os
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from envguard.bisection.search import FAIL, PASS, SKIP
 from envguard.errors import RestoreError
+from envguard.frozen import frozen
 from envguard.restore.build import fill_venv, run_process, run_uv
 
 SKIP_STATUS = 125
@@ -27,7 +27,7 @@ TAIL_LINES = 20
 UV_CHECK_TIMEOUT_S = 300.0
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Run:
     status: int | None
     """The exit status; None when it timed out (killed) or could not start."""
@@ -36,7 +36,7 @@ class Run:
     timed_out: bool = False
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Trial:
     """One configuration tried: what was applied, how it went, what the command said."""
 
@@ -65,7 +65,7 @@ class Trial:
         return sum(1 for r in self.runs if r.outcome == FAIL)
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class TrialSettings:
     uv: str
     python: str
@@ -80,7 +80,7 @@ class TrialSettings:
     keep: bool = False
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Built:
     """A built trial venv, or why it could not be built (then ``python`` is None)."""
 

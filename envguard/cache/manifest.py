@@ -7,10 +7,11 @@ import dataclasses
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from envguard.errors import InputError, SnapshotValidationError
+from envguard.frozen import frozen
 from envguard.input_file import read_input
 from envguard.model import Snapshot
 from envguard.validation import build
@@ -26,7 +27,7 @@ _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 _SHA_RE = re.compile(r"[0-9a-f]{64}")
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Build:
     """The build whose compile caches are saved or restored (what the compat key covers)."""
 
@@ -47,7 +48,7 @@ class Build:
                    python=snapshot.interpreter.executable)
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class ArchivePart:
     """One cache folder archived as one tar file of the archive."""
 
@@ -65,13 +66,13 @@ class ArchivePart:
     """The cache's validity when saved (see :func:`validity`)."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class SnapshotRef:
     created_at: str
     file: str
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Manifest:
     schema: str
     name: str
@@ -93,7 +94,7 @@ class Manifest:
         return sum(p.files for p in self.archives)
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class StoredArchive:
     """A folder of the store: its manifest, or why it cannot be used."""
 

@@ -19,19 +19,19 @@ import dataclasses
 import json
 import os
 import stat
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from envguard.atomic import write_text_atomic
 from envguard.errors import InputError, OutputError
+from envguard.frozen import frozen
 from envguard.model import BuildStamp, Snapshot, TorchIdentity
 from envguard.probe.caches import MARKER_NAME, read_marker
 
 MARKED_KINDS = ("inductor", "triton")
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Marked:
     kind: str
     path: str

@@ -22,7 +22,7 @@ import hashlib
 import os
 import shutil
 import tarfile
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -49,6 +49,7 @@ from envguard.cache.tar import (
     swap_into_place,
 )
 from envguard.errors import InputError, OutputError
+from envguard.frozen import frozen
 from envguard.model import BuildStamp, CacheDir, Snapshot
 from envguard.probe import sightings
 from envguard.version import __version__
@@ -60,7 +61,7 @@ GZIP_LEVEL = 1
 """``--gzip`` level: 6 and 9 cost 2-4x the time for a few percent less (docs/CACHE.md)."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class CacheState:
     """A cache location of the current environment, for ``envguard cache status``."""
 
@@ -81,7 +82,7 @@ class CacheState:
     """Other builds its marker names: ``torch 2.11.0+cu128 (git 70d99e998b49)``."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class CacheStatus:
     build: Build
     caches: list[CacheState]
@@ -96,7 +97,7 @@ class CacheStatus:
         return doc
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Restored:
     kind: str
     target: str

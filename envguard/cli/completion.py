@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import argparse
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from envguard.cli._common import write_stdout
 from envguard.exitcodes import ExitCode
+from envguard.frozen import frozen
 from envguard.version import __version__
 
 SHELLS = ("bash", "zsh")
@@ -43,7 +43,7 @@ def cmd_completion(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------- the tree
 
-@dataclass(frozen=True, slots=True)
+@frozen(kw_only=False)
 class Option:
     names: tuple[str, ...]
     help: str
@@ -51,7 +51,7 @@ class Option:
     choices: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(kw_only=False)
 class Command:
     path: str
     """The sub-command words, space-separated; ``""`` for envguard itself."""

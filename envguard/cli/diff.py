@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envguard.cli._common import add_format_option, show
 from envguard.errors import InputError
 from envguard.exitcodes import ExitCode
+from envguard.frozen import frozen
 
 if TYPE_CHECKING:
     from envguard.explain.interface import Finding
@@ -45,7 +45,7 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     dif.set_defaults(handler=cmd_diff)
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Side:
     snapshot: Snapshot
     label: str

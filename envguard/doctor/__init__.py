@@ -10,12 +10,11 @@ the same table (:mod:`envguard.explain.symptoms`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from envguard.doctor import caches, cuda, packages
 from envguard.doctor.interface import DoctorRule, Scene
 from envguard.explain import symptom_score
 from envguard.explain.interface import Finding, Severity
+from envguard.frozen import frozen
 from envguard.model import Snapshot
 
 __all__ = ["ALL_RULES", "DoctorReport", "DoctorRule", "Scene", "diagnose"]
@@ -23,7 +22,7 @@ __all__ = ["ALL_RULES", "DoctorReport", "DoctorRule", "Scene", "diagnose"]
 ALL_RULES: tuple[DoctorRule, ...] = (*packages.RULES, *cuda.RULES, *caches.RULES)
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class DoctorReport:
     """The findings about one environment, most likely trouble first."""
 

@@ -19,11 +19,11 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
 from urllib.parse import unquote, urlparse
 
 from envguard.doctor import DoctorReport
 from envguard.explain.torch import index_url_for
+from envguard.frozen import frozen
 from envguard.model import DirectUrl
 from envguard.probe.caches import MARKER_NAME
 
@@ -31,7 +31,7 @@ _CHANGED = frozenset({"size", "hash", "missing"})
 FIX_TIMEOUT_S = 900.0
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class FixStep:
     rule: str
     action: str
@@ -42,7 +42,7 @@ class FixStep:
     undo: str = ""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class FixResult:
     step: FixStep
     ok: bool

@@ -10,14 +10,15 @@ s as the diff rules, so the renderers and the symptom table serve both.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from envguard.findings import Finding
+from envguard.frozen import frozen
 from envguard.history import Timeline
 from envguard.model import Snapshot
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class LibraryCopy:
     """A CUDA library file in a folder of ``LD_LIBRARY_PATH``, or named by ``LD_PRELOAD``."""
 
@@ -32,7 +33,7 @@ class LibraryCopy:
     """The soname's major (``12`` for ``libcudart.so.12``); None when it has none."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Scene:
     snapshot: Snapshot
     timeline: Timeline
@@ -44,7 +45,7 @@ class Scene:
 Check = Callable[[Scene], Iterable[Finding]]
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class DoctorRule:
     id: str
     title: str

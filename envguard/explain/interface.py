@@ -5,17 +5,18 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from envguard.changes import SnapshotDiff
 from envguard.findings import Finding, Severity
+from envguard.frozen import frozen
 from envguard.model import Snapshot
 
 __all__ = ["Check", "Context", "Finding", "Rule", "Severity", "shell_word", "shell_words",
            "short"]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(kw_only=False)
 class Context:
     old: Snapshot
     new: Snapshot
@@ -25,7 +26,7 @@ class Context:
 Check = Callable[[Context], Iterable[Finding]]
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Rule:
     id: str
     title: str

@@ -13,12 +13,12 @@ cites them, and the cases in tests/cases/ pass those lines as ``--symptom``.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from envguard.explain.interface import Finding
+from envguard.frozen import frozen
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Symptom:
     pattern: re.Pattern[str]
     rules: tuple[str, ...]

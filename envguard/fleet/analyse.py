@@ -22,12 +22,12 @@ import dataclasses
 import glob
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from envguard.changes import SnapshotDiff, diff
 from envguard.errors import InputError, SnapshotValidationError
 from envguard.explain import Finding, explain
+from envguard.frozen import frozen
 from envguard.model import Files, Snapshot, TrackedFile
 from envguard.validation import type_name
 
@@ -46,7 +46,7 @@ PER_RANK_VARIABLES = frozenset({
 RANK_VARIABLES = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Member:
     """One rank's snapshot, named by where it came from."""
 
@@ -66,7 +66,7 @@ class Member:
         return f"rank {self.rank} ({', '.join([*extra, self.name])})"
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Group:
     members: tuple[Member, ...]
     diff: SnapshotDiff
@@ -74,7 +74,7 @@ class Group:
     findings: tuple[Finding, ...] = ()
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class FleetReport:
     baseline: Group
     """The group identical to the baseline: the majority, unless one was named."""

@@ -19,7 +19,6 @@ import json
 import re
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from envguard.fleet.analyse import (
     member_from_snapshot,
     members_from_document,
 )
+from envguard.frozen import frozen
 from envguard.model import Snapshot
 from envguard.snapshot_file import MAX_SNAPSHOT_BYTES, naming, read_document
 
@@ -48,7 +48,7 @@ MAX_FLEET_BYTES = MAX_SNAPSHOT_BYTES * 16
 """4 GiB: a fleet document holds every rank's snapshot (docs/CLI.md, "Input limits")."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Launch:
     rank: int
     world_size: int

@@ -17,11 +17,11 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from envguard.atomic import write_text_atomic
 from envguard.errors import InputError, OutputError
+from envguard.frozen import frozen
 from envguard.gate.command import gate_snapshot_options
 from envguard.gate.lockfile import (
     DEFAULT_FORBIDDEN,
@@ -37,7 +37,7 @@ from envguard.gate.lookup import project_root_of, read_lock
 from envguard.model import Snapshot
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class LockRequest:
     """What ``envguard lock`` was asked; None: keep the lock's value (or the default)."""
 
@@ -53,7 +53,7 @@ class LockRequest:
     forbidden: tuple[str, ...] | None = None
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Blessed:
     path: Path
     lock: Lock

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from envguard.changes import SnapshotDiff, diff
 from envguard.errors import InputError
 from envguard.findings import Finding, Severity
+from envguard.frozen import frozen
 from envguard.gate.lockfile import Lock, LockEntry, closure, project_requires
 from envguard.model import (
     Distribution,
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from envguard.gate.machine import NewMachine
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class EntryComparison:
     entry: LockEntry
     diff: SnapshotDiff
@@ -47,7 +47,7 @@ class EntryComparison:
         return self.diff.equivalent
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class GateResult:
     lock: Lock
     lock_path: str

@@ -16,11 +16,12 @@ import dataclasses
 import fnmatch
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from envguard.errors import InputError, UnsupportedSchemaError
+from envguard.frozen import frozen
 from envguard.gate.closure import closure, marker_environment, project_requires
 from envguard.model import ProbeIssue, Snapshot
 from envguard.probe.distributions import normalize_name
@@ -44,14 +45,14 @@ DEFAULT_FORBIDDEN = ("sglang*", "vllm*", "flashinfer*", "tilelang", "xformers", 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class LockedPackage:
     name: str
     version: str
     fingerprint: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class LockedFile:
     path: str
     """Relative to the project root (the folder that holds ``lockfiles/``)."""
@@ -59,7 +60,7 @@ class LockedFile:
     sha256: str
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class LockEntry:
     id: str
     """Which environment this is (``--entry``, default ``<host>-<cpu|cuXYZ>``)."""
@@ -77,7 +78,7 @@ class LockEntry:
     """Relative to the lockfile's folder."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Lock:
     name: str
     command: str

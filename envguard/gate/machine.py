@@ -11,16 +11,16 @@ names the closest entry, instead of listing another machine's package set as cha
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from envguard.errors import InputError
 from envguard.findings import Finding, Severity
+from envguard.frozen import frozen
 from envguard.gate.lockfile import Lock, LockEntry
 from envguard.model import Snapshot
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Machine:
     python: str
     """``cpython 3.11``"""
@@ -42,7 +42,7 @@ class Machine:
         return f"{self.host} ({self.kind()})" if self.host else self.kind()
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class NewMachine:
     """No entry of the lock was recorded here; ``closest`` is the nearest entry."""
 

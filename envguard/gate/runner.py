@@ -8,15 +8,15 @@ import signal
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from types import FrameType
 
 from envguard.errors import CommandNotFound
+from envguard.frozen import frozen
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class ChildExit:
     """How the child ended: ``returncode`` as :class:`subprocess.Popen` gives it (-N when
     signal N killed it)."""

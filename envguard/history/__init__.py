@@ -15,9 +15,11 @@ docs/HISTORY.md says more.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime, timezone
 from typing import Any
+
+from envguard.frozen import frozen
 
 GAP_S = 120.0
 """Events closer than this to the previous one belong to the same episode (one install
@@ -42,7 +44,7 @@ BLIND_SPOTS = (
 )
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Event:
     at: float
     """Unix time."""
@@ -61,7 +63,7 @@ class Event:
                 "detail": self.detail, "evidence": self.evidence}
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Episode:
     """Events that happened together, oldest first."""
 
@@ -79,7 +81,7 @@ class Episode:
         return [e for e in self.events if e.kind in kinds]
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Timeline:
     environment: str
     """The environment's folder."""

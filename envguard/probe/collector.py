@@ -10,11 +10,11 @@ import dataclasses
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from envguard.errors import InputError
+from envguard.frozen import frozen
 from envguard.model import SCHEMA, CondaPackage, Integrity, Options, ProbeIssue, Snapshot
 from envguard.paths import memo_dir
 from envguard.probe import (
@@ -57,7 +57,7 @@ def _project_config(options: SnapshotOptions, issues: list[ProbeIssue]) -> tuple
         return [], []
 
 
-@dataclass(frozen=True)
+@frozen(kw_only=False, slots=False)
 class _Commands:
     """External commands started first, so they overlap with the file work."""
 

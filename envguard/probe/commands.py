@@ -13,10 +13,11 @@ import shutil
 import signal
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+
+from envguard.frozen import frozen
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(kw_only=False)
 class CommandResult:
     args: tuple[str, ...]
     returncode: int | None

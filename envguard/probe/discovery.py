@@ -20,10 +20,10 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from envguard.errors import InputError, ProbeError
+from envguard.frozen import frozen
 from envguard.probe.interpreter import resolve_python
 
 PYTHON_OPTION = "--python"
@@ -38,7 +38,7 @@ OWN = "envguard's own interpreter"
 _INTERPRETERS = ("bin/python", "bin/python3", "Scripts/python.exe", "python.exe")
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Selection:
     """The environment chosen, and the rule that chose it."""
 

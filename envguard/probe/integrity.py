@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from envguard.frozen import frozen
 from envguard.model import Integrity, IntegrityIssue
 from envguard.probe.background import Forked, fork_is_safe, parallel_map, usable_cpus
 from envguard.probe.distributions import InstalledDist
@@ -49,7 +50,7 @@ _SITE_LAYOUT = re.compile(r"(?P<prefix>.+?)[/\\](?:lib(?:32|64)?[/\\][^/\\]+|Lib
                           r"(?:site|dist)-packages")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(kw_only=False)
 class _HashJob:
     package: str
     rel: str

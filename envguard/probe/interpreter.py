@@ -13,11 +13,11 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envguard.errors import ProbeError
+from envguard.frozen import frozen
 from envguard.probe import _inprocess
 from envguard.probe.commands import CommandResult, finish, run, start, stop
 
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 PROBE_TIMEOUT_S = 30.0
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(kw_only=False)
 class Target:
     """The interpreter being snapshotted and its raw facts."""
 

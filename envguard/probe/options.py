@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
+from envguard.frozen import frozen
 
-@dataclass(frozen=True, kw_only=True)
+
+@frozen(slots=False)
 class SnapshotOptions:
     python: str | None = None
     """Another interpreter (or venv folder) to snapshot; None for envguard's own."""

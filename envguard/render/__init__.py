@@ -34,10 +34,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from envguard.errors import InputError
+from envguard.frozen import frozen
 from envguard.render.formats import OutputFormat
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ class Screen(Protocol):
     def color_system(self) -> str | None: ...
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class PlainScreen:
     width: int = 80
     color_system: str | None = None

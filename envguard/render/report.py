@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from envguard.changes import SnapshotDiff
 from envguard.findings import Finding, Severity
+from envguard.frozen import frozen
 
 DIFF_SCHEMA = "envguard.diff/1"
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class DiffReport:
     old_name: str
     new_name: str

@@ -21,10 +21,10 @@ import tempfile
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from envguard.errors import RestoreError
+from envguard.frozen import frozen
 from envguard.restore.plan import CHANGE, REMOVE, SEED_PACKAGES, RestorePlan
 
 UV_VENV_TIMEOUT_S = 600.0
@@ -49,7 +49,7 @@ def find_uv() -> str:
     return found
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(kw_only=False)
 class UvResult:
     returncode: int | None
     lines: tuple[str, ...]

@@ -15,8 +15,8 @@ import os
 import re
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
+from envguard.frozen import frozen
 from envguard.model import CondaPackage, Snapshot
 from envguard.redact import MASK
 from envguard.restore.plan import requirement_for
@@ -27,7 +27,7 @@ _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=<>,:/~-]*$")
 """A YAML plain scalar: no quotes needed (no ": ", no leading indicator character)."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class CondaSpec:
     """GOOD's conda packages, in the two forms conda tools read."""
 

@@ -18,12 +18,13 @@ import os
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from urllib.parse import unquote, urlparse
 from urllib.request import url2pathname
 
 from packaging.version import InvalidVersion, Version
 
+from envguard.frozen import frozen
 from envguard.model import Distribution, Snapshot
 from envguard.redact import redact_argv
 
@@ -41,7 +42,7 @@ _SUBDIR = re.compile(r"^[\w./-]+$")
 TORCH_LABEL = re.compile(r"^(cu[0-9]+|cpu|rocm[0-9]+(\.[0-9]+)*)$")
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class IndexOptions:
     """Where uv may look for the wheels (the pip-style options of the command line)."""
 
@@ -81,7 +82,7 @@ def link_paths(items: Iterable[str | os.PathLike[str]]) -> tuple[str, ...]:
     return tuple(text if "://" in text else os.path.abspath(text) for text in texts)
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class PlanRow:
     name: str
     action: str
@@ -96,7 +97,7 @@ class PlanRow:
     """``index``, ``vcs``, ``archive`` (a file or URL), ``directory`` or ``editable``."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class RestorePlan:
     good_name: str
     good_python: str

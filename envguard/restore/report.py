@@ -3,13 +3,12 @@ conda snapshot, the spec files written and the prefix built from them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from envguard.frozen import frozen
 from envguard.restore.plan import PLAN_SCHEMA, RestorePlan, plan_to_dict
 from envguard.restore.verify import Verification, verification_to_dict
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class RestoreReport:
     plan: RestorePlan
     in_place: bool = False
@@ -25,7 +24,7 @@ class RestoreReport:
                                  if self.verification is not None else None)}
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class CondaRestoreReport:
     """``envguard restore`` of a conda or pixi snapshot: what was written, how to rebuild
     the prefix, and (once a conda tool built it) what still differs from GOOD."""

@@ -7,16 +7,15 @@ environment variables.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from envguard.changes import ADDED, REMOVED, Change, diff
 from envguard.explain import Finding, explain
+from envguard.frozen import frozen
 from envguard.model import Snapshot
 
 _IGNORED_TORCH_FIELDS = frozenset({"compat_key", "location"})
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Unreproduced:
     name: str
     problem: str
@@ -28,7 +27,7 @@ class Unreproduced:
     """The diff rule whose finding has the evidence (``torch-build-changed``)."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Verification:
     good_name: str
     new_name: str

@@ -7,12 +7,12 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 from envguard.changes import ADDED, REMOVED, Change, diff
 from envguard.errors import InputError
 from envguard.explain import explain
+from envguard.frozen import frozen
 from envguard.model import Snapshot
 from envguard.runs.store import RunRecord, last_good, snapshot_path
 from envguard.snapshot_file import read_snapshot
@@ -21,7 +21,7 @@ MAX_LINES = 5
 _VALUE_CHARS = 60
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class FailureNote:
     last_good: RunRecord | None
     """None: no successful run recorded yet (or its snapshot is unreadable)."""

@@ -4,10 +4,10 @@ are the CLI's: one takes a snapshot, the other reads stdin)."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from envguard.errors import InputError
+from envguard.frozen import frozen
 from envguard.model import Snapshot
 from envguard.paths import SNAPSHOT_DIR
 from envguard.probe.options import SnapshotOptions
@@ -24,7 +24,7 @@ ALIASES = ("@last-good", "@latest", "@run:N", "@now")
 _RUN = re.compile(r"@run:([1-9][0-9]{0,8})")
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Resolved:
     path: Path
     label: str

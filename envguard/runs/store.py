@@ -23,13 +23,13 @@ import os
 import re
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from envguard.atomic import write_text_atomic
 from envguard.errors import InputError
+from envguard.frozen import frozen
 from envguard.input_file import read_input_text
 from envguard.model import Snapshot
 from envguard.paths import RUNS_DIR, SNAPSHOT_BY_DIGEST_DIR
@@ -43,7 +43,7 @@ MAX_RECORD_BYTES = 1 << 20
 _DIGEST = re.compile(r"sha256-[0-9a-f]{64}")
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class RunRecord:
     """One guarded run, as recorded."""
 
@@ -242,7 +242,7 @@ def last_good(cwd: Path) -> RunRecord | None:
         return None
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Pruned:
     runs: tuple[str, ...]
     snapshots: tuple[str, ...]
@@ -276,7 +276,7 @@ def prune(cwd: Path, keep: int) -> Pruned:
     return Pruned(runs=tuple(removed), snapshots=tuple(gone), kept=len(keep_ids))
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class RunList:
     """``envguard runs``: the recorded runs, newest first, and which one is last-good."""
 
