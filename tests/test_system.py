@@ -289,3 +289,24 @@ def test_gpus_against_absent_or_unreadable(tmp_path: Path,
     assert finding.severity.value == "warning"
     assert finding.title == "nvidia-smi failed in one snapshot: its GPUs are unknown"
     assert any("Welcome to the cluster" in e for e in finding.evidence), finding.evidence
+
+
+def test_os_name_reads_os_release_as_platform_does(tmp_path: Path) -> None:
+    """``os_name`` reads PRETTY_NAME without importing :mod:`platform`; on this machine it
+    says what ``platform.freedesktop_os_release`` says."""
+    from envguard.probe.system import os_name
+
+    release = tmp_path / "os-release"
+    release.write_text('NAME=x\nPRETTY_NAME="Acme \\"Linux\\" 9 \\$HOME"\nID=acme\n',
+                       encoding="utf-8")
+    assert os_name("Linux", (str(tmp_path / "missing"), str(release))) == \
+        'Linux Acme "Linux" 9 $HOME'
+    release.write_text("PRETTY_NAME='Quoted One'\n", encoding="utf-8")
+    assert os_name("Linux", (str(release),)) == "Linux Quoted One"
+    assert os_name("Linux", (str(tmp_path / "missing"),)) == "Linux"
+    assert os_name("Darwin", (str(release),)) == "Darwin"
+    try:
+        expected = platform.freedesktop_os_release().get("PRETTY_NAME", "")
+    except (OSError, AttributeError):
+        return
+    assert os_name("Linux") == f"Linux {expected}".strip()

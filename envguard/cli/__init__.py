@@ -10,12 +10,12 @@ documented in docs/CLI.md.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
+from typing import TYPE_CHECKING
 
-from envguard.cli._common import Parser, run_command
-from envguard.version import __version__
+if TYPE_CHECKING:
+    import argparse
 
 __all__ = ["build_parser", "entry", "main"]
 
@@ -42,6 +42,9 @@ def build_parser(argv: list[str] | None = None, *, every_command: bool = True
                  ) -> argparse.ArgumentParser:
     """The parser. ``every_command=False``: only the command ``argv`` names (see
     :func:`_modules_for`)."""
+    from envguard.cli._common import Parser
+    from envguard.version import __version__
+
     parser = Parser(
         prog="envguard",
         description="Record the environment a training run worked in; explain what changed.",
@@ -58,12 +61,16 @@ def build_parser(argv: list[str] | None = None, *, every_command: bool = True
 
 def main(argv: list[str] | None = None) -> int:
     """Run envguard; returns the exit status (``__main__`` passes it to sys.exit)."""
+    from envguard.cli._common import run_command
+
     return run_command(build_parser(argv, every_command=False), argv)
 
 
 def entry() -> int:
     """The ``envguard`` console script and ``python -m envguard``: :func:`main`, after
-    :func:`keep_bytecode`."""
+    :func:`keep_bytecode` (this module imports nothing of envguard before it, so that
+    ``envguard.cli._common`` and what it imports are compiled into the bytecode folder
+    too)."""
     keep_bytecode()
     return main()
 

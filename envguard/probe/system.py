@@ -9,7 +9,6 @@ created).
 from __future__ import annotations
 
 import os
-import platform
 import re
 import shutil
 from collections.abc import Mapping
@@ -39,6 +38,8 @@ def cpu_model() -> str | None:
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    import platform  # elsewhere than Linux only: it costs 2-3 ms to import
+
     return platform.processor() or None
 
 
@@ -171,7 +172,7 @@ def collect(
     issues: list[ProbeIssue],
     cuda_driver: str | None = None,
 ) -> System:
-    uname = platform.uname()
+    uname = _uname()
     gpus: list[Gpu] = []
     driver = None
     if smi is None or (not smi.ok and smi.returncode is None and "not found" in (smi.error or "")):
@@ -201,10 +202,10 @@ def collect(
         cuda_home = os.path.realpath("/usr/local/cuda")
     physical, memory = cpu_and_memory()
     return System(
-        os=os_name(uname.system),
-        kernel=uname.release,
-        machine=uname.machine,
-        hostname=uname.node,
+        os=os_name(uname[0]),
+        kernel=uname[2],
+        machine=uname[4],
+        hostname=uname[1],
         glibc=glibc,
         cpu_model=cpu_model(),
         cpu_logical=os.cpu_count(),
@@ -219,12 +220,38 @@ def collect(
     )
 
 
-def os_name(system: str) -> str:
-    """``Linux Debian GNU/Linux 12 (bookworm)``; the bare system name elsewhere."""
+def _uname() -> tuple[str, str, str, str, str]:
+    """(system, node, release, version, machine): ``os.uname()`` where it exists, which
+    is what :func:`platform.uname` returns there, without importing :mod:`platform`."""
+    if hasattr(os, "uname"):
+        u = os.uname()
+        return (u.sysname, u.nodename, u.release, u.version, u.machine)
+    import platform
+
+    p = platform.uname()
+    return (p.system, p.node, p.release, p.version, p.machine)
+
+
+_OS_RELEASE = ("/etc/os-release", "/usr/lib/os-release")
+_OS_RELEASE_LINE = re.compile(r"PRETTY_NAME=([\"']?)(.*)\1")
+
+
+def os_name(system: str, files: tuple[str, ...] = _OS_RELEASE) -> str:
+    """``Linux Debian GNU/Linux 12 (bookworm)``; the bare system name elsewhere.
+
+    ``PRETTY_NAME`` of os-release(5), read as :func:`platform.freedesktop_os_release`
+    reads it (the first file that exists; quotes removed, backslash escapes undone)."""
     if system != "Linux":
         return system
-    try:
-        pretty = platform.freedesktop_os_release().get("PRETTY_NAME", "")
-    except OSError:
-        return system
-    return f"{system} {pretty}".strip()
+    for path in files:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                text = fh.read(65536)
+        except OSError:
+            continue
+        pretty = ""
+        for line in text.splitlines():
+            if match := _OS_RELEASE_LINE.fullmatch(line.strip()):
+                pretty = re.sub(r"\\([\\$\"'`])", r"\1", match.group(2))
+        return f"{system} {pretty}".strip()
+    return system
