@@ -11,7 +11,9 @@ of any length from ``--min-length`` up (a file that ran out first). Each rep run
 each tree in turn, a fresh process that builds the target (random weights), warms up on
 a few prompts and times ``generate_responses`` (greedy) over the whole set. Reported:
 seconds, new tokens/s, the batches run, and how many rows the two trees decoded to the
-same tokens (greedy: all of them, up to ties within rounding in bf16). Prints JSON.
+same tokens (greedy: all of them in float32; in bf16 a batch of another size rounds
+differently, and with random weights the logits are close enough for that to change the
+argmax, so bf16 rows diverge and ``--dtype float32`` is the check). Prints JSON.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from dflash.target import load_target
 name, device = sys.argv[1:3]
 n, length, low = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 short, batch, tokens = float(sys.argv[6]), int(sys.argv[7]), int(sys.argv[8])
-dtype = torch.float32 if device == "cpu" else torch.bfloat16
+dtype = getattr(torch, sys.argv[9])
 target = load_target(name, device=device, dtype=dtype)
 rng = random.Random(0)
 vocab = target.vocab_size - 1
@@ -65,9 +67,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--tokens", type=int, default=32, help="new tokens a prompt")
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
+                   help="the target's weights and activations (default: float32 on the "
+                        "CPU, bfloat16 elsewhere); float32 tells a real difference from "
+                        "bf16 rounding")
     args = p.parse_args(argv)
+    args.dtype = args.dtype or ("float32" if args.device == "cpu" else "bfloat16")
     argv_of = [args.target, args.device, str(args.prompts), str(args.length),
-               str(args.min_length), str(args.short), str(args.batch), str(args.tokens)]
+               str(args.min_length), str(args.short), str(args.batch), str(args.tokens),
+               args.dtype]
     with trees(args) as both:
         runs = alternate(both, args.reps,
                          lambda tree, rep: probe(tree, PROBE, argv_of, "generate_batches"))
