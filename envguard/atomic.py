@@ -63,8 +63,11 @@ def write_text_atomic(path: str | os.PathLike[str], text: str, *,
 
 
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, *,
-                       mode: int | None = None) -> Path:
-    """Write ``data`` to ``path`` and return the path (see write_text_atomic)."""
+                       mode: int | None = None, durable: bool = True) -> Path:
+    """Write ``data`` to ``path`` and return the path (see write_text_atomic).
+
+    ``durable=False`` skips the fsync before the rename: for a file whose loss after a
+    crash costs only time (envguard's memo files), the rename is still atomic."""
     target = Path(path)
     kind, where = _destination(target)
     if kind == "descriptor":
@@ -77,7 +80,7 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, *,
     except OSError as exc:
         raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from None
     if st is None or stat.S_ISREG(st.st_mode):
-        _replace(target, Path(where), data, mode, st)
+        _replace(target, Path(where), data, mode, st, durable)
     elif stat.S_ISFIFO(st.st_mode):
         _write_through(target, _open_fifo(target, where), data)
     elif stat.S_ISCHR(st.st_mode):
@@ -172,7 +175,7 @@ def _write_through(target: Path, fd: int, data: bytes) -> None:
 
 
 def _replace(target: Path, where: Path, data: bytes, mode: int | None,
-             old: os.stat_result | None) -> None:
+             old: os.stat_result | None, durable: bool = True) -> None:
     """Temporary beside ``where``, fsync, rename over it; no temporary left on any error."""
     try:
         where.parent.mkdir(parents=True, exist_ok=True)
@@ -197,7 +200,8 @@ def _replace(target: Path, where: Path, data: bytes, mode: int | None,
                     with contextlib.suppress(OSError):
                         os.fchown(fd, old.st_uid, old.st_gid)
                 _write_all(fd, data)
-                os.fsync(fd)
+                if durable:
+                    os.fsync(fd)
             finally:
                 os.close(fd)
             os.replace(tmp, where)

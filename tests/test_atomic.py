@@ -15,7 +15,7 @@ from typing import IO
 
 import pytest
 
-from envguard.atomic import write_text_atomic
+from envguard.atomic import write_bytes_atomic, write_text_atomic
 from envguard.errors import OutputError
 from tests.wheelfactory import interruptible
 
@@ -300,3 +300,34 @@ def test_writing_from_another_thread_installs_no_handler(tmp_path: Path) -> None
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "out.json").read_text() == "from a thread"
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # nor in this process
+
+
+def test_fsync_before_the_rename_unless_not_durable(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default write is durable (fsync, then rename); ``durable=False`` (memo files)
+    skips only the fsync: the result is still complete and still replaced atomically.
+    os.fsync is counted, not faked: it still runs."""
+    calls: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real(fd))[1])
+    target = tmp_path / "memo.bin"
+    write_bytes_atomic(target, b"one")
+    assert len(calls) == 1 and target.read_bytes() == b"one"
+    write_bytes_atomic(target, b"two", durable=False)
+    assert len(calls) == 1 and target.read_bytes() == b"two"
+    assert [p.name for p in tmp_path.iterdir()] == ["memo.bin"]
+
+
+def test_a_memo_file_is_written_through_the_one_writer(tmp_path: Path) -> None:
+    """envguard's memo files go through this module: private (0600), and a folder in the
+    way is a message, not an exception."""
+    from envguard.probe.memo import marshal_file
+
+    path = tmp_path / "memo" / "records.marshal"
+    assert marshal_file.save(path, ("t", 1), {"a": (1, 2)}) is None
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert marshal_file.load(path, ("t", 1)) == ({"a": (1, 2)}, None)
+    blocked = tmp_path / "blocked"
+    blocked.mkdir()
+    message = marshal_file.save(blocked, ("t", 1), {})
+    assert message is not None and message.startswith(f"cannot write {blocked}")

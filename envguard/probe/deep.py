@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from envguard.model import Deep
@@ -18,6 +17,8 @@ def collect(python: str, *, timeout: float = DEEP_TIMEOUT_S) -> Deep:
     # Importing torch._inductor creates its cache folder (torch_key needs it imported).
     # A throwaway cache keeps the probe from creating or touching the real caches while
     # the snapshot is walking them; no fact reported here depends on the cache location.
+    import tempfile  # only --deep needs it
+
     with tempfile.TemporaryDirectory(prefix="envguard-deep-") as scratch:
         env = dict(os.environ)
         env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(scratch, "inductor")

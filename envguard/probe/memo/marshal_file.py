@@ -8,13 +8,14 @@ or of another format is ignored, which only makes that run slower.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import marshal
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from envguard.atomic import write_bytes_atomic
+from envguard.errors import OutputError
 
 Key = tuple[int, int, int, int]
 """(size, mtime_ns, ctime_ns, inode) of a file."""
@@ -48,18 +49,13 @@ def load(path: Path, tag: tuple[Any, ...]) -> tuple[dict[Any, Any], str | None]:
 
 
 def save(path: Path, tag: tuple[Any, ...], entries: dict[Any, Any]) -> str | None:
-    """Write atomically; return an error message instead of raising."""
+    """Write atomically (:mod:`envguard.atomic`, without the fsync: a memo lost in a crash
+    only makes the next run slower); return an error message instead of raising."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                marshal.dump(((*tag, marshal.version), entries), fh)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-    except OSError as exc:
-        return f"cannot write {path}: {exc.strerror or exc}"
+        write_bytes_atomic(path, marshal.dumps(((*tag, marshal.version), entries)),
+                           mode=0o600, durable=False)
+    except OutputError as exc:
+        return str(exc)
+    except ValueError as exc:  # marshal: an entry of a type it cannot write
+        return f"cannot write {path}: {exc}"
     return None
