@@ -172,7 +172,7 @@ def collect(
     issues: list[ProbeIssue],
     cuda_driver: str | None = None,
 ) -> System:
-    uname = _uname()
+    system_name, node, release, _, machine = _uname()
     gpus: list[Gpu] = []
     driver = None
     if smi is None or (not smi.ok and smi.returncode is None and "not found" in (smi.error or "")):
@@ -202,10 +202,10 @@ def collect(
         cuda_home = os.path.realpath("/usr/local/cuda")
     physical, memory = cpu_and_memory()
     return System(
-        os=os_name(uname[0]),
-        kernel=uname[2],
-        machine=uname[4],
-        hostname=uname[1],
+        os=os_name(system_name),
+        kernel=release,
+        machine=machine,
+        hostname=node,
         glibc=glibc,
         cpu_model=cpu_model(),
         cpu_logical=os.cpu_count(),
