@@ -85,7 +85,7 @@ def _build(cls: type[_T], *, kw_only: bool, slots: bool) -> type[_T]:
         def values(obj: Any) -> tuple[Any, ...]:
             return ()
 
-    init, signature = _init(cls, fields, kw_only)
+    init, signature = _init(cls, fields)
     if generated_doc:
         cls.__doc__ = f"{cls.__name__}({signature})"
 
@@ -110,8 +110,8 @@ def _build(cls: type[_T], *, kw_only: bool, slots: bool) -> type[_T]:
     return cls
 
 
-def _init(cls: type, fields: tuple[dataclasses.Field[Any], ...],
-          kw_only: bool) -> tuple[Callable[..., None], str]:
+def _init(cls: type, fields: tuple[dataclasses.Field[Any], ...]
+          ) -> tuple[Callable[..., None], str]:
     """``__init__`` compiled from source, as the dataclass's: one ``exec``."""
     scope: dict[str, Any] = {"__frozen_set__": object.__setattr__,
                             "__frozen_factory__": _FACTORY}
@@ -131,7 +131,7 @@ def _init(cls: type, fields: tuple[dataclasses.Field[Any], ...],
             shown = f"{f.name}{_note(f)} = {f.default!r}"
         else:
             param, shown = f.name, f"{f.name}{_note(f)}"
-        in_keywords = kw_only if f.kw_only is dataclasses.MISSING else bool(f.kw_only)
+        in_keywords = bool(f.kw_only)  # dataclass() has set every field's kw_only
         if not in_keywords:
             if param != f.name:
                 seen_default = True
