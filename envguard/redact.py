@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from envguard.model import EnvValue, Snapshot
+from envguard.validation import field_names
 
 MASK = "***"
 MAX_TEXT = 1 << 20
@@ -235,11 +236,6 @@ def redact_env(name: str, value: str, digest: Callable[[str, str], str]) -> EnvV
 T = TypeVar("T")
 
 
-@functools.cache
-def _field_names(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(cls))
-
-
 def _strings(value: object, out: list[str]) -> None:
     """Every string inside ``value`` (the walk :func:`_scrub` makes), appended to ``out``."""
     if isinstance(value, str):
@@ -251,7 +247,7 @@ def _strings(value: object, out: list[str]) -> None:
         for v in value.values():
             _strings(v, out)
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        for name in _field_names(type(value)):
+        for name in field_names(type(value)):
             old = getattr(value, name)
             if old is not None and not isinstance(old, (bool, int, float)):
                 _strings(old, out)
@@ -318,7 +314,7 @@ def _scrub(value: T, masked: dict[str, str]) -> T:
         out = mapped if any(mapped[k] is not v for k, v in value.items()) else value
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         changed = {}
-        for name in _field_names(type(value)):
+        for name in field_names(type(value)):
             old = getattr(value, name)
             if old is None or isinstance(old, (bool, int, float)):
                 continue

@@ -114,6 +114,15 @@ def _hint_name(tp: Any) -> str:
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
+def field_names(cls: type) -> tuple[str, ...]:
+    """The field names of dataclass ``cls``, in order; cached, as the walkers here and in
+    :mod:`envguard.redact` ask once per value."""
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
+
+
 def to_plain(value: Any) -> Any:
     """The reverse of :func:`build`: dataclasses as dicts, tuples as lists, the rest as is
     (the snapshot's values are JSON types already, so nothing is copied: ``asdict``
@@ -121,7 +130,7 @@ def to_plain(value: Any) -> Any:
     cls = type(value)
     names = _FIELD_NAMES.get(cls)
     if names is None and dataclasses.is_dataclass(value) and not isinstance(value, type):
-        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(value))
+        names = field_names(cls)
     if names is not None:
         return {name: to_plain(getattr(value, name)) for name in names}
     if cls is list or cls is tuple:
