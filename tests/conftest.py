@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -70,3 +71,26 @@ def clean_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def is_root() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+@pytest.fixture
+def small_shares(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Share the RECORD check's stat work for any number of rows, as if on 4 cores (real
+    forks, real stat calls): :mod:`envguard.probe.statahead`."""
+    from envguard.probe import statahead
+
+    monkeypatch.setattr(statahead, "FORK_MIN_ROWS", 1)
+    monkeypatch.setattr(statahead, "UNIT_ROWS", 2)
+    monkeypatch.setattr(statahead, "usable_cpus", lambda: 4)
+
+
+@pytest.fixture
+def fork_always(small_shares: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """As ``small_shares``, even if an earlier test left a thread running in this pytest
+    process (the workers only stat files, which takes no lock another thread holds)."""
+    from envguard.probe import statahead
+
+    monkeypatch.setattr(statahead, "fork_is_safe", lambda: True)
+    with warnings.catch_warnings():  # Python 3.12+ warns about fork with threads
+        warnings.filterwarnings("ignore", message=".*fork", category=DeprecationWarning)
+        yield

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import os
 import threading
-import warnings
-from collections.abc import Iterator
+import time
 from pathlib import Path
 
 import pytest
 
-from envguard.probe import distributions, integrity
+from envguard.probe import distributions, integrity, statahead
+from envguard.probe.background import Forked
 from envguard.probe.memo.hashes import HashMemo
+from envguard.probe.statahead import StatQueue
 from tests.wheelfactory import Venv, VenvFactory, build_wheel, fake_torch_files
 
 
@@ -277,7 +278,7 @@ def test_special_files_are_explained_in_the_diff(torch_env: Venv) -> None:
     assert "FIFO" in finding.explanation and "never ends" in finding.explanation
 
 
-# -- the stat pass in forked children (integrity.PendingCheck) --------------------------------
+# -- the stat pass shared with forked workers (statahead.StatQueue) ----------------------------
 
 def _broken(env: Venv) -> None:
     """A size change, a missing file and a same-size edit after the install."""
@@ -290,28 +291,15 @@ def _broken(env: Venv) -> None:
     os.utime(init, (later, later))
 
 
-@pytest.fixture
-def small_shares(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fork for any number of rows, as if on 4 cores (a real fork, real stat calls)."""
-    monkeypatch.setattr(integrity, "_FORK_MIN_ROWS", 1)
-    monkeypatch.setattr(integrity, "_CHUNK_ROWS", 2)
-    monkeypatch.setattr(integrity, "usable_cpus", lambda: 4)
-
-
-@pytest.fixture
-def fork_always(small_shares: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """As ``small_shares``, even if an earlier test left a thread running in this pytest
-    process (the children here only stat files, which takes no lock another thread holds)."""
-    monkeypatch.setattr(integrity, "fork_is_safe", lambda: True)
-    with warnings.catch_warnings():  # Python 3.12+ warns about fork with threads
-        warnings.filterwarnings("ignore", message=".*fork", category=DeprecationWarning)
-        yield
-
-
 def _serial(env: Venv, monkeypatch: pytest.MonkeyPatch) -> integrity.Integrity:
     with monkeypatch.context() as m:
-        m.setattr(integrity, "usable_cpus", lambda: 1)
+        m.setattr(statahead, "usable_cpus", lambda: 1)
         return _verify(env, "size")
+
+
+def _workers(pending: integrity.PendingCheck) -> list[Forked]:
+    assert pending.queue is not None
+    return pending.queue.workers
 
 
 @pytest.mark.usefixtures("fork_always")
@@ -320,7 +308,7 @@ def test_forked_stat_pass_finds_what_the_serial_one_finds(
     _broken(torch_env)
     found, _ = distributions.scan([str(torch_env.site_packages())])
     pending = integrity.begin(found, "size")
-    assert len(pending.forked) >= 2  # up to min(4 - 1 cores, 7) children
+    assert len(_workers(pending)) >= 2  # up to min(4 - 1 cores, 7) workers
     forked = pending.finish()
     serial = _serial(torch_env, monkeypatch)
     assert forked == serial
@@ -330,62 +318,74 @@ def test_forked_stat_pass_finds_what_the_serial_one_finds(
 
 
 @pytest.mark.usefixtures("fork_always")
-def test_a_failed_child_share_is_checked_in_the_parent(
+def test_units_a_failed_worker_took_are_checked_in_the_parent(
         torch_env: Venv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers that raise, that die after taking a batch, and that answer garbage: the
+    parent checks every unit nobody answered for, so nothing is lost."""
     _broken(torch_env)
     serial = _serial(torch_env, monkeypatch)
 
-    def crash(group: object) -> object:
-        raise RuntimeError("child failed")
+    def raising(self: StatQueue) -> object:
+        raise RuntimeError("worker failed")
 
-    monkeypatch.setattr(integrity, "_child_work", crash)  # the children inherit it
+    def dying(self: StatQueue) -> object:
+        self._take()  # a batch taken, never answered
+        os._exit(3)
+
+    def garbage(self: StatQueue) -> object:
+        while self._take() is not None:
+            pass
+        return [(0, ("not", "a", "result")), "junk", (10**9, None)]
+
     found, _ = distributions.scan([str(torch_env.site_packages())])
-    pending = integrity.begin(found, "size")
-    assert pending.forked
-    assert pending.finish() == serial
-    assert all(child.result() is None for _, child in pending.forked)
+    for broken in (raising, dying, garbage):
+        monkeypatch.setattr(StatQueue, "_work", broken)  # the workers inherit it
+        pending = integrity.begin(found, "size")
+        assert _workers(pending)
+        assert pending.finish() == serial, broken.__name__
 
 
 @pytest.mark.usefixtures("small_shares")
 def test_no_fork_while_another_thread_runs_and_none_for_hashing(torch_env: Venv) -> None:
     found, _ = distributions.scan([str(torch_env.site_packages())])
-    assert not integrity.begin(found, "hash").forked
+    assert integrity.begin(found, "hash").queue is None
     release = threading.Event()
     waiter = threading.Thread(target=release.wait)
     waiter.start()
     try:
-        assert not integrity.begin(found, "size").forked
+        assert integrity.begin(found, "size").queue is None
     finally:
         release.set()
         waiter.join()
 
 
 @pytest.mark.usefixtures("fork_always")
-def test_an_interrupt_in_the_parent_kills_and_reaps_the_children(
+def test_an_interrupt_in_the_parent_kills_and_reaps_the_workers(
         torch_env: Venv, monkeypatch: pytest.MonkeyPatch) -> None:
     found, _ = distributions.scan([str(torch_env.site_packages())])
-    parent = os.getpid()
-    real = integrity._check_rows
 
-    def interrupted(*args: object, **kwargs: object) -> object:
-        if os.getpid() == parent:
-            raise KeyboardInterrupt
-        return real(*args, **kwargs)  # type: ignore[arg-type]
+    def stuck(self: StatQueue) -> object:  # a worker on a hung file system
+        time.sleep(120)
+        return []
 
-    monkeypatch.setattr(integrity, "_check_rows", interrupted)
+    def interrupted(self: Forked) -> object:  # Ctrl-C while the parent waits for it
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(StatQueue, "_work", stuck)
     pending = integrity.begin(found, "size")
-    pids = [child._pid for _, child in pending.forked]
+    monkeypatch.setattr(Forked, "result", interrupted)
+    pids = [worker._pid for worker in _workers(pending)]
     assert pids
+    started = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         pending.finish()
+    assert time.monotonic() - started < 60  # killed, not waited for
     for pid in pids:  # reaped: no zombie left behind
         with pytest.raises(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
 
 
 def test_forked_returns_plain_data_or_none_on_failure() -> None:
-    from envguard.probe.background import Forked
-
     assert Forked(lambda: [("a", 1, None)]).result() == [("a", 1, None)]
     assert Forked(lambda: 1 / 0).result() is None
     assert Forked(lambda: object()).result() is None  # not marshal-able

@@ -25,6 +25,7 @@ from envguard.probe import (
     envvars,
     files,
     integrity,
+    statahead,
     system,
     torch_identity,
 )
@@ -82,20 +83,29 @@ class _Commands:
 
 
 def _scan(target: Target, options: SnapshotOptions, memo_root: Path,
-          issues: list[ProbeIssue]) -> list[distributions.InstalledDist]:
+          issues: list[ProbeIssue]) -> tuple[list[distributions.InstalledDist],
+                                             statahead.Ahead | None]:
+    """The distributions, and the stat work started ahead on the records memo's rows (by
+    the command, or here: it then overlaps with the scan only)."""
     prefix = str(target.facts.get("prefix") or "")
-    records = RecordMemo.for_prefix(prefix, memo_root) if options.use_memo else None
+    ahead = None
+    if options.use_memo:
+        if options.verify == "size" and options.integrity_only is None:
+            statahead.start(prefix, memo_root)
+        ahead = statahead.take(prefix, memo_root)
+    records = (ahead.memo if ahead is not None else RecordMemo.for_prefix(prefix, memo_root)
+               if options.use_memo else None)
     installed, scan_issues = distributions.scan(target.sys_path, records)
     issues.extend(scan_issues)
     if records is not None:
         for note in (records.load_error, records.save()):
             if note:
                 issues.append(ProbeIssue(section="packages", message=note))
-    return installed
+    return installed, ahead
 
 
 def _begin_verify(installed: list[distributions.InstalledDist], target: Target,
-                  options: SnapshotOptions, memo_root: Path,
+                  options: SnapshotOptions, memo_root: Path, ahead: statahead.Ahead | None,
                   issues: list[ProbeIssue]) -> integrity.PendingCheck:
     memo = None
     if options.verify == "hash":
@@ -104,7 +114,7 @@ def _begin_verify(installed: list[distributions.InstalledDist], target: Target,
             issues.append(ProbeIssue(section="integrity", message=memo.load_error))
     scope = installed if options.integrity_only is None else [
         i for i in installed if i.dist.name in options.integrity_only]
-    return integrity.begin(scope, options.verify, memo=memo)
+    return integrity.begin(scope, options.verify, memo=memo, ahead=ahead)
 
 
 def _finish_verify(pending: integrity.PendingCheck, progress: Progress | None,
@@ -134,13 +144,13 @@ def collect(options: SnapshotOptions, progress: Progress | None = None) -> Snaps
     target = probe_python(options.python) if options.python else probe_self()
     lap("interpreter")
 
-    installed = _scan(target, options, memo_root, issues)
+    installed, ahead = _scan(target, options, memo_root, issues)
     torch, torch_issues = torch_identity.probe(installed, target.sys_path)
     issues.extend(torch_issues)
     lap("packages")
     # The RECORD check may fork (integrity.PendingCheck), so it begins before any thread:
     # the external commands and --deep start right after, and overlap with its work.
-    pending = _begin_verify(installed, target, options, memo_root, issues)
+    pending = _begin_verify(installed, target, options, memo_root, ahead, issues)
     commands = _Commands.start(env, str(options.cwd), memo_root, options.git)
     deep_task = Task(lambda: deep.collect(target.executable)) if options.deep else None
     checked = _finish_verify(pending, progress, issues)

@@ -22,32 +22,36 @@ end. A symlink to a regular file elsewhere is checked like the file (installers 
 from __future__ import annotations
 
 import base64
-import functools
 import hashlib
 import os
-import re
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from envguard.frozen import frozen
 from envguard.model import Integrity, IntegrityIssue
-from envguard.probe.background import Forked, fork_is_safe, parallel_map, usable_cpus
+from envguard.probe.background import parallel_map
 from envguard.probe.distributions import InstalledDist
 from envguard.probe.memo.hashes import HashMemo
-from envguard.probe.memo.marshal_file import Key, stat_key
+from envguard.probe.memo.marshal_file import Key
 from envguard.probe.progress import NullProgress, Progress
+from envguard.probe.recordcheck import (
+    NOT_REGULAR,
+    OUTSIDE,
+    Checked,
+    check_rows,
+    file_kind,
+    install_tree,
+)
+from envguard.probe.statahead import Ahead, StatQueue, unit_rows, units_of, worker_count
+
+__all__ = ["MODES", "NOT_REGULAR", "OUTSIDE", "PendingCheck", "begin", "default_workers",
+           "file_kind", "hash_file", "install_tree", "record_digest", "verify"]
 
 MODES = ("none", "size", "hash")
-_MTIME_SLACK_NS = 2_000_000_000
 _READ_CHUNK = 1 << 20
 _BATCH_BYTES = 64 << 20
 _MAX_ISSUES_PER_PACKAGE = 200
-NOT_REGULAR = "not-a-regular-file"
-OUTSIDE = "outside-install-tree"
-_SITE_LAYOUT = re.compile(r"(?P<prefix>.+?)[/\\](?:lib(?:32|64)?[/\\][^/\\]+|Lib)[/\\]"
-                          r"(?:site|dist)-packages")
 
 
 @frozen(kw_only=False)
@@ -63,25 +67,6 @@ class _HashJob:
 def record_digest(digest: bytes) -> str:
     """A digest as RECORD writes it: urlsafe base64 without padding."""
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
-
-
-def install_tree(site_dir: str) -> str:
-    """The folder every file of a distribution installed into ``site_dir`` lies in: the
-    prefix above ``lib/pythonX.Y/site-packages`` (``lib64``, ``dist-packages``, Windows'
-    ``Lib/site-packages``), else the folder above ``site_dir``."""
-    site_dir = os.path.normpath(site_dir)
-    match = _SITE_LAYOUT.fullmatch(site_dir)
-    return match.group("prefix") if match else os.path.dirname(site_dir)
-
-
-def file_kind(st_mode: int) -> str:
-    """What a path that is not a regular file is, in words (``actual`` of the issue)."""
-    for test, name in ((stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"),
-                       (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket"),
-                       (stat.S_ISDIR, "folder")):
-        if test(st_mode):
-            return name
-    return "special file"
 
 
 class _NotRegular(OSError):
@@ -133,150 +118,39 @@ def _batches(jobs: list[_HashJob]) -> Iterator[list[_HashJob]]:
         yield batch
 
 
-@dataclass(slots=True)
-class _DistResult:
-    issues: list[IntegrityIssue]
-    jobs: list[_HashJob]
-    checked_files: int = 0
-    checked_bytes: int = 0
-    tolerated: int = 0
-
-
-_CHUNK_ROWS = 2048
-
-_is_absolute: Callable[[str], bool] = (
-    (lambda rel: rel.startswith("/")) if os.sep == "/" and not os.altsep else os.path.isabs)
-"""``os.path.isabs`` for RECORD paths; on POSIX a prefix test (a fifth of the gate's RECORD
-check went into ``isabs`` for torch's 20,000 rows)."""
-
-
-def _check_rows(
-    item: InstalledDist,
-    rows: list[tuple[str, str, str]],
-    installed_ns: int | None,
-    hashing: bool,
-    memo: HashMemo | None,
-) -> _DistResult:
-    """Stat (and queue for hashing) a slice of one distribution's fingerprinted RECORD rows."""
-    name = item.dist.name
-    out = _DistResult(issues=[], jobs=[])
-    issues = out.issues
-    base = item.site_dir + os.sep
-    tree = install_tree(item.site_dir) + os.sep
-    stat_path, is_regular = os.stat, stat.S_ISREG  # locals: this loop runs per file
-    newest_ns = (installed_ns + _MTIME_SLACK_NS if installed_ns is not None and not hashing
-                 else None)
-    files = size_sum = tolerated = 0
-    for rel, row_hash, row_size in rows:
-        if not row_hash and not row_size:
-            tolerated += 1
-            continue
-        if ".." in rel or _is_absolute(rel):
-            full = os.path.normpath(os.path.join(item.site_dir, rel))
-            if not full.startswith(tree):
-                issues.append(IntegrityIssue(package=name, path=rel, problem=OUTSIDE,
-                                             actual=full))
-                continue
-        else:
-            full = base + rel
-        try:
-            st = stat_path(full)
-        except FileNotFoundError:
-            issues.append(IntegrityIssue(package=name, path=rel, problem="missing"))
-            continue
-        except OSError as exc:
-            issues.append(IntegrityIssue(package=name, path=rel, problem="unreadable",
-                                         actual=exc.strerror))
-            continue
-        if not is_regular(st.st_mode):
-            issues.append(IntegrityIssue(package=name, path=rel, problem=NOT_REGULAR,
-                                         actual=file_kind(st.st_mode)))
-            continue
-        size = st.st_size
-        files += 1
-        size_sum += size
-        if row_size and row_size != str(size) and row_size.isdigit():
-            issues.append(IntegrityIssue(package=name, path=rel, problem="size",
-                                         expected=row_size, actual=str(size)))
-            continue
-        if hashing and row_hash:
-            algorithm, _, expected = row_hash.partition("=")
-            if algorithm not in hashlib.algorithms_available:
-                tolerated += 1
-                continue
-            key = stat_key(st)
-            known = memo.get(full, key, algorithm) if memo else None
-            if known is None:
-                out.jobs.append(_HashJob(name, rel, full, algorithm, expected, key))
-            elif known != expected:
-                issues.append(IntegrityIssue(package=name, path=rel, problem="hash",
-                                             expected=expected, actual=known))
-        elif newest_ns is not None and st.st_mtime_ns > newest_ns:
-            issues.append(IntegrityIssue(package=name, path=rel,
-                                         problem="modified-after-install"))
-    out.checked_files, out.checked_bytes, out.tolerated = files, size_sum, tolerated
-    return out
-
-
-def _work_units(
-    installed: list[InstalledDist],
-) -> list[tuple[InstalledDist, list[tuple[str, str, str]], int | None]]:
-    """(distribution, slice of rows, install time) units of at most _CHUNK_ROWS rows."""
-    units = []
-    for item in installed:
-        rows = item.record or []
-        installed_ns = item.record_mtime_ns
-        for start in range(0, max(len(rows), 1), _CHUNK_ROWS):
-            units.append((item, rows[start:start + _CHUNK_ROWS], installed_ns))
-    return units
-
-
 def default_workers() -> int:
     """Threads for hashing (hashlib releases the GIL for large buffers)."""
     return max(2, min(16, os.cpu_count() or 2))
 
 
-Unit = tuple[InstalledDist, list[tuple[str, str, str]], int | None]
-_FORK_MIN_ROWS = 5000
-"""Rows per forked child below which a fork costs more than it saves."""
-_MAX_CHILDREN = 7
-
-
-def _encode(result: _DistResult) -> tuple[Any, ...]:
-    """A size-mode result as marshal-able data (a forked child's answer)."""
-    return ([(i.package, i.path, i.problem, i.expected, i.actual) for i in result.issues],
-            result.checked_files, result.checked_bytes, result.tolerated)
-
-
-def _decode(data: tuple[Any, ...]) -> _DistResult:
-    issues, files, size, tolerated = data
-    return _DistResult(issues=[IntegrityIssue(package=p, path=f, problem=k, expected=e, actual=a)
-                               for p, f, k, e, a in issues],
-                       jobs=[], checked_files=files, checked_bytes=size, tolerated=tolerated)
-
-
-def _child_work(group: list[Unit]) -> list[tuple[Any, ...]]:
-    return [_encode(_check_rows(u[0], u[1], u[2], False, None)) for u in group]
+def _issues(package: str, checked: Checked) -> list[IntegrityIssue]:
+    return [IntegrityIssue(package=package, path=p, problem=k, expected=e, actual=a)
+            for p, k, e, a in checked.issues]
 
 
 @dataclass(slots=True)
 class PendingCheck:
     """A RECORD check under way (:func:`begin`); :meth:`finish` completes it.
 
-    In ``size`` mode with enough files, :func:`begin` forks children that stat the later
-    shares of the files at once, while this process goes on (the collector starts its
-    external commands meanwhile) and then stats the first share in :meth:`finish`. Threads
-    cannot do this: measured on the 16-core H200 host, 48,706 stats took 0.115 s serially
-    and 0.33 s spread over 4-16 threads (the per-row Python work serialises on the GIL).
-    Hashing is the part that parallelises in threads (``workers``).
+    In ``size`` mode the ``stat`` work is shared with forked workers through a
+    :class:`~envguard.probe.statahead.StatQueue`: the one :mod:`~envguard.probe.statahead`
+    started before the collector was imported (``queued`` are its units this check
+    claimed), else one :func:`begin` starts when there are enough rows. This process
+    checks ``own`` first (the distributions the early queue does not cover), then takes
+    units from the queue with the workers. Threads cannot do this: measured on the 16-core
+    H200 host, 48,706 stats took 0.115 s serially and 0.33 s spread over 4-16 threads (the
+    per-row Python work serialises on the GIL). Hashing is the part that parallelises in
+    threads (``workers``).
     """
 
     installed: list[InstalledDist]
     mode: str
     memo: HashMemo | None
     workers: int
-    own: list[Unit]
-    forked: list[tuple[list[Unit], Forked]]
+    own: list[InstalledDist]
+    queue: StatQueue | None = None
+    queued: dict[int, str] | None = None
+    """Unit number in ``queue`` -> the package it checks."""
 
     def finish(self, progress: Progress | None = None) -> Integrity:
         if self.mode == "none":
@@ -284,36 +158,42 @@ class PendingCheck:
         try:
             return self._finish(progress or NullProgress())
         except BaseException:
-            for _, child in self.forked:
-                child.abandon()
+            if self.queue is not None:
+                self.queue.abandon()
             raise
 
     def _finish(self, progress: Progress) -> Integrity:
         hashing = self.mode == "hash"
         memo = self.memo
-        results = [_check_rows(u[0], u[1], u[2], hashing, memo) for u in self.own]
-        for group, child in self.forked:
-            answer = child.result()
-            if isinstance(answer, list) and len(answer) == len(group):
-                results.extend(_decode(data) for data in answer)
-            else:  # the child failed: do its share here
-                results.extend(_check_rows(u[0], u[1], u[2], hashing, memo) for u in group)
+        known = memo.get if memo is not None else None
+        files = size = tolerated = 0
+        issues: list[IntegrityIssue] = []
+        jobs: list[_HashJob] = []
+        done = [(i.dist.name, check_rows(i.site_dir, i.record or [], i.record_mtime_ns,
+                                         hashing=hashing, known=known)) for i in self.own]
+        if self.queue is not None and self.queued is not None:
+            answers = self.queue.finish(self.queued)
+            done.extend((self.queued[n], answers[n]) for n in sorted(answers))
+        for package, checked in done:
+            files += checked.files
+            size += checked.size
+            tolerated += checked.tolerated
+            issues.extend(_issues(package, checked))
+            jobs.extend(_HashJob(package, *job) for job in checked.jobs)
         with_record = [i for i in self.installed if i.record is not None]
         without_record = sorted(
             i.dist.name for i in self.installed
             if i.record is None and not i.dist.metadata_dir.endswith(".egg-info")
         )
         skipped = sum(i.record_total - len(i.record or ()) for i in with_record)
-        issues = [x for r in results for x in r.issues]
-        jobs = [j for r in results for j in r.jobs]
         hashed_bytes = _hash_jobs(jobs, memo, self.workers, progress, issues) if jobs else 0
         issues.sort(key=lambda i: (i.package, i.path, i.problem))
         return Integrity(
             mode=self.mode,
-            checked_files=sum(r.checked_files for r in results),
-            checked_bytes=sum(r.checked_bytes for r in results),
+            checked_files=files,
+            checked_bytes=size,
             hashed_bytes=hashed_bytes,
-            tolerated=skipped + sum(r.tolerated for r in results),
+            tolerated=skipped + tolerated,
             issues=_cap_per_package(issues),
             without_record=without_record,
         )
@@ -344,33 +224,46 @@ def _hash_jobs(jobs: list[_HashJob], memo: HashMemo | None, workers: int, progre
 
 
 def begin(installed: list[InstalledDist], mode: str, *, memo: HashMemo | None = None,
-          workers: int | None = None) -> PendingCheck:
+          workers: int | None = None, ahead: Ahead | None = None) -> PendingCheck:
     """Start checking every distribution's files against its RECORD (see
-    :class:`PendingCheck`); raises ValueError for an unknown mode."""
+    :class:`PendingCheck`); raises ValueError for an unknown mode. ``ahead``: the stat work
+    :mod:`~envguard.probe.statahead` started (size mode; abandoned in any other)."""
     if mode not in MODES:
         raise ValueError(f"unknown verify mode {mode!r}")
-    units = _work_units([i for i in installed if i.record is not None]) if mode != "none" else []
+    with_record = [i for i in installed if i.record is not None] if mode != "none" else []
     pending = PendingCheck(installed=installed, mode=mode, memo=memo,
-                           workers=workers or default_workers(), own=units, forked=[])
-    rows = sum(len(u[1]) for u in units)
-    children = (min(usable_cpus() - 1, _MAX_CHILDREN, rows // _FORK_MIN_ROWS - 1)
-                if mode == "size" and rows >= 2 * _FORK_MIN_ROWS and fork_is_safe() else 0)
-    if children <= 0:
+                           workers=workers or default_workers(), own=with_record)
+    if ahead is not None and (mode != "size" or ahead.queue is None):
+        ahead.abandon()
+        ahead = None
+    if ahead is not None and ahead.queue is not None:
+        pending.queue, pending.queued, pending.own = ahead.queue, {}, []
+        for item in with_record:
+            numbers = ahead.units_for(os.path.join(item.site_dir, item.dist.metadata_dir),
+                                      item.record, item.record_mtime_ns)
+            if numbers is None:
+                pending.own.append(item)
+            else:
+                pending.queued.update(dict.fromkeys(numbers, item.dist.name))
         return pending
-    share = rows // (children + 1)
-    groups: list[list[Unit]] = [[] for _ in range(children + 1)]
-    taken = 0
-    for unit in units:
-        groups[min(taken // share, children)].append(unit)
-        taken += len(unit[1])
-    pending.own = groups[0]
-    for group in groups[1:]:
-        if not group:
-            continue
-        try:
-            pending.forked.append((group, Forked(functools.partial(_child_work, group))))
-        except OSError:  # no fork (a process limit): this process does the share
-            pending.own.extend(group)
+    if mode != "size":
+        return pending
+    total = sum(len(i.record or ()) for i in with_record)
+    count = worker_count(total)
+    if count <= 0:
+        return pending
+    units, names = [], []
+    for item in with_record:
+        more = units_of(item.site_dir, item.record or [], item.record_mtime_ns,
+                        unit_rows(total))
+        units.extend(more)
+        names.extend([item.dist.name] * len(more))
+    try:
+        queue = StatQueue(units)
+    except (OSError, ValueError):  # no pipe (a descriptor limit): this process does it all
+        return pending
+    queue.fork(count)
+    pending.queue, pending.queued, pending.own = queue, dict(enumerate(names)), []
     return pending
 
 

@@ -13,13 +13,16 @@ environment prefix.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from envguard.model import DirectUrl, Distribution, ProbeIssue
 from envguard.paths import memo_dir
 from envguard.probe.memo import marshal_file
 from envguard.probe.memo.marshal_file import Key, prefix_digest
+
+if TYPE_CHECKING:
+    from envguard.model import Distribution, ProbeIssue
 
 RecordRow = tuple[str, str, str]
 Parsed = tuple[int, list[RecordRow], str]
@@ -28,6 +31,8 @@ Parsed = tuple[int, list[RecordRow], str]
 
 _FOLDER = "folder:"
 """Prefix of a dist-info folder's entry (a RECORD's entry is its path)."""
+_FOLDER_FIELDS = 16
+"""The length of :func:`folder_entry`'s tuple."""
 
 
 class RecordMemo:
@@ -42,7 +47,12 @@ class RecordMemo:
 
     @classmethod
     def for_prefix(cls, prefix: str, root: Path | None = None) -> RecordMemo:
-        return cls((root or memo_dir()) / f"records-{prefix_digest(prefix)}.marshal")
+        return cls(cls.for_prefix_path(prefix, root))
+
+    @staticmethod
+    def for_prefix_path(prefix: str, root: Path | None = None) -> Path:
+        """The memo file of the environment at ``prefix``."""
+        return (root or memo_dir()) / f"records-{prefix_digest(prefix)}.marshal"
 
     def get(self, record_path: str, key: Key) -> Parsed | None:
         hit = self._entries.get(record_path)
@@ -66,6 +76,19 @@ class RecordMemo:
             self._used.add(name)
             return hit[1]
         return None
+
+    def folder_records(self) -> Iterator[tuple[str, list[RecordRow], int | None]]:
+        """(dist-info folder, fingerprinted RECORD rows, RECORD's mtime) of every folder
+        entry as loaded, before any lookup: what :mod:`~envguard.probe.statahead` stats
+        ahead. The rows are the very list :meth:`get_folder` hands out later, so a caller
+        can tell by identity that a scan found the folder unchanged."""
+        for name, hit in self._entries.items():
+            if not name.startswith(_FOLDER) or type(hit) is not tuple or len(hit) != 2:
+                continue
+            value = hit[1]
+            if type(value) is tuple and len(value) == _FOLDER_FIELDS \
+                    and type(value[12]) is list and type(value[14]) in (int, type(None)):
+                yield name[len(_FOLDER):], value[12], value[14]
 
     def put_folder(self, meta_dir: str, key: tuple[Any, ...], value: tuple[Any, ...]) -> None:
         name = _FOLDER + meta_dir
@@ -101,6 +124,8 @@ def folder_parts(value: tuple[Any, ...], site_dir: str, meta_name: str) -> tuple
         Distribution, list[RecordRow] | None, int, int | None, list[ProbeIssue]]:
     """:func:`folder_entry` back; raises ValueError, TypeError or IndexError on an entry
     of another shape."""
+    from envguard.model import DirectUrl, Distribution, ProbeIssue  # not before the scan
+
     (name, version, installer, requested, editable, url, fingerprint, entries, generator,
      tags, build, requires, record, total, mtime_ns, issues) = value
     direct = None if url is None else DirectUrl(

@@ -1,0 +1,157 @@
+"""The kernel of the RECORD check: stat a slice of one distribution's RECORD rows.
+
+Plain data in and out (no :mod:`envguard.model`), so that :mod:`~envguard.probe.statahead`
+can run it in a child forked before the rest of envguard is imported, and send its answer
+back with ``marshal``. :mod:`~envguard.probe.integrity` owns the modes, the hashing and the
+records; this module only decides, row by row, what a ``stat`` says about a file.
+
+What a row can be (see :mod:`~envguard.probe.integrity` for why):
+
+- tolerated: neither a hash nor a size;
+- ``outside-install-tree``: its path leaves the installation's prefix (never stat'ed);
+- ``missing``, ``unreadable``;
+- ``not-a-regular-file`` (a FIFO, a device, a folder);
+- ``size``: the size differs from RECORD's;
+- ``modified-after-install``: newer than RECORD itself (size mode), or queued for
+  hashing (hash mode).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from envguard.probe.memo.marshal_file import Key, stat_key
+
+NOT_REGULAR = "not-a-regular-file"
+OUTSIDE = "outside-install-tree"
+MTIME_SLACK_NS = 2_000_000_000
+"""A file may be this much newer than its RECORD (installers write RECORD last, but
+filesystem timestamps are coarse)."""
+
+Row = tuple[str, str, str]
+"""(path, ``algorithm=digest``, size) as RECORD writes it."""
+Issue = tuple[str, str, str | None, str | None]
+"""(path, problem, expected, actual)."""
+Job = tuple[str, str, str, str, Key]
+"""A file to hash: (RECORD path, full path, algorithm, expected digest, stat key)."""
+Known = Callable[[str, Key, str], str | None]
+"""The digest memoised for (full path, stat key, algorithm), if any."""
+
+_SITE_LAYOUT = re.compile(r"(?P<prefix>.+?)[/\\](?:lib(?:32|64)?[/\\][^/\\]+|Lib)[/\\]"
+                          r"(?:site|dist)-packages")
+
+_is_absolute: Callable[[str], bool] = (
+    (lambda rel: rel.startswith("/")) if os.sep == "/" and not os.altsep else os.path.isabs)
+"""``os.path.isabs`` for RECORD paths; on POSIX a prefix test (a fifth of the gate's RECORD
+check went into ``isabs`` for torch's 20,000 rows)."""
+
+
+def install_tree(site_dir: str) -> str:
+    """The folder every file of a distribution installed into ``site_dir`` lies in: the
+    prefix above ``lib/pythonX.Y/site-packages`` (``lib64``, ``dist-packages``, Windows'
+    ``Lib/site-packages``), else the folder above ``site_dir``."""
+    site_dir = os.path.normpath(site_dir)
+    match = _SITE_LAYOUT.fullmatch(site_dir)
+    return match.group("prefix") if match else os.path.dirname(site_dir)
+
+
+def file_kind(st_mode: int) -> str:
+    """What a path that is not a regular file is, in words (``actual`` of the issue)."""
+    for test, name in ((stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"),
+                       (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket"),
+                       (stat.S_ISDIR, "folder")):
+        if test(st_mode):
+            return name
+    return "special file"
+
+
+@dataclass(slots=True)
+class Checked:
+    """What :func:`check_rows` found in one slice of rows."""
+
+    issues: list[Issue]
+    jobs: list[Job]
+    files: int = 0
+    size: int = 0
+    tolerated: int = 0
+
+
+def check_rows(site_dir: str, rows: list[Row], installed_ns: int | None, *,
+               hashing: bool = False, known: Known | None = None) -> Checked:
+    """Stat each row's file; in hash mode queue the ones ``known`` has no digest for
+    (``installed_ns``: when RECORD was written, for the size mode's mtime test)."""
+    out = Checked(issues=[], jobs=[])
+    issues = out.issues
+    base = site_dir + os.sep
+    tree = install_tree(site_dir) + os.sep
+    stat_path, is_regular = os.stat, stat.S_ISREG  # locals: this loop runs per file
+    newest_ns = (installed_ns + MTIME_SLACK_NS if installed_ns is not None and not hashing
+                 else None)
+    files = size_sum = tolerated = 0
+    for rel, row_hash, row_size in rows:
+        if not row_hash and not row_size:
+            tolerated += 1
+            continue
+        if ".." in rel or _is_absolute(rel):
+            full = os.path.normpath(os.path.join(site_dir, rel))
+            if not full.startswith(tree):
+                issues.append((rel, OUTSIDE, None, full))
+                continue
+        else:
+            full = base + rel
+        try:
+            st = stat_path(full)
+        except FileNotFoundError:
+            issues.append((rel, "missing", None, None))
+            continue
+        except OSError as exc:
+            issues.append((rel, "unreadable", None, exc.strerror))
+            continue
+        if not is_regular(st.st_mode):
+            issues.append((rel, NOT_REGULAR, None, file_kind(st.st_mode)))
+            continue
+        size = st.st_size
+        files += 1
+        size_sum += size
+        if row_size and row_size != str(size) and row_size.isdigit():
+            issues.append((rel, "size", row_size, str(size)))
+            continue
+        if hashing and row_hash:
+            algorithm, _, expected = row_hash.partition("=")
+            if algorithm not in hashlib.algorithms_available:
+                tolerated += 1
+                continue
+            key = stat_key(st)
+            digest = known(full, key, algorithm) if known is not None else None
+            if digest is None:
+                out.jobs.append((rel, full, algorithm, expected, key))
+            elif digest != expected:
+                issues.append((rel, "hash", expected, digest))
+        elif newest_ns is not None and st.st_mtime_ns > newest_ns:
+            issues.append((rel, "modified-after-install", None, None))
+    out.files, out.size, out.tolerated = files, size_sum, tolerated
+    return out
+
+
+def encode(checked: Checked) -> tuple[Any, ...]:
+    """A size-mode result as ``marshal``-able data (a forked worker's answer)."""
+    return (checked.issues, checked.files, checked.size, checked.tolerated)
+
+
+def decode(data: Any) -> Checked:
+    """:func:`encode` back; raises ValueError for data of another shape (a worker that
+    wrote garbage: its units are checked again)."""
+    try:
+        issues, files, size, tolerated = data
+        parsed = [(str(p), str(k), e, a) for p, k, e, a in issues]
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"not a RECORD check result: {exc}") from None
+    if not all(type(n) is int for n in (files, size, tolerated)):
+        raise ValueError("not a RECORD check result: counts are not integers")
+    return Checked(issues=parsed, jobs=[], files=files, size=size, tolerated=tolerated)
