@@ -168,3 +168,32 @@ def test_many_small_units_share_few_numbers_and_each_is_checked_once(
     results = queue.finish(range(len(units)))
     found = [issue[0] for n in sorted(results) for issue in results[n].issues]
     assert found == [r[0] for r in rows]  # every row once, none twice
+
+
+_SPY = """\
+import sys
+from envguard.probe import statahead
+seen = []
+real = statahead.start
+def spy(*args):
+    seen.append("envguard.probe.collector" in sys.modules)
+    return real(*args)
+statahead.start = spy
+from envguard.cli import main
+main(sys.argv[1:])
+print(seen, file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize(("verify", "expected"), [("size", "[False, True]"), ("hash", "[]"),
+                                                  ("none", "[]")])
+def test_envguard_snapshot_starts_before_importing_the_collector(
+        env: Venv, tmp_path: Path, verify: str, expected: str) -> None:
+    """The CLI starts the stat work as soon as it knows the environment (the collector's
+    own call is then a no-op); for --verify hash or none, nobody starts any."""
+    done = subprocess.run(
+        [sys.executable, "-c", _SPY, "snapshot", "--python", str(env.python), "-q",
+         "--verify", verify, "-o", str(tmp_path / "s.json")],
+        capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == expected

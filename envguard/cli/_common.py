@@ -265,13 +265,15 @@ def add_probe_options(parser: argparse.ArgumentParser) -> None:
 
 
 def select_environment(python: str | None, *, quiet: bool = False,
-                       command: str | None = None, probe: bool = False) -> Selection:
+                       command: str | None = None, probe: bool = False,
+                       verify: str = "size") -> Selection:
     """The environment a command looks at (:func:`envguard.probe.discovery.discover`), said
     on stderr in one line unless ``quiet``: ``envguard: environment: ~/t/.venv (VIRTUAL_ENV)``.
     With ``command`` (``envguard run``) and no ``python``: the interpreter that command runs
     under, when it is Python (``python`` on PATH, a console script's shebang). ``probe``:
     the command will snapshot it, so its probe starts now, while the command imports the
-    rest of envguard (:func:`envguard.probe.interpreter.prefetch`)."""
+    rest of envguard (:func:`envguard.probe.interpreter.prefetch`), and with ``verify``
+    ``size`` so does the RECORD check's ``stat`` work (:mod:`envguard.probe.statahead`)."""
     from pathlib import Path
 
     from envguard.probe.discovery import Selection, discover, prefix_of
@@ -291,6 +293,11 @@ def select_environment(python: str | None, *, quiet: bool = False,
         from envguard.probe.interpreter import prefetch
 
         prefetch(selection.python)
+    if probe and verify == "size":
+        from envguard.paths import memo_dir
+        from envguard.probe import statahead
+
+        statahead.start(selection.prefix, memo_dir())
     return selection
 
 

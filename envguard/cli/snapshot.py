@@ -44,12 +44,8 @@ def _default_snapshot_path() -> Path:
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
-    selection = select_environment(args.python, quiet=args.quiet, probe=True)
-    if args.verify == "size":  # stat the installed files while the collector is imported
-        from envguard.paths import memo_dir
-        from envguard.probe import statahead
-
-        statahead.start(selection.prefix, memo_dir())
+    selection = select_environment(args.python, quiet=args.quiet, probe=True,
+                                   verify=args.verify)
     from envguard.atomic import write_text_atomic
     from envguard.probe import collect
 
