@@ -271,9 +271,8 @@ def select_environment(python: str | None, *, quiet: bool = False,
     on stderr in one line unless ``quiet``: ``envguard: environment: ~/t/.venv (VIRTUAL_ENV)``.
     With ``command`` (``envguard run``) and no ``python``: the interpreter that command runs
     under, when it is Python (``python`` on PATH, a console script's shebang). ``probe``:
-    the command will snapshot it, so its probe starts now, while the command imports the
-    rest of envguard (:func:`envguard.probe.interpreter.prefetch`), and with ``verify``
-    ``size`` so does the RECORD check's ``stat`` work (:mod:`envguard.probe.statahead`)."""
+    the command will snapshot it (under ``--verify verify``), so what that needs first
+    starts now, while the command imports the rest (:func:`envguard.probe.prefetch`)."""
     from pathlib import Path
 
     from envguard.probe.discovery import Selection, discover, prefix_of
@@ -289,15 +288,10 @@ def select_environment(python: str | None, *, quiet: bool = False,
     if selection is None:
         selection = discover(python, env=os.environ, cwd=Path.cwd())
     _ENVIRONMENT_LINE[:] = [] if quiet else [f"environment: {selection.describe()}"]
-    if probe and selection.python is not None:
-        from envguard.probe.interpreter import prefetch
+    if probe:
+        from envguard.probe import prefetch
 
-        prefetch(selection.python)
-    if probe and verify == "size":
-        from envguard.paths import memo_dir
-        from envguard.probe import statahead
-
-        statahead.start(selection.prefix, memo_dir())
+        prefetch(selection.python, selection.prefix, verify)
     return selection
 
 

@@ -11,7 +11,7 @@
 ``collect`` and ``SnapshotOptions`` are loaded on first use, so that a light module here
 (:mod:`~envguard.probe.discovery`, :mod:`~envguard.probe.interpreter`) can be imported
 without the whole collector: a command finds its environment and starts probing it
-(:func:`~envguard.probe.interpreter.prefetch`) while the rest is still being imported.
+(:func:`prefetch`) while the rest is still being imported.
 """
 
 from __future__ import annotations
@@ -22,7 +22,24 @@ if TYPE_CHECKING:
     from envguard.probe.collector import collect
     from envguard.probe.options import SnapshotOptions
 
-__all__ = ["SnapshotOptions", "collect"]
+__all__ = ["SnapshotOptions", "collect", "prefetch"]
+
+
+def prefetch(python: str | None, prefix: str, verify: str = "size") -> None:
+    """Start, in the background, what a snapshot of the environment at ``prefix`` needs first,
+    while the command imports the rest of envguard: the probe of its interpreter ``python``
+    (None: envguard's own, nothing to start; :func:`~envguard.probe.interpreter.prefetch`)
+    and, for ``verify`` ``size``, the RECORD check's ``stat`` work
+    (:func:`~envguard.probe.statahead.start`). Never raises."""
+    if python is not None:
+        from envguard.probe.interpreter import prefetch as probe_ahead
+
+        probe_ahead(python)
+    if verify == "size":
+        from envguard.paths import memo_dir
+        from envguard.probe import statahead
+
+        statahead.start(prefix, memo_dir())
 
 
 def __getattr__(name: str) -> Any:
