@@ -19,7 +19,7 @@ from typing import Any
 
 from envguard.model import DirectUrl, Distribution, ProbeIssue
 from envguard.probe.memo.marshal_file import Key, stat_key
-from envguard.probe.memo.records import RecordMemo, folder_entry, folder_parts
+from envguard.probe.memo.records import RecordMemo, RecordRow, folder_entry, folder_parts
 from envguard.redact import redact_data
 
 _NORMALIZE_RE = re.compile(r"[-_.]+")
@@ -34,9 +34,6 @@ def normalize_name(name: str) -> str:
     return _NORMALIZE_RE.sub("-", name).lower()
 
 
-RecordRow = tuple[str, str, str]
-"""(path, ``algorithm=urlsafe-b64-digest``, size) as written in RECORD; empty strings allowed.
-"""
 
 
 @dataclass(slots=True)

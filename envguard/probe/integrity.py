@@ -26,7 +26,7 @@ import hashlib
 import os
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from envguard.frozen import frozen
 from envguard.model import Integrity, IntegrityIssue
@@ -149,7 +149,7 @@ class PendingCheck:
     workers: int
     own: list[InstalledDist]
     queue: StatQueue | None = None
-    queued: dict[int, str] | None = None
+    queued: dict[int, str] = field(default_factory=dict)
     """Unit number in ``queue`` -> the package it checks."""
 
     def finish(self, progress: Progress | None = None) -> Integrity:
@@ -171,7 +171,7 @@ class PendingCheck:
         jobs: list[_HashJob] = []
         done = [(i.dist.name, check_rows(i.site_dir, i.record or [], i.record_mtime_ns,
                                          hashing=hashing, known=known)) for i in self.own]
-        if self.queue is not None and self.queued is not None:
+        if self.queue is not None:
             answers = self.queue.finish(self.queued)
             done.extend((self.queued[n], answers[n]) for n in sorted(answers))
         for package, checked in done:
@@ -233,11 +233,11 @@ def begin(installed: list[InstalledDist], mode: str, *, memo: HashMemo | None = 
     with_record = [i for i in installed if i.record is not None] if mode != "none" else []
     pending = PendingCheck(installed=installed, mode=mode, memo=memo,
                            workers=workers or default_workers(), own=with_record)
-    if ahead is not None and (mode != "size" or ahead.queue is None):
+    early = ahead.queue if ahead is not None and mode == "size" else None
+    if ahead is not None and early is None:
         ahead.abandon()
-        ahead = None
-    if ahead is not None and ahead.queue is not None:
-        pending.queue, pending.queued, pending.own = ahead.queue, {}, []
+    if ahead is not None and early is not None:
+        pending.queue, pending.own = early, []
         for item in with_record:
             numbers = ahead.units_for(os.path.join(item.site_dir, item.dist.metadata_dir),
                                       item.record, item.record_mtime_ns)
@@ -252,10 +252,9 @@ def begin(installed: list[InstalledDist], mode: str, *, memo: HashMemo | None = 
     count = worker_count(total)
     if count <= 0:
         return pending
-    units, names = [], []
+    units, names, size = [], [], unit_rows(total)
     for item in with_record:
-        more = units_of(item.site_dir, item.record or [], item.record_mtime_ns,
-                        unit_rows(total))
+        more = units_of(item.site_dir, item.record or [], item.record_mtime_ns, size)
         units.extend(more)
         names.extend([item.dist.name] * len(more))
     try:

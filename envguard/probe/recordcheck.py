@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envguard.probe.memo.marshal_file import Key, stat_key
+from envguard.probe.memo.records import RecordRow
 
 NOT_REGULAR = "not-a-regular-file"
 OUTSIDE = "outside-install-tree"
@@ -34,8 +35,6 @@ MTIME_SLACK_NS = 2_000_000_000
 """A file may be this much newer than its RECORD (installers write RECORD last, but
 filesystem timestamps are coarse)."""
 
-Row = tuple[str, str, str]
-"""(path, ``algorithm=digest``, size) as RECORD writes it."""
 Issue = tuple[str, str, str | None, str | None]
 """(path, problem, expected, actual)."""
 Job = tuple[str, str, str, str, Key]
@@ -82,7 +81,7 @@ class Checked:
     tolerated: int = 0
 
 
-def check_rows(site_dir: str, rows: list[Row], installed_ns: int | None, *,
+def check_rows(site_dir: str, rows: list[RecordRow], installed_ns: int | None, *,
                hashing: bool = False, known: Known | None = None) -> Checked:
     """Stat each row's file; in hash mode queue the ones ``known`` has no digest for
     (``installed_ns``: when RECORD was written, for the size mode's mtime test)."""

@@ -30,10 +30,10 @@ from collections.abc import Collection
 from pathlib import Path
 
 from envguard.probe.background import Forked, fork_is_safe, usable_cpus
-from envguard.probe.memo.records import RecordMemo
-from envguard.probe.recordcheck import Checked, Row, check_rows, decode, encode
+from envguard.probe.memo.records import RecordMemo, RecordRow
+from envguard.probe.recordcheck import Checked, check_rows, decode, encode
 
-Unit = tuple[str, list[Row], int | None]
+Unit = tuple[str, list[RecordRow], int | None]
 """(site folder, a slice of one distribution's rows, when its RECORD was written)."""
 
 UNIT_ROWS = 512
@@ -52,7 +52,7 @@ def unit_rows(total: int) -> int:
     return max(UNIT_ROWS, -(-total // (MAX_BATCHES - 1)))
 
 
-def units_of(site_dir: str, rows: list[Row], installed_ns: int | None,
+def units_of(site_dir: str, rows: list[RecordRow], installed_ns: int | None,
              size: int = UNIT_ROWS) -> list[Unit]:
     """One distribution's rows in units of at most ``size`` rows."""
     return [(site_dir, rows[start:start + size], installed_ns)
@@ -168,7 +168,7 @@ class Ahead:
     def __init__(self, memo: RecordMemo) -> None:
         self.memo = memo
         self.queue: StatQueue | None = None
-        self._units: dict[str, tuple[list[Row], int | None, range]] = {}
+        self._units: dict[str, tuple[list[RecordRow], int | None, range]] = {}
         found = [f for f in memo.folder_records() if f[1]]
         total = sum(len(rows) for _, rows, _ in found)
         workers = worker_count(total)
@@ -183,7 +183,7 @@ class Ahead:
         self.queue = StatQueue(units)
         self.queue.fork(workers)
 
-    def units_for(self, meta_dir: str, rows: list[Row] | None,
+    def units_for(self, meta_dir: str, rows: list[RecordRow] | None,
                   installed_ns: int | None) -> range | None:
         """The numbers of the units that check exactly ``rows`` (the very list the memo
         handed the scan, with the same RECORD time), or None."""

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from envguard.model import Distribution, ProbeIssue
 
 RecordRow = tuple[str, str, str]
+"""(path, ``algorithm=urlsafe-b64-digest``, size) as written in RECORD; empty strings allowed.
+"""
 Parsed = tuple[int, list[RecordRow], str]
 """(rows in RECORD, fingerprinted rows, fingerprint)."""
 
