@@ -1,7 +1,9 @@
 """Do the installed files still match their RECORD?
 
 ``size`` (the default) stats every recorded file: missing files, changed sizes,
-and files whose mtime is newer than the install (an edit that kept the size).
+and files whose mtime is newer than the install (an edit that kept the size). Header
+files under an ``include`` folder that is itself unchanged since the install are vouched
+for by that folder (:mod:`~envguard.probe.recordcheck`).
 ``hash`` also compares content digests, in parallel threads (hashlib releases
 the GIL), with results memoised in :class:`~envguard.probe.memo.hashes.HashMemo`.
 
@@ -166,7 +168,7 @@ class PendingCheck:
         hashing = self.mode == "hash"
         memo = self.memo
         known = memo.get if memo is not None else None
-        files = size = tolerated = 0
+        files = size = tolerated = by_folder = 0
         issues: list[IntegrityIssue] = []
         jobs: list[_HashJob] = []
         done = [(i.dist.name, check_rows(i.site_dir, i.record or [], i.record_mtime_ns,
@@ -178,6 +180,7 @@ class PendingCheck:
             files += checked.files
             size += checked.size
             tolerated += checked.tolerated
+            by_folder += checked.by_folder
             issues.extend(_issues(package, checked))
             jobs.extend(_HashJob(package, *job) for job in checked.jobs)
         with_record = [i for i in self.installed if i.record is not None]
@@ -196,6 +199,7 @@ class PendingCheck:
             tolerated=skipped + tolerated,
             issues=_cap_per_package(issues),
             without_record=without_record,
+            checked_by_folder=by_folder,
         )
 
 

@@ -14,6 +14,13 @@ What a row can be (see :mod:`~envguard.probe.integrity` for why):
 - ``size``: the size differs from RECORD's;
 - ``modified-after-install``: newer than RECORD itself (size mode), or queued for
   hashing (hash mode).
+
+Header folders, size mode: a file under a folder named ``include`` (C and C++ headers,
+which the interpreter never loads; half of a CUDA torch venv's files) is vouched for by
+its folder when that folder is not newer than RECORD: adding, removing, renaming or
+replacing a file (as installers, ``patch``, ``sed -i`` and most editors do) changes the
+folder's time, and then every file of the folder is stat'ed. An edit written into a
+header in place is found by ``--verify hash``, which reads every file.
 """
 
 from __future__ import annotations
@@ -31,6 +38,10 @@ from envguard.probe.memo.records import RecordRow
 
 NOT_REGULAR = "not-a-regular-file"
 OUTSIDE = "outside-install-tree"
+HEADER_FOLDER = "include"
+"""The name of the folders whose files :func:`check_rows` may vouch for by the folder."""
+LOADED_SUFFIXES = (".py", ".pyc", ".pyd", ".so", ".pth", ".dll", ".dylib")
+"""Files the interpreter loads: stat'ed one by one even in a header folder."""
 MTIME_SLACK_NS = 2_000_000_000
 """A file may be this much newer than its RECORD (installers write RECORD last, but
 filesystem timestamps are coarse)."""
@@ -79,12 +90,22 @@ class Checked:
     files: int = 0
     size: int = 0
     tolerated: int = 0
+    by_folder: int = 0
+    """Header files vouched for by their unchanged folder, not stat'ed (size mode)."""
+
+
+def header_folder(folder: str) -> bool:
+    """Whether ``folder`` (a RECORD path's folder, ``/``-separated) lies in a header tree:
+    one of its parts is :data:`HEADER_FOLDER` and none is ``..``."""
+    parts = folder.split("/")
+    return HEADER_FOLDER in parts and ".." not in parts
 
 
 def check_rows(site_dir: str, rows: list[RecordRow], installed_ns: int | None, *,
                hashing: bool = False, known: Known | None = None) -> Checked:
     """Stat each row's file; in hash mode queue the ones ``known`` has no digest for
-    (``installed_ns``: when RECORD was written, for the size mode's mtime test)."""
+    (``installed_ns``: when RECORD was written, for the size mode's mtime test; in size
+    mode a header folder no newer than that vouches for its files, see the module)."""
     out = Checked(issues=[], jobs=[])
     issues = out.issues
     base = site_dir + os.sep
@@ -92,11 +113,22 @@ def check_rows(site_dir: str, rows: list[RecordRow], installed_ns: int | None, *
     stat_path, is_regular = os.stat, stat.S_ISREG  # locals: this loop runs per file
     newest_ns = (installed_ns + MTIME_SLACK_NS if installed_ns is not None and not hashing
                  else None)
-    files = size_sum = tolerated = 0
+    folders = newest_ns is not None
+    last_folder: str | None = None
+    vouched = False
+    files = size_sum = tolerated = by_folder = 0
     for rel, row_hash, row_size in rows:
         if not row_hash and not row_size:
             tolerated += 1
             continue
+        if folders and "include/" in rel:  # a cheap test first: most rows have no such part
+            folder = rel[:rel.rfind("/")]
+            if folder != last_folder:
+                last_folder = folder
+                vouched = header_folder(folder) and _unchanged_folder(base + folder, newest_ns)
+            if vouched and not rel.endswith(LOADED_SUFFIXES):
+                by_folder += 1
+                continue
         if ".." in rel or _is_absolute(rel):
             full = os.path.normpath(os.path.join(site_dir, rel))
             if not full.startswith(tree):
@@ -134,23 +166,33 @@ def check_rows(site_dir: str, rows: list[RecordRow], installed_ns: int | None, *
                 issues.append((rel, "hash", expected, digest))
         elif newest_ns is not None and st.st_mtime_ns > newest_ns:
             issues.append((rel, "modified-after-install", None, None))
-    out.files, out.size, out.tolerated = files, size_sum, tolerated
+    out.files, out.size, out.tolerated, out.by_folder = files, size_sum, tolerated, by_folder
     return out
+
+
+def _unchanged_folder(path: str, newest_ns: int | None) -> bool:
+    """Whether ``path`` is a folder whose time is not after ``newest_ns``."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return newest_ns is not None and stat.S_ISDIR(st.st_mode) and st.st_mtime_ns <= newest_ns
 
 
 def encode(checked: Checked) -> tuple[Any, ...]:
     """A size-mode result as ``marshal``-able data (a forked worker's answer)."""
-    return (checked.issues, checked.files, checked.size, checked.tolerated)
+    return (checked.issues, checked.files, checked.size, checked.tolerated, checked.by_folder)
 
 
 def decode(data: Any) -> Checked:
     """:func:`encode` back; raises ValueError for data of another shape (a worker that
     wrote garbage: its units are checked again)."""
     try:
-        issues, files, size, tolerated = data
+        issues, files, size, tolerated, by_folder = data
         parsed = [(str(p), str(k), e, a) for p, k, e, a in issues]
     except (TypeError, ValueError) as exc:
         raise ValueError(f"not a RECORD check result: {exc}") from None
-    if not all(type(n) is int for n in (files, size, tolerated)):
+    if not all(type(n) is int for n in (files, size, tolerated, by_folder)):
         raise ValueError("not a RECORD check result: counts are not integers")
-    return Checked(issues=parsed, jobs=[], files=files, size=size, tolerated=tolerated)
+    return Checked(issues=parsed, jobs=[], files=files, size=size, tolerated=tolerated,
+                   by_folder=by_folder)

@@ -30,6 +30,8 @@ def _integrity_line(s: Snapshot) -> Text:
     if i.mode == "none":
         return Text("not checked (--verify none)", style="dim")
     head = f"{i.checked_files:,} files, {human_bytes(i.checked_bytes)} ({i.mode})"
+    if i.checked_by_folder:
+        head += f" + {i.checked_by_folder:,} headers by folder"
     if not i.issues:
         return Text(f"{head}: all match RECORD", style="green")
     packages = sorted({x.package for x in i.issues})
