@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import threading
 from pathlib import Path
@@ -200,3 +201,43 @@ def test_git_commit_branch_dirty_and_untracked(tmp_path: Path) -> None:
                                        write_cache_marker=False)).files.git
     assert detached is not None
     assert (detached.commit, detached.branch, detached.root) == (head, None, str(repo))
+
+
+def _git_spy(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """An environment whose PATH starts with a ``git`` that logs each call, then runs the
+    real one: which git commands a snapshot started, with nothing mocked."""
+    real = shutil.which("git")
+    assert real is not None
+    spy = tmp_path / "spy-bin"
+    spy.mkdir()
+    log = tmp_path / "git-calls.log"
+    (spy / "git").write_text(f'#!/bin/sh\necho "$*" >> "{log}"\nexec "{real}" "$@"\n')
+    (spy / "git").chmod(0o755)
+    return {**os.environ, "PATH": f"{spy}{os.pathsep}{os.environ['PATH']}"}, log
+
+
+@pytest.mark.usefixtures("git_env")
+def test_no_git_runs_outside_any_repository_and_it_runs_inside_one(tmp_path: Path) -> None:
+    env, log = _git_spy(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    if files.may_be_in_git_repo(str(outside), os.environ):
+        pytest.skip("the temporary folder lies inside a git repository or GIT_DIR is set")
+    snap = collect(SnapshotOptions(cwd=outside, verify="none", env=env,
+                                   use_project_config=False, remember_caches=False))
+    assert snap.files.git is None and not log.exists()
+
+    repo = tmp_path / "repo"
+    (repo / "deep" / "er").mkdir(parents=True)
+    _git(repo, "init", "-q", "-b", "main")
+    assert files.may_be_in_git_repo(str(repo / "deep" / "er"), os.environ)
+    inside = collect(SnapshotOptions(cwd=repo / "deep" / "er", verify="none", env=env,
+                                     use_project_config=False, remember_caches=False))
+    assert inside.files.git is not None and inside.files.git.root == str(repo)
+    assert "rev-parse --show-toplevel" in log.read_text()
+
+    # GIT_DIR points git at a repository from anywhere: git runs.
+    assert files.may_be_in_git_repo(str(outside), {"GIT_DIR": str(repo / ".git")})
+    (tmp_path / "linked").mkdir()
+    (tmp_path / "linked" / ".git").write_text("gitdir: /elsewhere\n")  # a worktree's file
+    assert files.may_be_in_git_repo(str(tmp_path / "linked"), {})

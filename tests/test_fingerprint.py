@@ -7,12 +7,8 @@ from pathlib import Path
 import pytest
 
 from envguard.probe import distributions
-from envguard.probe.distributions import (
-    fingerprint_record,
-    is_fingerprinted,
-    parse_headers,
-    parse_record,
-)
+from envguard.probe.distributions import parse_headers
+from envguard.probe.recordfile import fingerprint_record, is_fingerprinted, parse_record
 from tests.wheelfactory import VenvFactory, build_wheel, fake_torch_files
 
 

@@ -14,6 +14,8 @@ import pytest
 
 from envguard.model import Snapshot
 from envguard.probe import SnapshotOptions, collect, integrity, statahead
+from envguard.probe.memo import records
+from envguard.probe.memo.records import RecordRows
 from envguard.probe.statahead import Ahead, StatQueue
 from tests.wheelfactory import Venv, VenvFactory, build_wheel, fake_torch_files
 
@@ -156,11 +158,13 @@ def test_workers_nobody_takes_are_killed_when_envguard_exits(
 
 def test_many_small_units_share_few_numbers_and_each_is_checked_once(
         env: Venv, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(records, "CHUNK_ROWS", 1)
     monkeypatch.setattr(statahead, "UNIT_ROWS", 1)
     monkeypatch.setattr(statahead, "MAX_BATCHES", 4)
     site = str(env.site_packages())
     rows = [(f"tiny/missing-{n}.py", "sha256=x", "1") for n in range(40)]
-    units = statahead.units_of(site, rows, None, statahead.unit_rows(len(rows)))
+    units = statahead.units_of(site, RecordRows.of(rows), None)
+    assert len(units) == 40
     queue = StatQueue(units)
     assert len(queue.batches) <= 4
     assert sorted(n for batch in queue.batches for n in batch) == list(range(len(units)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 
 from envguard.model import Distribution
 from envguard.probe import distributions, torch_identity
+from envguard.probe.memo.records import RecordRows
 from envguard.probe.torch_identity import cuda_wheels, parse_version_py
 from tests.wheelfactory import VenvFactory, build_wheel, fake_torch_files
 
@@ -86,11 +88,31 @@ def test_compat_key_changes_with_a_one_line_torch_edit_and_with_the_gpu() -> Non
     rows_b = [("torch/fx/_symbolic_trace.py", "sha256=BBB", "10")]
     def item(rows: list[tuple[str, str, str]]) -> distributions.InstalledDist:
         return distributions.InstalledDist(dist=_dist("torch", "2.11.0"), site_dir="/x",
-                                           record=rows)
+                                           record=RecordRows.of(rows))
     key_a = torch_identity.compat_key(ident, item(rows_a), ["NVIDIA H200"])
     assert key_a == torch_identity.compat_key(ident, item(rows_a), ["NVIDIA H200"])
     assert key_a != torch_identity.compat_key(ident, item(rows_b), ["NVIDIA H200"])
     assert key_a != torch_identity.compat_key(ident, item(rows_a), ["NVIDIA H100"])
+
+
+def test_compat_key_keeps_its_value_when_the_rows_come_packed_from_the_memo() -> None:
+    """Snapshots and cache markers of earlier versions hold this key: its value is pinned
+    to the original recipe (every sorted .py row hashed in turn after the parts)."""
+    ident = torch_identity.TorchIdentity(present=True, version="2.11.0+cu130", git_version="a",
+                                         cuda="13.0", triton_version="3.6.0")
+    rows = [("torch/b.py", "sha256=B", "2"), ("torch/a.py", "sha256=A", "1"),
+            ("torch/lib/x.so", "sha256=S", "9"), ("torch/é.py", "sha256=E", "3")]
+    h = hashlib.sha256()
+    for part in ("2.11.0+cu130", "a", "13.0", None, "3.6.0", None, "NVIDIA H200"):
+        h.update(f"{part}\n".encode())
+    for row in sorted(p + d for p, d, _ in rows if p.endswith(".py")):
+        h.update(row.encode())
+    packed = RecordRows.unpacked(RecordRows.of(rows).packed())
+    for record in (RecordRows.of(rows), packed):
+        torch = distributions.InstalledDist(dist=_dist("torch", "2.11.0"), site_dir="/x",
+                                            record=record)
+        assert torch_identity.compat_key(ident, torch, ["NVIDIA H200"]) == \
+            "sha256:" + h.hexdigest()
 
 
 def test_torch_installed_without_version_py_is_an_issue(venvs: VenvFactory,

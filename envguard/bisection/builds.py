@@ -3,7 +3,7 @@
 A same-version rebuild (torch 2.11.0+cu130 from commit e2b8a1c7, then from 70d99e99) cannot
 be pinned by version: the index serves whichever build it has. So each build a bisection
 needs is looked for, in this order, and accepted only when its RECORD gives the snapshot's
-fingerprint (:func:`envguard.probe.distributions.fingerprint_record`):
+fingerprint (:func:`envguard.probe.recordfile.fingerprint_record`):
 
 1. the snapshot's own direct URL (``name @ file:///…whl`` that still exists, or a remote URL,
    which carries its archive hash);
@@ -29,13 +29,13 @@ from packaging.utils import canonicalize_name
 
 from envguard.frozen import frozen
 from envguard.model import Distribution
-from envguard.probe.distributions import (
+from envguard.probe.integrity import record_digest
+from envguard.probe.recordfile import (
     fingerprint_record,
     is_fingerprinted,
     is_script_row,
     parse_record,
 )
-from envguard.probe.integrity import record_digest
 from envguard.restore.plan import file_url_path, requirement_for
 
 MAX_RECORD = 64 << 20

@@ -71,6 +71,7 @@ class _Commands:
     def start(cls, env: Mapping[str, str], cwd: str, memo_root: Path,
               git: bool = True) -> _Commands:
         nvcc_cmd = system.nvcc_command(env)
+        git = git and files.may_be_in_git_repo(cwd, env)
         git_status = ["git", "status", "--porcelain=v2", "--branch", "-z"]
         return cls(
             gpus=Task(lambda: gpu_memo.query(env, COMMAND_TIMEOUT_S, memo_root)),

@@ -8,9 +8,7 @@ over the normalized RECORD (see :func:`fingerprint_record`).
 from __future__ import annotations
 
 import contextlib
-import csv
 import dataclasses
-import hashlib
 import json
 import os
 import re
@@ -19,14 +17,11 @@ from typing import Any
 
 from envguard.model import DirectUrl, Distribution, ProbeIssue
 from envguard.probe.memo.marshal_file import Key, stat_key
-from envguard.probe.memo.records import RecordMemo, RecordRow, folder_entry, folder_parts
+from envguard.probe.memo.records import RecordMemo, RecordRows, folder_entry, folder_parts
+from envguard.probe.recordfile import fingerprint_record, is_fingerprinted, parse_record
 from envguard.redact import redact_data
 
 _NORMALIZE_RE = re.compile(r"[-_.]+")
-_DROPPED_DIST_INFO_FILES = frozenset(
-    {"INSTALLER", "REQUESTED", "RECORD", "direct_url.json", "uv_cache.json"}
-)
-_SCRIPT_DIRS = frozenset({"bin", "Scripts"})
 
 
 def normalize_name(name: str) -> str:
@@ -42,76 +37,14 @@ class InstalledDist:
 
     dist: Distribution
     site_dir: str
-    record: list[RecordRow] | None
-    """Fingerprinted rows only (see :func:`is_fingerprinted`); None without a RECORD."""
+    record: RecordRows | None
+    """Fingerprinted rows only (:func:`~envguard.probe.recordfile.is_fingerprinted`); None
+    without a RECORD."""
     record_total: int = 0
     """All rows in RECORD, including the ones skipped for the fingerprint."""
     record_mtime_ns: int | None = None
     """When RECORD was written: the end of the install."""
     issues: list[ProbeIssue] = field(default_factory=list)
-
-
-def is_script_row(path: str) -> bool:
-    """A RECORD path outside site-packages in a scripts folder (``../../../bin/x``).
-
-    Installers rewrite these files' shebangs per environment, so their hashes differ
-    between pip and uv and between venvs of the same wheel.
-    """
-    if not path.startswith(".."):
-        return False
-    parts = [p for p in re.split(r"[\\/]", path) if p not in ("..", ".", "")]
-    return bool(parts) and parts[0] in _SCRIPT_DIRS
-
-
-def is_fingerprinted(path: str) -> bool:
-    """Whether a RECORD path takes part in the build fingerprint (and integrity checks)."""
-    if "__pycache__" in path or path.endswith((".pyc", ".pyo")):
-        return False  # also ../../../../prefix/...pyc: pip under PYTHONPYCACHEPREFIX
-    if path.startswith(".."):
-        return not is_script_row(path)
-    if "-info/" in path or "-info\\" in path:
-        head, _, base = path.replace("\\", "/").rpartition("/")
-        return not (head.endswith((".dist-info", ".egg-info")) and base in _DROPPED_DIST_INFO_FILES)
-    return True
-
-
-def parse_record(text: str) -> list[RecordRow]:
-    """RECORD rows (``path,sha256=...,size``); tolerates CRLF and short rows.
-
-    Rows without quotes (nearly all) are split directly, three times faster than
-    ``csv``; a quoted path (one holding a comma) goes through ``csv``.
-    """
-    rows: list[RecordRow] = []
-    append = rows.append
-    for line in text.replace("\r", "").split("\n"):
-        if not line:
-            continue
-        if '"' in line:
-            parsed = next(csv.reader([line]), [])
-            if not parsed or not parsed[0]:
-                continue
-            parsed += ["", ""]
-            append((parsed[0], parsed[1], parsed[2]))
-            continue
-        parts = line.split(",")
-        if len(parts) >= 3:
-            if parts[0]:
-                append((parts[0], parts[1], parts[2]))
-        elif parts[0]:
-            append((parts[0], parts[1] if len(parts) > 1 else "", ""))
-    return rows
-
-
-def fingerprint_record(rows: list[RecordRow]) -> str:
-    """sha256 over the sorted ``path,hash,size`` lines of already-filtered ``rows``.
-
-    Dropped: scripts (shebangs are rewritten per venv), ``__pycache__``/``.pyc``,
-    and INSTALLER, REQUESTED, RECORD, direct_url.json and uv_cache.json, which
-    say *how* it was installed rather than *what*. pip and uv installs of one
-    wheel give the same value; two builds of one version do not.
-    """
-    lines = sorted(",".join(r) for r in rows)
-    return "sha256:" + hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
 
 
 def parse_headers(text: str) -> dict[str, list[str]]:
@@ -286,7 +219,7 @@ def _read_folder(site_dir: str, meta_name: str, memo: RecordMemo | None) -> Inst
         tags = sorted(wheel.get("tag", []))
         build = _first(wheel, "build")
 
-    record: list[RecordRow] | None = None
+    record: RecordRows | None = None
     record_total = 0
     fingerprint = None
     record_mtime_ns = None
@@ -304,7 +237,7 @@ def _read_folder(site_dir: str, meta_name: str, memo: RecordMemo | None) -> Inst
                 with open(record_path, encoding="utf-8", errors="replace") as fh:
                     all_rows = parse_record(fh.read())
                 kept = [r for r in all_rows if is_fingerprinted(r[0])]
-                parsed = (len(all_rows), kept, fingerprint_record(kept))
+                parsed = (len(all_rows), RecordRows.of(kept), fingerprint_record(kept))
                 if memo is not None:
                     memo.put(record_path, key, parsed)
             record_total, record, fingerprint = parsed

@@ -13,6 +13,7 @@ import hashlib
 import os
 import stat
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from envguard.errors import InputError
@@ -111,6 +112,27 @@ def track(patterns: list[str], issues: list[ProbeIssue]) -> list[TrackedFile]:
             out[path] = TrackedFile(pattern=pattern, path=path, exists=True, size=size, md5=md5,
                                     sha256=sha)
     return [out[k] for k in sorted(out)]
+
+
+GIT_LOCATION_ENV = ("GIT_DIR", "GIT_WORK_TREE")
+"""Variables that tell git where the repository is, wherever the working directory lies."""
+
+
+def may_be_in_git_repo(cwd: str, env: Mapping[str, str]) -> bool:
+    """Whether git could find a work tree from ``cwd``: one of :data:`GIT_LOCATION_ENV` is
+    set, or ``cwd`` or a folder above it holds ``.git`` (a folder, or a file as in a linked
+    worktree or a submodule). Without either ``git rev-parse`` fails, so a snapshot outside
+    any repository starts no git at all (two processes, 5-10 ms of CPU)."""
+    if any(env.get(name) for name in GIT_LOCATION_ENV):
+        return True
+    folder = os.path.abspath(cwd)
+    while True:
+        if os.path.lexists(os.path.join(folder, ".git")):
+            return True
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return False
+        folder = parent
 
 
 def parse_git_status(result: CommandResult, root: str) -> GitState:

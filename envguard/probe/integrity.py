@@ -45,7 +45,7 @@ from envguard.probe.recordcheck import (
     file_kind,
     install_tree,
 )
-from envguard.probe.statahead import Ahead, StatQueue, unit_rows, units_of, worker_count
+from envguard.probe.statahead import Ahead, StatQueue, units_of, worker_count
 
 __all__ = ["MODES", "NOT_REGULAR", "OUTSIDE", "PendingCheck", "begin", "default_workers",
            "file_kind", "hash_file", "install_tree", "record_digest", "verify"]
@@ -171,8 +171,9 @@ class PendingCheck:
         files = size = tolerated = by_folder = 0
         issues: list[IntegrityIssue] = []
         jobs: list[_HashJob] = []
-        done = [(i.dist.name, check_rows(i.site_dir, i.record or [], i.record_mtime_ns,
-                                         hashing=hashing, known=known)) for i in self.own]
+        done = [(i.dist.name, check_rows(i.site_dir, i.record.rows() if i.record else [],
+                                         i.record_mtime_ns, hashing=hashing, known=known))
+                for i in self.own]
         if self.queue is not None:
             answers = self.queue.finish(self.queued)
             done.extend((self.queued[n], answers[n]) for n in sorted(answers))
@@ -188,7 +189,8 @@ class PendingCheck:
             i.dist.name for i in self.installed
             if i.record is None and not i.dist.metadata_dir.endswith(".egg-info")
         )
-        skipped = sum(i.record_total - len(i.record or ()) for i in with_record)
+        skipped = sum(i.record_total - (i.record.count if i.record else 0)
+                      for i in with_record)
         hashed_bytes = _hash_jobs(jobs, memo, self.workers, progress, issues) if jobs else 0
         issues.sort(key=lambda i: (i.package, i.path, i.problem))
         return Integrity(
@@ -252,13 +254,14 @@ def begin(installed: list[InstalledDist], mode: str, *, memo: HashMemo | None = 
         return pending
     if mode != "size":
         return pending
-    total = sum(len(i.record or ()) for i in with_record)
-    count = worker_count(total)
+    count = worker_count(sum(i.record.count for i in with_record if i.record))
     if count <= 0:
         return pending
-    units, names, size = [], [], unit_rows(total)
+    units, names = [], []
     for item in with_record:
-        more = units_of(item.site_dir, item.record or [], item.record_mtime_ns, size)
+        if item.record is None:
+            continue
+        more = units_of(item.site_dir, item.record, item.record_mtime_ns)
         units.extend(more)
         names.extend([item.dist.name] * len(more))
     try:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envguard.probe.memo.marshal_file import Key, stat_key
-from envguard.probe.memo.records import RecordRow
+from envguard.probe.recordfile import RecordRow
 
 NOT_REGULAR = "not-a-regular-file"
 OUTSIDE = "outside-install-tree"

@@ -30,14 +30,16 @@ from collections.abc import Collection
 from pathlib import Path
 
 from envguard.probe.background import Forked, fork_is_safe, usable_cpus
-from envguard.probe.memo.records import RecordMemo, RecordRow
+from envguard.probe.memo.records import CHUNK_ROWS, RecordMemo, RecordRows
 from envguard.probe.recordcheck import Checked, check_rows, decode, encode
 
-Unit = tuple[str, list[RecordRow], int | None]
-"""(site folder, a slice of one distribution's rows, when its RECORD was written)."""
+Unit = tuple[str, RecordRows, int, int | None, int]
+"""(site folder, one distribution's rows, the number of the chunk of them to check, when its
+RECORD was written, the chunk's row count)."""
 
-UNIT_ROWS = 512
-"""Rows per unit: about 1.5 ms of ``stat`` on a 2-core VM, small enough to balance."""
+UNIT_ROWS = CHUNK_ROWS
+"""Rows per unit, one chunk of :class:`~envguard.probe.memo.records.RecordRows`: about
+1.5 ms of ``stat`` on a 2-core VM, small enough to balance."""
 MAX_BATCHES = 1024
 """Numbers in the pipe, 4 bytes each: 1,024 fill one page, which every pipe holds (Linux
 shrinks a pipe to one page when a user holds too many), so writing them never blocks."""
@@ -47,16 +49,21 @@ MAX_WORKERS = 7
 
 
 def unit_rows(total: int) -> int:
-    """Rows per unit for ``total`` rows in all: :data:`UNIT_ROWS`, or more where that would
+    """Rows per batch for ``total`` rows in all: :data:`UNIT_ROWS`, or more where that would
     make more than :data:`MAX_BATCHES` batches."""
     return max(UNIT_ROWS, -(-total // (MAX_BATCHES - 1)))
 
 
-def units_of(site_dir: str, rows: list[RecordRow], installed_ns: int | None,
-             size: int = UNIT_ROWS) -> list[Unit]:
-    """One distribution's rows in units of at most ``size`` rows."""
-    return [(site_dir, rows[start:start + size], installed_ns)
-            for start in range(0, len(rows), size)]
+def units_of(site_dir: str, rows: RecordRows, installed_ns: int | None) -> list[Unit]:
+    """One distribution's rows in units, a chunk each."""
+    return [(site_dir, rows, number, installed_ns, size)
+            for number, size in enumerate(rows.chunk_sizes())]
+
+
+def check_unit(unit: Unit) -> Checked:
+    """The size-mode check of one unit's rows (a forked worker unpacks its chunks itself)."""
+    site_dir, rows, number, installed_ns, _ = unit
+    return check_rows(site_dir, rows.chunk_rows(number), installed_ns)
 
 
 def worker_count(rows: int) -> int:
@@ -73,12 +80,12 @@ class StatQueue:
 
     def __init__(self, units: list[Unit]) -> None:
         self.units = units
-        size = unit_rows(sum(len(u[1]) for u in units))
+        size = unit_rows(sum(u[4] for u in units))
         self.batches: list[list[int]] = [[]]
         rows = 0
         for number, unit in enumerate(units):
             self.batches[-1].append(number)
-            rows += len(unit[1])
+            rows += unit[4]
             if rows >= size:
                 self.batches.append([])
                 rows = 0
@@ -119,7 +126,7 @@ class StatQueue:
         """A worker's life: check batches until none is left; the answers as plain data."""
         done: list[tuple[int, tuple[object, ...]]] = []
         while (batch := self._take()) is not None:
-            done.extend((n, encode(check_rows(*self.units[n]))) for n in batch)
+            done.extend((n, encode(check_unit(self.units[n]))) for n in batch)
         return done
 
     def finish(self, wanted: Collection[int]) -> dict[int, Checked]:
@@ -130,7 +137,7 @@ class StatQueue:
             while (batch := self._take()) is not None:
                 for number in batch:
                     if number in wanted:
-                        results[number] = check_rows(*self.units[number])
+                        results[number] = check_unit(self.units[number])
             for worker in self.workers:
                 answer = worker.result()
                 for item in answer if isinstance(answer, list) else ():
@@ -142,7 +149,7 @@ class StatQueue:
                         continue
             for number in wanted:
                 if number not in results:
-                    results[number] = check_rows(*self.units[number])
+                    results[number] = check_unit(self.units[number])
         except BaseException:
             self.abandon()
             raise
@@ -168,24 +175,22 @@ class Ahead:
     def __init__(self, memo: RecordMemo) -> None:
         self.memo = memo
         self.queue: StatQueue | None = None
-        self._units: dict[str, tuple[list[RecordRow], int | None, range]] = {}
-        found = [f for f in memo.folder_records() if f[1]]
-        total = sum(len(rows) for _, rows, _ in found)
-        workers = worker_count(total)
+        self._units: dict[str, tuple[RecordRows, int | None, range]] = {}
+        found = [f for f in memo.folder_records() if f[1].count]
+        workers = worker_count(sum(rows.count for _, rows, _ in found))
         if not workers:
             return
-        size = unit_rows(total)
         units: list[Unit] = []
         for meta_dir, rows, installed_ns in found:
             first = len(units)
-            units.extend(units_of(os.path.dirname(meta_dir), rows, installed_ns, size))
+            units.extend(units_of(os.path.dirname(meta_dir), rows, installed_ns))
             self._units[meta_dir] = (rows, installed_ns, range(first, len(units)))
         self.queue = StatQueue(units)
         self.queue.fork(workers)
 
-    def units_for(self, meta_dir: str, rows: list[RecordRow] | None,
+    def units_for(self, meta_dir: str, rows: RecordRows | None,
                   installed_ns: int | None) -> range | None:
-        """The numbers of the units that check exactly ``rows`` (the very list the memo
+        """The numbers of the units that check exactly ``rows`` (the very object the memo
         handed the scan, with the same RECORD time), or None."""
         known = self._units.get(meta_dir) if self.queue is not None else None
         if known is None or rows is None or known[0] is not rows or known[1] != installed_ns:

@@ -161,7 +161,5 @@ def compat_key(
                  identity.triton_version, identity.triton_fingerprint, *sorted(gpu_names)):
         h.update(f"{part}\n".encode())
     if torch_item is not None and torch_item.record is not None:
-        for row in sorted(path + digest for path, digest, _ in torch_item.record
-                          if path.endswith(".py")):
-            h.update(row.encode())
+        h.update(torch_item.record.py_material())  # the sorted .py rows, kept by the memo
     return "sha256:" + h.hexdigest()

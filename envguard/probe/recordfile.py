@@ -1,0 +1,94 @@
+"""RECORD files: the row, parsing, which rows identify a build, and the build fingerprint.
+
+Stdlib only and light, so that the records memo (:mod:`envguard.probe.memo.records`) can
+parse a RECORD again before the rest of envguard is imported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+RecordRow = tuple[str, str, str]
+"""(path, ``algorithm=urlsafe-b64-digest``, size) as written in RECORD; empty strings allowed.
+"""
+
+_DROPPED_DIST_INFO_FILES = frozenset(
+    {"INSTALLER", "REQUESTED", "RECORD", "direct_url.json", "uv_cache.json"}
+)
+_SCRIPT_DIRS = frozenset({"bin", "Scripts"})
+
+
+def is_script_row(path: str) -> bool:
+    """A RECORD path outside site-packages in a scripts folder (``../../../bin/x``).
+
+    Installers rewrite these files' shebangs per environment, so their hashes differ
+    between pip and uv and between venvs of the same wheel.
+    """
+    if not path.startswith(".."):
+        return False
+    parts = [p for p in re.split(r"[\\/]", path) if p not in ("..", ".", "")]
+    return bool(parts) and parts[0] in _SCRIPT_DIRS
+
+
+def is_fingerprinted(path: str) -> bool:
+    """Whether a RECORD path takes part in the build fingerprint (and integrity checks)."""
+    if "__pycache__" in path or path.endswith((".pyc", ".pyo")):
+        return False  # also ../../../../prefix/...pyc: pip under PYTHONPYCACHEPREFIX
+    if path.startswith(".."):
+        return not is_script_row(path)
+    if "-info/" in path or "-info\\" in path:
+        head, _, base = path.replace("\\", "/").rpartition("/")
+        return not (head.endswith((".dist-info", ".egg-info")) and base in _DROPPED_DIST_INFO_FILES)
+    return True
+
+
+def parse_record(text: str) -> list[RecordRow]:
+    """RECORD rows (``path,sha256=...,size``); tolerates CRLF and short rows.
+
+    Rows without quotes (nearly all) are split directly, three times faster than
+    ``csv``; a quoted path (one holding a comma) goes through ``csv``.
+    """
+    rows: list[RecordRow] = []
+    append = rows.append
+    for line in text.replace("\r", "").split("\n"):
+        if not line:
+            continue
+        if '"' in line:
+            import csv  # only for a quoted path: not before the stat work starts
+
+            parsed = next(csv.reader([line]), [])
+            if not parsed or not parsed[0]:
+                continue
+            parsed += ["", ""]
+            append((parsed[0], parsed[1], parsed[2]))
+            continue
+        parts = line.split(",")
+        if len(parts) >= 3:
+            if parts[0]:
+                append((parts[0], parts[1], parts[2]))
+        elif parts[0]:
+            append((parts[0], parts[1] if len(parts) > 1 else "", ""))
+    return rows
+
+
+def fingerprinted_rows(record_path: str) -> list[RecordRow]:
+    """The rows of the RECORD at ``record_path`` that :func:`is_fingerprinted` keeps; none if
+    it cannot be read."""
+    try:
+        with open(record_path, encoding="utf-8", errors="replace") as fh:
+            return [r for r in parse_record(fh.read()) if is_fingerprinted(r[0])]
+    except OSError:
+        return []
+
+
+def fingerprint_record(rows: list[RecordRow]) -> str:
+    """sha256 over the sorted ``path,hash,size`` lines of already-filtered ``rows``.
+
+    Dropped: scripts (shebangs are rewritten per venv), ``__pycache__``/``.pyc``,
+    and INSTALLER, REQUESTED, RECORD, direct_url.json and uv_cache.json, which
+    say *how* it was installed rather than *what*. pip and uv installs of one
+    wheel give the same value; two builds of one version do not.
+    """
+    lines = sorted(",".join(r) for r in rows)
+    return "sha256:" + hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()

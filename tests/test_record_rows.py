@@ -1,0 +1,122 @@
+"""RECORD rows as the records memo keeps them (envguard.probe.memo.records.RecordRows):
+marshalled chunks, unpacked by whichever process checks them, parsed from RECORD again
+when a chunk is corrupt. Real venvs, a real memo file, real forked workers."""
+
+from __future__ import annotations
+
+import marshal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envguard.model import Snapshot
+from envguard.probe import SnapshotOptions, collect, statahead
+from envguard.probe.memo import records
+from envguard.probe.memo.records import RecordMemo, RecordRows, py_material, unpack_chunk
+from tests.wheelfactory import Venv, VenvFactory, build_wheel, fake_torch_files
+
+ROWS = [(f"pkg/m{n}.py", f"sha256=d{n}", str(n)) for n in range(1100)]
+
+
+def test_rows_pack_into_chunks_and_back() -> None:
+    packed = RecordRows.of(ROWS).packed()
+    count, size, chunks, material = packed
+    assert (count, size, len(chunks)) == (1100, 512, 3) and material == py_material(ROWS)
+    back = RecordRows.unpacked(packed)
+    assert back.chunk_sizes() == [512, 512, 76]
+    assert back.chunk_rows(2) == ROWS[1024:]
+    assert back.rows() == ROWS and back == RecordRows.of(ROWS) and len(back) == 1100
+
+
+@pytest.mark.parametrize("value", [
+    (1100, 512, [b"x"], b""),  # fewer chunks than rows need
+    (1, 0, [b"x"], b""),
+    (1, 512, ["not bytes"], b""),
+    (1, 512, [b"x"], "not bytes"),
+    ([1], 512, [b"x"], b""),
+    (1, [b"x"], b""),  # the shape of a memo without the chunk size
+])
+def test_a_packed_value_of_another_shape_is_refused(value: Any) -> None:
+    with pytest.raises(ValueError, match="not packed RECORD rows"):
+        RecordRows.unpacked(value)
+
+
+@pytest.mark.parametrize("chunk", [b"garbage", marshal.dumps([("a", "b")]),
+                                   marshal.dumps({"a": 1}), marshal.dumps([("a", "b", 3)])])
+def test_a_corrupt_chunk_is_refused_and_the_rows_are_read_again(chunk: bytes) -> None:
+    with pytest.raises(ValueError, match="corrupt RECORD chunk"):
+        unpack_chunk(chunk)
+    rows = RecordRows(2, [chunk], b"", reread=lambda: ROWS[:2])
+    assert rows.chunk_rows(0) == ROWS[:2] and rows.rows() == ROWS[:2]
+    with pytest.raises(ValueError):
+        RecordRows(2, [chunk], b"").rows()
+
+
+@pytest.fixture
+def env(venvs: VenvFactory, wheel_dir: Path) -> Venv:
+    made = venvs.create()
+    venvs.uv_install(made, build_wheel(wheel_dir, "torch", "2.11.0+cu128", fake_torch_files()),
+                     build_wheel(wheel_dir, "tiny", "1.0", {"tiny/__init__.py": "x = 1\n",
+                                                           "tiny/data.txt": "data\n"}))
+    return made
+
+
+def _snapshot(env: Venv, memo_root: Path) -> Snapshot:
+    return collect(SnapshotOptions(python=str(env.python), memo_root=memo_root, git=False,
+                                   use_project_config=False, remember_caches=False))
+
+
+def _corrupt_chunks(memo_file: Path) -> int:
+    """Replace every chunk of every folder entry with garbage of the right type."""
+    tag, entries = marshal.loads(memo_file.read_bytes())  # noqa: S302 - a test memo
+    spoiled = 0
+    for name, (key, value) in entries.items():
+        if name.startswith("folder:") and value[12] is not None:
+            count, size, chunks, material = value[12]
+            value = (*value[:12], (count, size, [b"garbage"] * len(chunks), material),
+                     *value[13:])
+            entries[name] = (key, value)
+            spoiled += 1
+    memo_file.write_bytes(marshal.dumps((tag, entries)))
+    return spoiled
+
+
+@pytest.mark.usefixtures("fork_always")
+@pytest.mark.parametrize("ahead", [True, False])
+def test_a_memo_with_corrupt_chunks_still_checks_every_file(env: Venv, tmp_path: Path,
+                                                           ahead: bool) -> None:
+    memo = tmp_path / "memo"
+    clean = _snapshot(env, memo)
+    memo_file = RecordMemo.for_prefix_path(str(env.path), memo)
+    assert _corrupt_chunks(memo_file) >= 2
+    (env.site_packages() / "tiny" / "data.txt").write_text("changed, and longer\n")
+    if ahead:
+        statahead.start(str(env.path), memo)  # the workers meet the corrupt chunks first
+    now = _snapshot(env, memo)
+    assert ("tiny", "tiny/data.txt", "size") in {
+        (i.package, i.path, i.problem) for i in now.integrity.issues}
+    assert now.integrity.checked_files == clean.integrity.checked_files
+    assert now.torch.compat_key == clean.torch.compat_key
+
+
+def test_a_memo_packed_with_another_chunk_size_is_read_as_written() -> None:
+    packed = RecordRows(len(ROWS), None, rows=ROWS, size=100).packed()
+    assert packed[1] == 100 and len(packed[2]) == 11
+    back = RecordRows.unpacked(packed)
+    assert back.chunk_sizes() == [100] * 11 and back.chunk_rows(10) == ROWS[1000:]
+
+
+def test_the_scan_hands_out_the_rows_the_stat_work_started_on(env: Venv,
+                                                              tmp_path: Path) -> None:
+    memo_root = tmp_path / "memo"
+    _snapshot(env, memo_root)
+    memo = RecordMemo.for_prefix(str(env.path), memo_root)
+    early = {meta_dir: rows for meta_dir, rows, _ in memo.folder_records()}
+    from envguard.probe import distributions
+
+    found, _ = distributions.scan([str(env.site_packages())], memo)
+    for item in found:
+        meta_dir = f"{item.site_dir}/{item.dist.metadata_dir}"
+        assert item.record is early[meta_dir]  # the very object: claimed by identity
+    assert records.RecordMemo.TAG[1] == 3
