@@ -138,9 +138,10 @@ def test_a_prefetched_probe_is_the_one_probe_python_reads(venvs: VenvFactory) ->
     interpreter.prefetch(str(env.python))
     exe = resolve_python(str(env.python))
     started = interpreter._PREFETCHED[exe]
-    assert isinstance(started, subprocess.Popen)  # a real process, already running
+    assert isinstance(started, tuple)
+    assert isinstance(started[0], subprocess.Popen)  # a real process, already running
     assert interpreter.probe_python(str(env.python)).facts == fresh.facts
-    assert exe not in interpreter._PREFETCHED and started.returncode == 0
+    assert exe not in interpreter._PREFETCHED and started[0].returncode == 0
 
 
 def test_prefetch_never_raises_and_skips_this_interpreter(tmp_path: Path) -> None:
@@ -166,4 +167,5 @@ def test_an_unread_prefetched_probe_is_ended_at_exit(venvs: VenvFactory, tmp_pat
     started = interpreter._PREFETCHED[resolve_python(str(env.python))]
     interpreter._discard_prefetched()  # what atexit runs
     assert not interpreter._PREFETCHED
-    assert isinstance(started, subprocess.Popen) and started.returncode is not None
+    assert isinstance(started, tuple) and isinstance(started[0], subprocess.Popen)
+    assert started[0].returncode is not None

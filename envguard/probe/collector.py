@@ -142,7 +142,8 @@ def collect(options: SnapshotOptions, progress: Progress | None = None) -> Snaps
         mark = now
 
     memo_root = options.memo_root or memo_dir()
-    target = probe_python(options.python) if options.python else probe_self()
+    target = (probe_python(options.python, memo_root if options.use_memo else None)
+              if options.python else probe_self())
     lap("interpreter")
 
     installed, ahead = _scan(target, options, memo_root, issues)

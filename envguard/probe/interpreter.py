@@ -13,13 +13,16 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envguard.errors import ProbeError
 from envguard.frozen import frozen
+from envguard.paths import memo_dir
 from envguard.probe import _inprocess
-from envguard.probe.commands import CommandResult, finish, run, start, stop
+from envguard.probe.commands import CommandResult, finish, start, stop
+from envguard.probe.memo import facts as facts_memo
 
 if TYPE_CHECKING:
     from envguard.model import Interpreter
@@ -105,21 +108,31 @@ def _probe_argv(exe: str) -> list[str]:
     return [exe, str(Path(_inprocess.__file__))]
 
 
-_PREFETCHED: dict[str, subprocess.Popen[bytes] | CommandResult] = {}
+_Started = tuple[subprocess.Popen[bytes] | CommandResult, tuple[Any, ...], int]
+"""A probe under way: the process, the memo key when it started, and when."""
+_PREFETCHED: dict[str, _Started | dict[str, Any]] = {}
 
 
-def prefetch(python: str) -> None:
-    """Start probing ``python`` now, in the background; :func:`probe_python` of the same
-    interpreter later reads its answer instead of starting another. A command calls this
-    as soon as it knows its environment, so that the probe (25-80 ms: another interpreter
-    starting) overlaps with the import of envguard's own modules. Never raises: a problem
-    is reported by :func:`probe_python`."""
+def _start(exe: str) -> _Started:
+    key = facts_memo.interpreter_key(exe, os.environ)
+    return start(_probe_argv(exe)), key, time.time_ns()
+
+
+def prefetch(python: str, memo_root: Path | None = None) -> None:
+    """Start probing ``python`` now, in the background, unless the memo holds its answer
+    (:mod:`envguard.probe.memo.facts`); :func:`probe_python` of the same interpreter later
+    reads that answer instead of starting another. A command calls this as soon as it knows
+    its environment, so that the probe (25-80 ms: another interpreter starting) overlaps
+    with the import of envguard's own modules. Never raises: a problem is reported by
+    :func:`probe_python`."""
     try:
         exe = resolve_python(python)
     except ProbeError:
         return
-    if exe not in _PREFETCHED and not is_current_interpreter(exe):
-        _PREFETCHED[exe] = start(_probe_argv(exe))
+    if exe in _PREFETCHED or is_current_interpreter(exe):
+        return
+    known = facts_memo.lookup(exe, os.environ, memo_root or memo_dir())
+    _PREFETCHED[exe] = known if known is not None else _start(exe)
 
 
 @atexit.register
@@ -127,22 +140,29 @@ def _discard_prefetched() -> None:
     """At exit: end the probes nobody read (the command failed before it probed)."""
     while _PREFETCHED:
         _, started = _PREFETCHED.popitem()
-        if isinstance(started, subprocess.Popen):
-            stop(started)
+        if isinstance(started, tuple) and isinstance(started[0], subprocess.Popen):
+            stop(started[0])
 
 
-def probe_python(python: str) -> Target:
+def probe_python(python: str, memo_root: Path | None = None) -> Target:
     """Run the stdlib-only probe under ``python``; raise ProbeError if it cannot run.
 
     When ``python`` is the interpreter envguard runs in, the facts are gathered in
-    this process instead: a second interpreter start costs 10-80 ms.
+    this process instead: a second interpreter start costs 10-80 ms. With ``memo_root``,
+    an answer kept there (:mod:`envguard.probe.memo.facts`) is used while nothing it
+    depends on has changed, and a new answer is kept.
     """
     exe = resolve_python(python)
     if is_current_interpreter(exe):
         return probe_self()
     started = _PREFETCHED.pop(exe, None)
-    result = (finish(started, timeout=PROBE_TIMEOUT_S) if started is not None
-              else run(_probe_argv(exe), timeout=PROBE_TIMEOUT_S))
+    if started is None and memo_root is not None:
+        started = facts_memo.lookup(exe, os.environ, memo_root)
+    if isinstance(started, dict):
+        check_ran_as(exe, started)
+        return Target(facts=started)
+    process, key, started_ns = started if started is not None else _start(exe)
+    result = finish(process, timeout=PROBE_TIMEOUT_S)
     if not result.ok:
         raise ProbeError(f"cannot probe {exe}: {result.error}")
     try:
@@ -152,6 +172,8 @@ def probe_python(python: str) -> Target:
     if not isinstance(facts, dict) or "sys_path" not in facts:
         raise ProbeError(f"cannot probe {exe}: unexpected probe output")
     check_ran_as(exe, facts)
+    if memo_root is not None:
+        facts_memo.remember(exe, os.environ, memo_root, facts, key, started_ns)
     return Target(facts=facts)
 
 

@@ -1,0 +1,110 @@
+"""The interpreter probe's answer, kept until anything it depends on changes.
+
+Probing another interpreter means starting it: 15-80 ms of CPU (its ``site`` runs every
+``.pth`` file) that a snapshot on a 2-core machine would otherwise take from the RECORD
+check. The answer (:func:`envguard.probe._inprocess.collect`) depends only on:
+
+- the interpreter: the path it is started as, and the binary behind it;
+- the venv's ``pyvenv.cfg``;
+- the environment variables ``site`` and the probe read (every ``PYTHON*``, ``HOME``,
+  ``TMPDIR``/``TEMP``/``TMP``, ``LOGNAME``/``USER``/``LNAME``/``USERNAME``), the user and
+  the working directory;
+- the folders on its ``sys.path``: their own times (a ``.pth`` file added or removed),
+  and every ``.pth`` file and ``sitecustomize``/``usercustomize`` module in them.
+
+All of it is the key, checked at every use (about 1 ms: one listing a folder, one ``stat``
+a file). uv keeps its interpreter answers by the executable's path and modification time
+alone; this key is stricter. What it cannot see is an edit written into a module that a
+``.pth`` file imports; a snapshot with ``use_memo=False`` always probes afresh.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from envguard.probe.memo import marshal_file
+from envguard.probe.memo.marshal_file import Key, stat_key
+
+TAG = ("envguard-interpreter", 1)
+ENV_NAMES = frozenset({"HOME", "TMPDIR", "TEMP", "TMP", "LOGNAME", "USER", "LNAME",
+                       "USERNAME"})
+"""Variables the probe reads besides ``PYTHON*``."""
+_SITE_MODULES = ("sitecustomize.py", "usercustomize.py")
+RECENT_NS = 2_000_000_000
+"""A folder or file changed this close to the probe's start may have changed during it."""
+
+
+def _stat(path: str, *, follow: bool = True) -> Key | None:
+    try:
+        return stat_key(os.stat(path) if follow else os.lstat(path))
+    except (OSError, ValueError):
+        return None
+
+
+def interpreter_key(exe: str, env: Mapping[str, str]) -> tuple[Any, ...]:
+    """Everything but the folders on ``sys.path`` that the answer for ``exe`` depends on."""
+    prefix = os.path.dirname(os.path.dirname(os.path.abspath(exe)))
+    return (exe, _stat(exe, follow=False), os.path.realpath(exe), _stat(exe),
+            _stat(os.path.join(prefix, "pyvenv.cfg")),
+            tuple(sorted((k, v) for k, v in env.items()
+                         if k.startswith("PYTHON") or k in ENV_NAMES)),
+            getattr(os, "getuid", lambda: None)(), getattr(os, "geteuid", lambda: None)(),
+            os.getcwd())
+
+
+def folders_state(folders: list[str]) -> tuple[Any, ...]:
+    """Each folder's stat key, and those of its ``.pth`` files and site modules."""
+    state: list[Any] = []
+    for folder in folders:
+        try:
+            names = sorted(n for n in os.listdir(folder)
+                           if n.endswith(".pth") or n in _SITE_MODULES)
+        except OSError:
+            state.append((folder, _stat(folder), None))
+            continue
+        state.append((folder, _stat(folder),
+                      tuple((n, _stat(os.path.join(folder, n))) for n in names)))
+    return tuple(state)
+
+
+def _folders(facts: dict[str, Any]) -> list[str]:
+    seen = [str(p) for p in [*facts.get("sys_path", []), *facts.get("site_packages", [])]]
+    return sorted(set(seen))
+
+
+def _path(exe: str, memo_root: Path) -> Path:
+    name = hashlib.sha256(exe.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return memo_root / f"interpreter-{name}.marshal"
+
+
+def lookup(exe: str, env: Mapping[str, str], memo_root: Path) -> dict[str, Any] | None:
+    """The probe's last answer for ``exe`` if nothing it depends on has changed since."""
+    entries, _ = marshal_file.load(_path(exe, memo_root), TAG)
+    hit = entries.get(exe)
+    if type(hit) is not tuple or len(hit) != 3 or type(hit[2]) is not dict:
+        return None
+    key, state, facts = hit
+    if key != interpreter_key(exe, env) or state != folders_state(_folders(facts)):
+        return None
+    known: dict[str, Any] = facts
+    return known
+
+
+def remember(exe: str, env: Mapping[str, str], memo_root: Path, facts: dict[str, Any],
+             key: tuple[Any, ...], started_ns: int) -> str | None:
+    """Keep ``facts``, the answer of a probe started at ``started_ns`` when the key was
+    ``key``. Nothing is kept if the key changed meanwhile, or if a folder or file of the
+    state was touched since the probe started (a change it may not have seen); an error
+    message instead of raising."""
+    state = folders_state(_folders(facts))
+    recent = started_ns - RECENT_NS
+    if key != interpreter_key(exe, env) or any(
+            k is not None and k[1] >= recent  # the modification time
+            for _, folder_key, files in state
+            for k in (folder_key, *(f for _, f in files or ()))):
+        return None
+    return marshal_file.save(_path(exe, memo_root), TAG, {exe: (key, state, facts)})

@@ -1,0 +1,127 @@
+"""The interpreter probe's answer kept in the memo (envguard.probe.memo.facts): used while
+nothing it depends on changes, probed afresh as soon as something does. Real venvs, real
+probes; a spy counts the interpreters started (nothing is mocked)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envguard.probe import interpreter
+from envguard.probe.memo import facts
+from tests.wheelfactory import Venv, VenvFactory
+
+
+class _Probes:
+    """Counts the probes started (the real ``start`` still runs)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        real = interpreter.start
+
+        def spy(*args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(interpreter, "start", spy)
+
+
+def _age(paths: list[Path], seconds: int = 60) -> None:
+    """Folders and files as if written a minute ago (a probe does not keep an answer about
+    folders touched just before it started)."""
+    then = time.time() - seconds
+    for path in paths:
+        os.utime(path, (then, then))
+
+
+@pytest.fixture
+def env(venvs: VenvFactory) -> Venv:
+    made = venvs.create()
+    _age([made.site_packages(), made.path / "pyvenv.cfg"])
+    return made
+
+
+def _probe(env: Venv, memo: Path) -> dict[str, Any]:
+    return interpreter.probe_python(str(env.python), memo).facts
+
+
+def test_an_unchanged_interpreter_is_probed_once(env: Venv, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    probes = _Probes(monkeypatch)
+    first = _probe(env, tmp_path)
+    again = _probe(env, tmp_path)
+    assert probes.count == 1 and again == first
+    # The command's early start reads the memo too, and starts no interpreter.
+    interpreter.prefetch(str(env.python), tmp_path)
+    assert interpreter.probe_python(str(env.python)).facts == first and probes.count == 1
+    assert interpreter.probe_python(str(env.python), None).facts == first  # no memo: probed
+    assert probes.count == 2
+
+
+def _add_pth(env: Venv, extra: Path) -> None:
+    (env.site_packages() / "extra.pth").write_text(f"{extra}\n")
+
+
+def _edit_pth(env: Venv, extra: Path) -> None:
+    pth = env.site_packages() / "keep.pth"
+    with open(pth, "a") as fh:  # written in place: the folder keeps its time
+        fh.write(f"{extra}\n")
+
+
+def _pythonpath(env: Venv, extra: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(extra))
+
+
+def _system_site(env: Venv, extra: Path) -> None:
+    cfg = env.path / "pyvenv.cfg"
+    cfg.write_text(cfg.read_text().replace("include-system-site-packages = false",
+                                           "include-system-site-packages = true"))
+
+
+@pytest.mark.parametrize("change", ["add_pth", "edit_pth", "pythonpath", "system_site"])
+def test_a_change_to_what_sys_path_depends_on_is_probed_afresh(
+        env: Venv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str) -> None:
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    (env.site_packages() / "keep.pth").write_text("")
+    _age([env.site_packages(), env.site_packages() / "keep.pth"])
+    memo = tmp_path / "memo"
+    before = _probe(env, memo)
+    assert facts.lookup(interpreter.resolve_python(str(env.python)), os.environ, memo)
+    if change == "add_pth":
+        _add_pth(env, extra)
+    elif change == "edit_pth":
+        _edit_pth(env, extra)
+    elif change == "pythonpath":
+        _pythonpath(env, extra, monkeypatch)
+    else:
+        _system_site(env, extra)
+    after = _probe(env, memo)
+    assert after["sys_path"] != before["sys_path"]
+    if change != "system_site":
+        assert str(extra) in after["sys_path"]
+
+
+def test_no_answer_is_kept_about_folders_touched_as_the_probe_started(
+        venvs: VenvFactory, tmp_path: Path) -> None:
+    fresh = venvs.create()  # its site-packages was written a moment ago
+    exe = interpreter.resolve_python(str(fresh.python))
+    interpreter.probe_python(str(fresh.python), tmp_path)
+    assert facts.lookup(exe, os.environ, tmp_path) is None
+    _age([fresh.site_packages(), fresh.path / "pyvenv.cfg"])
+    interpreter.probe_python(str(fresh.python), tmp_path)
+    assert facts.lookup(exe, os.environ, tmp_path) is not None
+
+
+def test_a_corrupt_or_foreign_memo_is_a_miss(env: Venv, tmp_path: Path) -> None:
+    exe = interpreter.resolve_python(str(env.python))
+    _probe(env, tmp_path)
+    (memo_file,) = tmp_path.glob("interpreter-*.marshal")
+    memo_file.write_bytes(b"\xffgarbage")
+    assert facts.lookup(exe, os.environ, tmp_path) is None
+    assert _probe(env, tmp_path)["prefix"] == str(env.path)  # probed again, and kept
+    assert facts.lookup(exe, os.environ, tmp_path) is not None
