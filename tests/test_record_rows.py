@@ -5,6 +5,7 @@ when a chunk is corrupt. Real venvs, a real memo file, real forked workers."""
 from __future__ import annotations
 
 import marshal
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,13 @@ import pytest
 from envguard.model import Snapshot
 from envguard.probe import SnapshotOptions, collect, statahead
 from envguard.probe.memo import records
-from envguard.probe.memo.records import RecordMemo, RecordRows, py_material, unpack_chunk
+from envguard.probe.memo.records import (
+    RecordMemo,
+    RecordRows,
+    pack_chunk,
+    py_material,
+    unpack_chunk,
+)
 from tests.wheelfactory import Venv, VenvFactory, build_wheel, fake_torch_files
 
 ROWS = [(f"pkg/m{n}.py", f"sha256=d{n}", str(n)) for n in range(1100)]
@@ -42,11 +49,21 @@ def test_a_packed_value_of_another_shape_is_refused(value: Any) -> None:
         RecordRows.unpacked(value)
 
 
-@pytest.mark.parametrize("chunk", [b"garbage", marshal.dumps([("a", "b")]),
-                                   marshal.dumps({"a": 1}), marshal.dumps([("a", "b", 3)])])
+def _checked(payload: bytes) -> bytes:
+    """A chunk with a valid checksum around any payload (what only a forger writes)."""
+    return zlib.crc32(payload).to_bytes(4, "little") + payload
+
+
+@pytest.mark.parametrize("chunk", [
+    b"", b"garbage", marshal.dumps([("a", "b", "c")]),  # no checksum
+    pack_chunk([("a", "b", "c")])[:-1] + b"x",  # one byte damaged
+    _checked(b"\xffnot marshal"), _checked(marshal.dumps([("a", "b")])),
+    _checked(marshal.dumps({"a": 1})), _checked(marshal.dumps([["a", "b", "c"]])),
+])
 def test_a_corrupt_chunk_is_refused_and_the_rows_are_read_again(chunk: bytes) -> None:
     with pytest.raises(ValueError, match="corrupt RECORD chunk"):
         unpack_chunk(chunk)
+    assert unpack_chunk(pack_chunk(ROWS[:2])) == ROWS[:2]
     rows = RecordRows(2, [chunk], b"", reread=lambda: ROWS[:2])
     assert rows.chunk_rows(0) == ROWS[:2] and rows.rows() == ROWS[:2]
     with pytest.raises(ValueError):
@@ -119,4 +136,4 @@ def test_the_scan_hands_out_the_rows_the_stat_work_started_on(env: Venv,
     for item in found:
         meta_dir = f"{item.site_dir}/{item.dist.metadata_dir}"
         assert item.record is early[meta_dir]  # the very object: claimed by identity
-    assert records.RecordMemo.TAG[1] == 3
+    assert records.RecordMemo.TAG[1] == 4
