@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from datetime import datetime, timezone
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def _default_snapshot_path() -> Path:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     path = SNAPSHOT_DIR / f"{stamp}.json"
     n = 1
     while path.exists():

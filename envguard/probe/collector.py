@@ -10,7 +10,6 @@ import dataclasses
 import os
 import time
 from collections.abc import Mapping
-from datetime import datetime, timezone
 from pathlib import Path
 
 from envguard.errors import InputError
@@ -129,7 +128,9 @@ def _finish_verify(pending: integrity.PendingCheck, progress: Progress | None,
 def collect(options: SnapshotOptions, progress: Progress | None = None) -> Snapshot:
     """Snapshot the target environment. Raises only if the interpreter cannot be probed."""
     started = time.perf_counter()
-    created = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    now_ns = time.time_ns()  # as datetime's "%Y-%m-%dT%H:%M:%S.%fZ", without importing it
+    created = (time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now_ns // 10**9))
+               + f".{now_ns // 1000 % 10**6:06d}Z")
     env = options.env if options.env is not None else os.environ
     issues: list[ProbeIssue] = []
     timings: dict[str, float] = {}

@@ -8,7 +8,6 @@ md5 is recorded because that is what people compare by hand with ``md5sum``.
 from __future__ import annotations
 
 import errno
-import glob
 import hashlib
 import os
 import stat
@@ -19,11 +18,6 @@ from pathlib import Path
 from envguard.errors import InputError
 from envguard.model import Files, GitState, ProbeIssue, TrackedFile
 from envguard.probe.commands import CommandResult
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised only on Python 3.10
-    import tomli as tomllib
 
 _CHUNK = 1 << 20
 MAX_DIRTY = 500
@@ -44,6 +38,10 @@ def project_config(pyproject: Path) -> tuple[list[str], list[str]]:
     """
     from envguard.input_file import read_input
 
+    if sys.version_info >= (3, 11):  # imported here: most snapshots find no pyproject.toml
+        import tomllib
+    else:  # pragma: no cover - exercised only on Python 3.10
+        import tomli as tomllib
     try:
         data = tomllib.loads(read_input(pyproject, what="pyproject.toml").decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
@@ -82,6 +80,10 @@ def digest_file(path: str) -> tuple[int, str, str]:
 
 
 def track(patterns: list[str], issues: list[ProbeIssue]) -> list[TrackedFile]:
+    if not patterns:
+        return []
+    import glob  # here: most snapshots track no files
+
     out: dict[str, TrackedFile] = {}
     for pattern in patterns:
         matches = sorted(glob.glob(pattern, recursive=True)) if glob.has_magic(pattern) else [

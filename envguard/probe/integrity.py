@@ -23,7 +23,6 @@ end. A symlink to a regular file elsewhere is checked like the file (installers 
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import os
 import stat
@@ -68,6 +67,8 @@ class _HashJob:
 
 def record_digest(digest: bytes) -> str:
     """A digest as RECORD writes it: urlsafe base64 without padding."""
+    import base64  # here: only hashing needs it
+
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
 

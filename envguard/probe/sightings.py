@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime, timezone
+import time
 from pathlib import Path
 
 from envguard.errors import InputError, OutputError
@@ -74,7 +74,7 @@ def remember(seen: list[tuple[str, str, str | None]], root: Path | None = None) 
         return False
     state = load(root)
     changed = False
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     for path, key, version in seen:
         if seen_under(state, path, key):
             continue
