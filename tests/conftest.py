@@ -78,11 +78,11 @@ def small_shares(monkeypatch: pytest.MonkeyPatch) -> None:
     """Share the RECORD check's stat work for any number of rows, as if on 4 cores (real
     forks, real stat calls): :mod:`envguard.probe.statahead`."""
     from envguard.probe import statahead
-    from envguard.probe.memo import records
+    from envguard.probe.memo import rows
 
     monkeypatch.setattr(statahead, "FORK_MIN_ROWS", 1)
     monkeypatch.setattr(statahead, "UNIT_ROWS", 2)
-    monkeypatch.setattr(records, "CHUNK_ROWS", 2)
+    monkeypatch.setattr(rows, "CHUNK_ROWS", 2)
     monkeypatch.setattr(statahead, "usable_cpus", lambda: 4)
 
 

@@ -8,10 +8,21 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from envguard.probe import distributions, integrity, recordcheck
+from envguard.model import Snapshot
+from envguard.probe import (
+    SnapshotOptions,
+    collect,
+    distributions,
+    integrity,
+    recordcheck,
+    statahead,
+)
+from envguard.probe.memo import rows as memo_rows
+from envguard.probe.memo.records import RecordMemo
 from envguard.probe.recordcheck import Checked, check_rows, decode, encode, header_folder
 from tests.wheelfactory import Venv, VenvFactory, build_wheel
 
@@ -145,3 +156,62 @@ def test_no_folder_vouches_without_the_install_time(tmp_path: Path) -> None:
     assert check_rows(str(tmp_path), rows, time.time_ns() + 10**10).by_folder == 1
     assert check_rows(str(tmp_path), rows, time.time_ns() - 10**11).by_folder == 0
     assert recordcheck.MTIME_SLACK_NS > 0
+
+
+# -- the records memo's layout: chunks of header rows checked by their folders alone ---------
+
+def _snap(env: Venv, memo_root: Path, **changes: Any) -> Snapshot:
+    return collect(SnapshotOptions(python=str(env.python), memo_root=memo_root, git=False,
+                                   use_project_config=False, remember_caches=False, **changes))
+
+
+def _edit_in_place(header: Path) -> None:
+    with open(header, "a") as fh:
+        fh.write("void add2();\n")
+
+
+@pytest.mark.usefixtures("fork_always")
+@pytest.mark.parametrize("change", [None, _remove, _replace, _fifo, _edit_in_place])
+def test_the_memo_s_header_chunks_agree_with_a_fresh_check(env: Venv, tmp_path: Path,
+                                                           change: Any) -> None:
+    memo = tmp_path / "memo"
+    _snap(env, memo)  # writes the records memo, header rows laid out by folder
+    if change is not None:
+        change(env.site_packages() / "kern/include/kern/ops/add.h")
+    statahead.start(str(env.path), memo)  # as the CLI does: workers on the memo's chunks
+    via_memo = _snap(env, memo)
+    fresh = _snap(env, tmp_path / "no-memo", use_memo=False)
+    assert via_memo.integrity == fresh.integrity
+    assert via_memo.integrity.checked_by_folder == (1 if change not in (None, _edit_in_place)
+                                                    else 3)
+
+
+def test_a_chunk_of_unchanged_header_folders_is_not_unpacked(
+        env: Venv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(memo_rows, "CHUNK_ROWS", 1)
+    memo = tmp_path / "memo"
+    _snap(env, memo)
+    unpacked: list[bytes] = []
+    real = memo_rows.unpack_chunk
+
+    def spy(chunk: bytes) -> list[Any]:
+        unpacked.append(chunk)
+        return real(chunk)
+
+    monkeypatch.setattr(memo_rows, "unpack_chunk", spy)
+
+    def check() -> tuple[int, int, int]:
+        unpacked.clear()
+        loaded = RecordMemo.for_prefix(str(env.path), memo)
+        ((meta_dir, rows, installed_ns),) = [f for f in loaded.folder_records()
+                                             if "kern-1.0" in f[0]]
+        units = statahead.units_of(os.path.dirname(meta_dir), rows, installed_ns)
+        assert sum(rows.chunk_summary(n) is not None for n in range(len(units))) == 3
+        return (sum(statahead.check_unit(u).by_folder for u in units), len(unpacked),
+                len(units) - 3)
+
+    by_folder, reads, to_stat = check()
+    assert by_folder == 3 and reads == to_stat >= 2  # no header chunk was unpacked
+    _replace(env.site_packages() / "kern/include/kern/ops/add.h")
+    by_folder, reads, to_stat = check()
+    assert by_folder == 1 and reads == to_stat + 2  # ops/ changed: its two chunks are read

@@ -1,6 +1,7 @@
-"""RECORD rows as the records memo keeps them (envguard.probe.memo.records.RecordRows):
-marshalled chunks, unpacked by whichever process checks them, parsed from RECORD again
-when a chunk is corrupt. Real venvs, a real memo file, real forked workers."""
+"""RECORD rows as the records memo keeps them (envguard.probe.memo.rows.RecordRows):
+checksummed chunks in a layout (rows to stat, then header rows by folder), unpacked by
+whichever process checks them, parsed from RECORD again when a chunk is corrupt. Real
+venvs, a real memo file, real forked workers."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ import pytest
 from envguard.model import Snapshot
 from envguard.probe import SnapshotOptions, collect, statahead
 from envguard.probe.memo import records
-from envguard.probe.memo.records import (
-    RecordMemo,
+from envguard.probe.memo.records import RecordMemo
+from envguard.probe.memo.rows import (
     RecordRows,
+    layout,
     pack_chunk,
     py_material,
     unpack_chunk,
@@ -24,25 +26,48 @@ from envguard.probe.memo.records import (
 from tests.wheelfactory import Venv, VenvFactory, build_wheel, fake_torch_files
 
 ROWS = [(f"pkg/m{n}.py", f"sha256=d{n}", str(n)) for n in range(1100)]
+HEADERS = [(f"pkg/include/{d}/h{n}.h", f"sha256=h{d}{n}", "7") for d in "abc" for n in range(300)]
+MIXED = [r for pair in zip(ROWS[:900], HEADERS, strict=True) for r in pair] + ROWS[900:]
 
 
 def test_rows_pack_into_chunks_and_back() -> None:
     packed = RecordRows.of(ROWS).packed()
-    count, size, chunks, material = packed
+    count, size, chunks, counts, summaries, material = packed
     assert (count, size, len(chunks)) == (1100, 512, 3) and material == py_material(ROWS)
+    assert counts == [512, 512, 76] and summaries == [None, None, None]
     back = RecordRows.unpacked(packed)
     assert back.chunk_sizes() == [512, 512, 76]
     assert back.chunk_rows(2) == ROWS[1024:]
     assert back.rows() == ROWS and back == RecordRows.of(ROWS) and len(back) == 1100
 
 
+def test_header_rows_are_laid_out_by_folder_after_the_rows_to_stat() -> None:
+    odd = [("pkg/include/a/loader.py", "sha256=p", "1"),  # loaded by Python: stat'ed
+           ("pkg/include/a/nohash.h", "", ""),  # tolerated: neither hash nor size
+           ("../../../include/site/x.h", "sha256=s", "1"),  # leaves site-packages
+           ("/usr/include/y.h", "sha256=t", "1")]  # absolute
+    ordered, counts, summaries = layout(MIXED + odd, 512)
+    assert ordered[:1104] == ROWS + odd and sorted(ordered[1104:]) == sorted(HEADERS)
+    assert counts == [512, 512, 512, 468] and sum(counts) == len(MIXED) + 4
+    assert summaries[:3] == [None, None, None]  # chunk 2: rows to stat and headers: stat'ed
+    assert summaries[3] == (("pkg/include/b", 168), ("pkg/include/c", 300))
+    back = RecordRows.unpacked(RecordRows.of(MIXED + odd).packed())
+    assert back == RecordRows.of(MIXED + odd)
+    assert [back.chunk_summary(n) for n in range(4)] == summaries
+    assert [back.chunk_rows(n) for n in range(4)] == [
+        ordered[a:a + 512] for a in range(0, len(ordered), 512)]
+
+
 @pytest.mark.parametrize("value", [
-    (1100, 512, [b"x"], b""),  # fewer chunks than rows need
-    (1, 0, [b"x"], b""),
-    (1, 512, ["not bytes"], b""),
-    (1, 512, [b"x"], "not bytes"),
-    ([1], 512, [b"x"], b""),
-    (1, [b"x"], b""),  # the shape of a memo without the chunk size
+    (1100, 512, [b"x"], [1100], [None], b""),  # a chunk of more rows than its size
+    (1, 0, [b"x"], [1], [None], b""),
+    (1, 512, ["not bytes"], [1], [None], b""),
+    (1, 512, [b"x"], [1], [None], "not bytes"),
+    (2, 512, [b"x"], [1], [None], b""),  # counts that do not add up
+    (1, 512, [b"x"], [1], [(("inc", 2),)], b""),  # a summary of other rows
+    (1, 512, [b"x"], [1], [((3, 1),)], b""),
+    ([1], 512, [b"x"], [1], [None], b""),
+    (1, 512, [b"x"], b""),  # the shape of an older memo
 ])
 def test_a_packed_value_of_another_shape_is_refused(value: Any) -> None:
     with pytest.raises(ValueError, match="not packed RECORD rows"):
@@ -64,10 +89,11 @@ def test_a_corrupt_chunk_is_refused_and_the_rows_are_read_again(chunk: bytes) ->
     with pytest.raises(ValueError, match="corrupt RECORD chunk"):
         unpack_chunk(chunk)
     assert unpack_chunk(pack_chunk(ROWS[:2])) == ROWS[:2]
-    rows = RecordRows(2, [chunk], b"", reread=lambda: ROWS[:2])
+    packed = (2, 512, [chunk], [2], [None], b"")
+    rows = RecordRows.unpacked(packed, reread=lambda: ROWS[:2])
     assert rows.chunk_rows(0) == ROWS[:2] and rows.rows() == ROWS[:2]
     with pytest.raises(ValueError):
-        RecordRows(2, [chunk], b"").rows()
+        RecordRows.unpacked(packed).rows()
 
 
 @pytest.fixture
@@ -90,9 +116,9 @@ def _corrupt_chunks(memo_file: Path) -> int:
     spoiled = 0
     for name, (key, value) in entries.items():
         if name.startswith("folder:") and value[12] is not None:
-            count, size, chunks, material = value[12]
-            value = (*value[:12], (count, size, [b"garbage"] * len(chunks), material),
-                     *value[13:])
+            count, size, chunks, counts, summaries, material = value[12]
+            value = (*value[:12], (count, size, [b"garbage"] * len(chunks), counts, summaries,
+                                   material), *value[13:])
             entries[name] = (key, value)
             spoiled += 1
     memo_file.write_bytes(marshal.dumps((tag, entries)))
@@ -118,7 +144,7 @@ def test_a_memo_with_corrupt_chunks_still_checks_every_file(env: Venv, tmp_path:
 
 
 def test_a_memo_packed_with_another_chunk_size_is_read_as_written() -> None:
-    packed = RecordRows(len(ROWS), None, rows=ROWS, size=100).packed()
+    packed = RecordRows(len(ROWS), rows=ROWS, size=100).packed()
     assert packed[1] == 100 and len(packed[2]) == 11
     back = RecordRows.unpacked(packed)
     assert back.chunk_sizes() == [100] * 11 and back.chunk_rows(10) == ROWS[1000:]
@@ -136,4 +162,4 @@ def test_the_scan_hands_out_the_rows_the_stat_work_started_on(env: Venv,
     for item in found:
         meta_dir = f"{item.site_dir}/{item.dist.metadata_dir}"
         assert item.record is early[meta_dir]  # the very object: claimed by identity
-    assert records.RecordMemo.TAG[1] == 4
+    assert records.RecordMemo.TAG[1] == 5

@@ -14,8 +14,8 @@ import pytest
 
 from envguard.model import Snapshot
 from envguard.probe import SnapshotOptions, collect, integrity, statahead
-from envguard.probe.memo import records
-from envguard.probe.memo.records import RecordRows
+from envguard.probe.memo import rows as memo_rows
+from envguard.probe.memo.rows import RecordRows
 from envguard.probe.statahead import Ahead, StatQueue
 from tests.wheelfactory import Venv, VenvFactory, build_wheel, fake_torch_files
 
@@ -158,7 +158,7 @@ def test_workers_nobody_takes_are_killed_when_envguard_exits(
 
 def test_many_small_units_share_few_numbers_and_each_is_checked_once(
         env: Venv, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(records, "CHUNK_ROWS", 1)
+    monkeypatch.setattr(memo_rows, "CHUNK_ROWS", 1)
     monkeypatch.setattr(statahead, "UNIT_ROWS", 1)
     monkeypatch.setattr(statahead, "MAX_BATCHES", 4)
     site = str(env.site_packages())

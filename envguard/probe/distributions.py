@@ -17,7 +17,8 @@ from typing import Any
 
 from envguard.model import DirectUrl, Distribution, ProbeIssue
 from envguard.probe.memo.marshal_file import Key, stat_key
-from envguard.probe.memo.records import RecordMemo, RecordRows, folder_entry, folder_parts
+from envguard.probe.memo.records import RecordMemo, folder_entry, folder_parts
+from envguard.probe.memo.rows import RecordRows
 from envguard.probe.recordfile import fingerprint_record, is_fingerprinted, parse_record
 from envguard.redact import redact_data
 

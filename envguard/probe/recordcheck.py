@@ -95,10 +95,32 @@ class Checked:
 
 
 def header_folder(folder: str) -> bool:
-    """Whether ``folder`` (a RECORD path's folder, ``/``-separated) lies in a header tree:
-    one of its parts is :data:`HEADER_FOLDER` and none is ``..``."""
+    """Whether ``folder`` (a RECORD path's folder, ``/``-separated, relative) lies in a
+    header tree: one of its parts is :data:`HEADER_FOLDER` and none is ``..``."""
     parts = folder.split("/")
-    return HEADER_FOLDER in parts and ".." not in parts
+    return HEADER_FOLDER in parts and ".." not in parts and not _is_absolute(folder)
+
+
+def header_row(rel: str, row_hash: str, row_size: str) -> str | None:
+    """The folder that may vouch for this RECORD row in size mode (a header file under a
+    folder named ``include``; see the module), or None: the row is stat'ed on its own."""
+    if not (row_hash or row_size) or "include/" not in rel or rel.endswith(LOADED_SUFFIXES):
+        return None
+    folder = rel[:rel.rfind("/")]
+    return folder if header_folder(folder) else None
+
+
+def vouched_by_folders(site_dir: str, summary: tuple[tuple[str, int], ...],
+                       installed_ns: int) -> int | None:
+    """The rows of ``summary`` ((folder, rows) of header rows only, as
+    :func:`header_row` grouped them) if every folder is unchanged since ``installed_ns``,
+    else None: then each row must be checked (:func:`check_rows`)."""
+    base, newest_ns, rows = site_dir + os.sep, installed_ns + MTIME_SLACK_NS, 0
+    for folder, count in summary:
+        if not _unchanged_folder(base + folder, newest_ns):
+            return None
+        rows += count
+    return rows
 
 
 def check_rows(site_dir: str, rows: list[RecordRow], installed_ns: int | None, *,

@@ -30,8 +30,9 @@ from collections.abc import Collection
 from pathlib import Path
 
 from envguard.probe.background import Forked, fork_is_safe, usable_cpus
-from envguard.probe.memo.records import CHUNK_ROWS, RecordMemo, RecordRows
-from envguard.probe.recordcheck import Checked, check_rows, decode, encode
+from envguard.probe.memo.records import RecordMemo
+from envguard.probe.memo.rows import CHUNK_ROWS, RecordRows
+from envguard.probe.recordcheck import Checked, check_rows, decode, encode, vouched_by_folders
 
 Unit = tuple[str, RecordRows, int, int | None, int]
 """(site folder, one distribution's rows, the number of the chunk of them to check, when its
@@ -61,8 +62,14 @@ def units_of(site_dir: str, rows: RecordRows, installed_ns: int | None) -> list[
 
 
 def check_unit(unit: Unit) -> Checked:
-    """The size-mode check of one unit's rows (a forked worker unpacks its chunks itself)."""
+    """The size-mode check of one unit's rows (a forked worker unpacks its chunks itself); a
+    chunk of header rows whose folders are all unchanged is not even unpacked."""
     site_dir, rows, number, installed_ns, _ = unit
+    summary = rows.chunk_summary(number)
+    if summary is not None and installed_ns is not None:
+        vouched = vouched_by_folders(site_dir, summary, installed_ns)
+        if vouched is not None:
+            return Checked(issues=[], jobs=[], by_folder=vouched)
     return check_rows(site_dir, rows.chunk_rows(number), installed_ns)
 
 

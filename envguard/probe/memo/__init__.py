@@ -6,7 +6,8 @@ stale, so deleting one only costs time. They live in :func:`envguard.paths.memo_
 
 - :mod:`~envguard.probe.memo.marshal_file`: the ``marshal`` file format and stat keys;
 - :mod:`~envguard.probe.memo.hashes`: file digests for ``--verify hash``;
-- :mod:`~envguard.probe.memo.records`: parsed RECORD files;
+- :mod:`~envguard.probe.memo.records`: parsed RECORD files and dist-info folders, their
+  rows kept as :mod:`~envguard.probe.memo.rows`;
 - :mod:`~envguard.probe.memo.gpu`: ``nvidia-smi``'s answer, keyed by the driver's state;
 - :mod:`~envguard.probe.memo.facts`: the interpreter probe's answer, keyed by everything it
   depends on.

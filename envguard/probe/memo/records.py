@@ -13,8 +13,6 @@ environment prefix.
 
 from __future__ import annotations
 
-import marshal
-import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,143 +20,11 @@ from typing import TYPE_CHECKING, Any
 from envguard.paths import memo_dir
 from envguard.probe.memo import marshal_file
 from envguard.probe.memo.marshal_file import Key, prefix_digest
+from envguard.probe.memo.rows import RecordRows
 from envguard.probe.recordfile import RecordRow, fingerprinted_rows
 
 if TYPE_CHECKING:
     from envguard.model import Distribution, ProbeIssue
-
-CHUNK_ROWS = 512
-"""Rows a chunk of :class:`RecordRows` holds: a unit of the RECORD check's stat work."""
-
-
-_TUPLE = frozenset({tuple})
-_THREE = frozenset({3})
-
-
-def pack_chunk(rows: list[RecordRow]) -> bytes:
-    """Rows as one chunk: a CRC-32 of the marshalled rows (4 bytes), then the rows."""
-    payload = marshal.dumps(rows)
-    return zlib.crc32(payload).to_bytes(4, "little") + payload
-
-
-def unpack_chunk(chunk: bytes) -> list[RecordRow]:
-    """:func:`pack_chunk` back; ValueError if the checksum or the shape is wrong (a memo
-    file damaged on disk). The checksum spares checking 80,000 strings one by one."""
-    payload = memoryview(chunk)[4:]
-    if len(chunk) < 4 or zlib.crc32(payload) != int.from_bytes(chunk[:4], "little"):
-        raise ValueError("corrupt RECORD chunk: checksum mismatch")
-    try:
-        rows = marshal.loads(payload)  # noqa: S302 - our own memo data; marshal runs no code
-    except (EOFError, TypeError, ValueError) as exc:
-        raise ValueError(f"corrupt RECORD chunk: {exc}") from None
-    if type(rows) is not list or not set(map(type, rows)) <= _TUPLE \
-            or not set(map(len, rows)) <= _THREE:
-        raise ValueError("corrupt RECORD chunk: not a list of rows")
-    return rows
-
-
-class RecordRows:
-    """A distribution's fingerprinted RECORD rows, as the records memo keeps them: chunks of
-    :data:`CHUNK_ROWS` rows, each marshalled apart, unpacked on first use.
-
-    Loading the memo then copies bytes instead of building 30,000 tuples (12-17 ms of a
-    cold process on a 2-core VM, before the stat work could start), and each chunk is
-    unpacked by whichever process checks it. ``reread`` parses the rows from RECORD again,
-    should a chunk be corrupt (a memo is only a cache). ``py_material`` is what the torch
-    compatibility key hashes of these rows (:func:`py_material`), kept with them.
-    """
-
-    __slots__ = ("_chunks", "_material", "_rows", "count", "reread", "size")
-
-    def __init__(self, count: int, chunks: list[bytes] | None, material: bytes | None = None,
-                 rows: list[RecordRow] | None = None,
-                 reread: Callable[[], list[RecordRow]] | None = None,
-                 size: int | None = None) -> None:
-        self.count = count
-        self.size = size or CHUNK_ROWS
-        """Rows a chunk (the memo file says how many it packed)."""
-        self._chunks = chunks
-        self._material = material
-        self._rows = rows
-        self.reread = reread
-
-    @classmethod
-    def of(cls, rows: list[RecordRow]) -> RecordRows:
-        return cls(len(rows), None, rows=rows)
-
-    def __len__(self) -> int:
-        return self.count
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, RecordRows) and self.rows() == other.rows()
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"RecordRows({self.count} rows)"
-
-    def rows(self) -> list[RecordRow]:
-        """Every row, unpacked (once)."""
-        if self._rows is None:
-            try:
-                self._rows = [row for chunk in self.chunks() for row in unpack_chunk(chunk)]
-            except ValueError:
-                if self.reread is None:
-                    raise
-                self._rows = self.reread()
-        return self._rows
-
-    def chunks(self) -> list[bytes]:
-        """The rows in marshalled chunks of :data:`CHUNK_ROWS` (packed once)."""
-        if self._chunks is None:
-            rows = self._rows or []
-            self._chunks = [pack_chunk(rows[start:start + self.size])
-                            for start in range(0, len(rows), self.size)]
-        return self._chunks
-
-    def chunk_sizes(self) -> list[int]:
-        """The row count of each chunk."""
-        return [min(self.size, self.count - start) for start in range(0, self.count, self.size)]
-
-    def chunk_rows(self, number: int) -> list[RecordRow]:
-        """The rows of chunk ``number`` (all rows are parsed again if it is corrupt)."""
-        start = number * self.size
-        if self._rows is not None:
-            return self._rows[start:start + self.size]
-        try:
-            return unpack_chunk(self.chunks()[number])
-        except ValueError:
-            return self.rows()[start:start + self.size]
-
-    def py_material(self) -> bytes:
-        """:func:`py_material` of the rows (computed once, or kept by the memo)."""
-        if self._material is None:
-            self._material = py_material(self.rows())
-        return self._material
-
-    def packed(self) -> tuple[int, int, list[bytes], bytes]:
-        """As the memo file stores it: (rows, rows a chunk, chunks, :meth:`py_material`)."""
-        return (self.count, self.size, self.chunks(), self.py_material())
-
-    @classmethod
-    def unpacked(cls, value: Any, reread: Callable[[], list[RecordRow]] | None = None
-                 ) -> RecordRows:
-        """:meth:`packed` back; ValueError for a value of another shape."""
-        if not (type(value) is tuple and len(value) == 4 and type(value[0]) is int
-                and type(value[1]) is int and value[1] > 0
-                and type(value[2]) is list and all(type(c) is bytes for c in value[2])
-                and type(value[3]) is bytes
-                and len(value[2]) == -(-value[0] // value[1])):
-            raise ValueError("not packed RECORD rows")
-        return cls(value[0], value[2], value[3], reread=reread, size=value[1])
-
-
-def py_material(rows: list[RecordRow]) -> bytes:
-    """The ``.py`` rows' path and digest, sorted and joined: what the torch compatibility key
-    (:func:`~envguard.probe.torch_identity.compat_key`) hashes of torch's RECORD."""
-    return "".join(sorted(path + digest for path, digest, _ in rows
-                          if path.endswith(".py"))).encode()
-
 
 Parsed = tuple[int, RecordRows, str]
 """(rows in RECORD, fingerprinted rows, fingerprint)."""
@@ -171,9 +37,10 @@ _FOLDER_FIELDS = 16
 
 
 class RecordMemo:
-    TAG = ("envguard-records", 4)
+    TAG = ("envguard-records", 5)
     """The file format's tag: 2 added the dist-info folders, 3 packed the rows
-    (:class:`RecordRows`), 4 gave each chunk a checksum."""
+    (:class:`~envguard.probe.memo.rows.RecordRows`), 4 gave each chunk a checksum, 5 laid
+    the header rows out by folder."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
