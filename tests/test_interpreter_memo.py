@@ -125,3 +125,21 @@ def test_a_corrupt_or_foreign_memo_is_a_miss(env: Venv, tmp_path: Path) -> None:
     assert facts.lookup(exe, os.environ, tmp_path) is None
     assert _probe(env, tmp_path)["prefix"] == str(env.path)  # probed again, and kept
     assert facts.lookup(exe, os.environ, tmp_path) is not None
+
+
+def test_the_memo_holds_no_variable_value_and_no_credential(
+        env: Venv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = "hf_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6"
+    monkeypatch.setenv("PYTHONSECRETTHING", secret)  # in the key, as a digest only
+    exe = interpreter.resolve_python(str(env.python))
+    _probe(env, tmp_path)
+    (memo_file,) = tmp_path.glob("interpreter-*.marshal")
+    assert secret.encode() not in memo_file.read_bytes()
+    assert facts.lookup(exe, os.environ, tmp_path) is not None
+    monkeypatch.setenv("PYTHONSECRETTHING", secret + "x")  # a changed value still misses
+    assert facts.lookup(exe, os.environ, tmp_path) is None
+    # An answer with a credential in it (here: a sys.path entry) is not kept at all.
+    memo_file.unlink()
+    monkeypatch.setenv("PYTHONPATH", f"/opt/{secret}/lib")
+    assert secret in str(_probe(env, tmp_path)["sys_path"])
+    assert not list(tmp_path.glob("interpreter-*.marshal"))

@@ -13,9 +13,11 @@ check. The answer (:func:`envguard.probe._inprocess.collect`) depends only on:
   and every ``.pth`` file and ``sitecustomize``/``usercustomize`` module in them.
 
 All of it is the key, checked at every use (about 1 ms: one listing a folder, one ``stat``
-a file). uv keeps its interpreter answers by the executable's path and modification time
-alone; this key is stricter. What it cannot see is an edit written into a module that a
-``.pth`` file imports; a snapshot with ``use_memo=False`` always probes afresh.
+a file); the variables are kept as a digest, and an answer holding anything that looks
+like a credential is not kept at all. uv keeps its interpreter answers by the
+executable's path and modification time alone; this key is stricter. What it cannot see
+is an edit written into a module that a ``.pth`` file imports; a snapshot with
+``use_memo=False`` always probes afresh.
 """
 
 from __future__ import annotations
@@ -48,10 +50,11 @@ def _stat(path: str, *, follow: bool = True) -> Key | None:
 def interpreter_key(exe: str, env: Mapping[str, str]) -> tuple[Any, ...]:
     """Everything but the folders on ``sys.path`` that the answer for ``exe`` depends on."""
     prefix = os.path.dirname(os.path.dirname(os.path.abspath(exe)))
+    variables = repr(sorted((k, v) for k, v in env.items()
+                            if k.startswith("PYTHON") or k in ENV_NAMES))
     return (exe, _stat(exe, follow=False), os.path.realpath(exe), _stat(exe),
             _stat(os.path.join(prefix, "pyvenv.cfg")),
-            tuple(sorted((k, v) for k, v in env.items()
-                         if k.startswith("PYTHON") or k in ENV_NAMES)),
+            hashlib.sha256(variables.encode("utf-8", "surrogateescape")).hexdigest(),
             getattr(os, "getuid", lambda: None)(), getattr(os, "geteuid", lambda: None)(),
             os.getcwd())
 
@@ -100,6 +103,10 @@ def remember(exe: str, env: Mapping[str, str], memo_root: Path, facts: dict[str,
     ``key``. Nothing is kept if the key changed meanwhile, or if a folder or file of the
     state was touched since the probe started (a change it may not have seen); an error
     message instead of raising."""
+    from envguard.redact import redact_data
+
+    if redact_data(facts) is not facts:
+        return None  # a memo file holds no credential (the variables are kept as a digest)
     state = folders_state(_folders(facts))
     recent = started_ns - RECENT_NS
     if key != interpreter_key(exe, env) or any(
