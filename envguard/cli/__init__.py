@@ -95,8 +95,9 @@ def end_now(code: int) -> None:
         return
     run_exitfuncs()
     try:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:  # None: the descriptor was closed at the start
+                stream.flush()
     except (OSError, ValueError):
         return  # the ordinary exit reports it (a closed pipe, a full disk)
     os._exit(code)
