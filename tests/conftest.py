@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.wheelfactory import VenvFactory, find_uv
+from tests.wheelfactory import Venv, VenvFactory, build_wheel, fake_torch_files, find_uv
 
 UV = find_uv()
 requires_uv = pytest.mark.skipif(UV is None, reason="uv is not installed")
@@ -96,3 +96,14 @@ def fork_always(small_shares: None, monkeypatch: pytest.MonkeyPatch) -> Iterator
     with warnings.catch_warnings():  # Python 3.12+ warns about fork with threads
         warnings.filterwarnings("ignore", message=".*fork", category=DeprecationWarning)
         yield
+
+
+@pytest.fixture
+def torch_and_tiny(venvs: VenvFactory, wheel_dir: Path) -> Venv:
+    """A venv with a fake torch and a tiny package, installed by uv: what the stat-ahead and
+    records-memo tests snapshot."""
+    made = venvs.create()
+    venvs.uv_install(made, build_wheel(wheel_dir, "torch", "2.11.0+cu128", fake_torch_files()),
+                     build_wheel(wheel_dir, "tiny", "1.0", {"tiny/__init__.py": "x = 1\n",
+                                                           "tiny/data.txt": "data\n"}))
+    return made

@@ -23,7 +23,7 @@ from envguard.probe.memo.rows import (
     py_material,
     unpack_chunk,
 )
-from tests.wheelfactory import Venv, VenvFactory, build_wheel, fake_torch_files
+from tests.wheelfactory import Venv
 
 ROWS = [(f"pkg/m{n}.py", f"sha256=d{n}", str(n)) for n in range(1100)]
 HEADERS = [(f"pkg/include/{d}/h{n}.h", f"sha256=h{d}{n}", "7") for d in "abc" for n in range(300)]
@@ -97,12 +97,8 @@ def test_a_corrupt_chunk_is_refused_and_the_rows_are_read_again(chunk: bytes) ->
 
 
 @pytest.fixture
-def env(venvs: VenvFactory, wheel_dir: Path) -> Venv:
-    made = venvs.create()
-    venvs.uv_install(made, build_wheel(wheel_dir, "torch", "2.11.0+cu128", fake_torch_files()),
-                     build_wheel(wheel_dir, "tiny", "1.0", {"tiny/__init__.py": "x = 1\n",
-                                                           "tiny/data.txt": "data\n"}))
-    return made
+def env(torch_and_tiny: Venv) -> Venv:
+    return torch_and_tiny
 
 
 def _snapshot(env: Venv, memo_root: Path) -> Snapshot:

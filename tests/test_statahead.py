@@ -17,18 +17,14 @@ from envguard.probe import SnapshotOptions, collect, integrity, statahead
 from envguard.probe.memo import rows as memo_rows
 from envguard.probe.memo.rows import RecordRows
 from envguard.probe.statahead import Ahead, StatQueue
-from tests.wheelfactory import Venv, VenvFactory, build_wheel, fake_torch_files
+from tests.wheelfactory import Venv
 
 pytestmark = pytest.mark.usefixtures("fork_always")
 
 
 @pytest.fixture
-def env(venvs: VenvFactory, wheel_dir: Path) -> Venv:
-    made = venvs.create()
-    venvs.uv_install(made, build_wheel(wheel_dir, "torch", "2.11.0+cu128", fake_torch_files()),
-                     build_wheel(wheel_dir, "tiny", "1.0", {"tiny/__init__.py": "x = 1\n",
-                                                           "tiny/data.txt": "data\n"}))
-    return made
+def env(torch_and_tiny: Venv) -> Venv:
+    return torch_and_tiny
 
 
 def _snapshot(env: Venv, memo_root: Path, **changes: Any) -> Snapshot:
