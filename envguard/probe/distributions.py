@@ -2,7 +2,7 @@
 
 Nothing is imported: METADATA headers, INSTALLER, REQUESTED, WHEEL,
 direct_url.json and RECORD are read as files. The build fingerprint is a sha256
-over the normalized RECORD (see :func:`fingerprint_record`).
+over the normalized RECORD (see :func:`~envguard.probe.recordfile.fingerprint_record`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from envguard.model import DirectUrl, Distribution, ProbeIssue
 from envguard.probe.memo.marshal_file import Key, stat_key
 from envguard.probe.memo.records import RecordMemo, folder_entry, folder_parts
 from envguard.probe.memo.rows import RecordRows
-from envguard.probe.recordfile import fingerprint_record, is_fingerprinted, parse_record
+from envguard.probe.recordfile import fingerprint_record, read_record
 from envguard.redact import redact_data
 
 _NORMALIZE_RE = re.compile(r"[-_.]+")
@@ -28,8 +28,6 @@ _NORMALIZE_RE = re.compile(r"[-_.]+")
 def normalize_name(name: str) -> str:
     """PEP 503 normalization: ``Foo_Bar.baz`` -> ``foo-bar-baz``."""
     return _NORMALIZE_RE.sub("-", name).lower()
-
-
 
 
 @dataclass(slots=True)
@@ -235,10 +233,8 @@ def _read_folder(site_dir: str, meta_name: str, memo: RecordMemo | None) -> Inst
             key = stat_key(st)
             parsed = memo.get(record_path, key) if memo is not None else None
             if parsed is None:
-                with open(record_path, encoding="utf-8", errors="replace") as fh:
-                    all_rows = parse_record(fh.read())
-                kept = [r for r in all_rows if is_fingerprinted(r[0])]
-                parsed = (len(all_rows), RecordRows.of(kept), fingerprint_record(kept))
+                total, kept = read_record(record_path)
+                parsed = (total, RecordRows.of(kept), fingerprint_record(kept))
                 if memo is not None:
                     memo.put(record_path, key, parsed)
             record_total, record, fingerprint = parsed

@@ -135,7 +135,6 @@ def check_rows(site_dir: str, rows: list[RecordRow], installed_ns: int | None, *
     stat_path, is_regular = os.stat, stat.S_ISREG  # locals: this loop runs per file
     newest_ns = (installed_ns + MTIME_SLACK_NS if installed_ns is not None and not hashing
                  else None)
-    folders = newest_ns is not None
     last_folder: str | None = None
     vouched = False
     files = size_sum = tolerated = by_folder = 0
@@ -143,14 +142,15 @@ def check_rows(site_dir: str, rows: list[RecordRow], installed_ns: int | None, *
         if not row_hash and not row_size:
             tolerated += 1
             continue
-        if folders and "include/" in rel:  # a cheap test first: most rows have no such part
-            folder = rel[:rel.rfind("/")]
-            if folder != last_folder:
-                last_folder = folder
-                vouched = header_folder(folder) and _unchanged_folder(base + folder, newest_ns)
-            if vouched and not rel.endswith(LOADED_SUFFIXES):
-                by_folder += 1
-                continue
+        if newest_ns is not None and "include/" in rel:  # size mode; most rows fail the test
+            folder = header_row(rel, row_hash, row_size)
+            if folder is not None:
+                if folder != last_folder:
+                    last_folder = folder
+                    vouched = _unchanged_folder(base + folder, newest_ns)
+                if vouched:
+                    by_folder += 1
+                    continue
         if ".." in rel or _is_absolute(rel):
             full = os.path.normpath(os.path.join(site_dir, rel))
             if not full.startswith(tree):
@@ -192,13 +192,13 @@ def check_rows(site_dir: str, rows: list[RecordRow], installed_ns: int | None, *
     return out
 
 
-def _unchanged_folder(path: str, newest_ns: int | None) -> bool:
+def _unchanged_folder(path: str, newest_ns: int) -> bool:
     """Whether ``path`` is a folder whose time is not after ``newest_ns``."""
     try:
         st = os.stat(path)
     except OSError:
         return False
-    return newest_ns is not None and stat.S_ISDIR(st.st_mode) and st.st_mtime_ns <= newest_ns
+    return stat.S_ISDIR(st.st_mode) and st.st_mtime_ns <= newest_ns
 
 
 def encode(checked: Checked) -> tuple[Any, ...]:

@@ -72,12 +72,18 @@ def parse_record(text: str) -> list[RecordRow]:
     return rows
 
 
+def read_record(record_path: str) -> tuple[int, list[RecordRow]]:
+    """(rows in the RECORD at ``record_path``, the rows :func:`is_fingerprinted` keeps);
+    OSError if it cannot be read."""
+    with open(record_path, encoding="utf-8", errors="replace") as fh:
+        rows = parse_record(fh.read())
+    return len(rows), [r for r in rows if is_fingerprinted(r[0])]
+
+
 def fingerprinted_rows(record_path: str) -> list[RecordRow]:
-    """The rows of the RECORD at ``record_path`` that :func:`is_fingerprinted` keeps; none if
-    it cannot be read."""
+    """The rows of :func:`read_record` that count; none if it cannot be read."""
     try:
-        with open(record_path, encoding="utf-8", errors="replace") as fh:
-            return [r for r in parse_record(fh.read()) if is_fingerprinted(r[0])]
+        return read_record(record_path)[1]
     except OSError:
         return []
 

@@ -13,6 +13,7 @@ environment prefix.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -141,9 +142,7 @@ class RecordMemo:
 
 def _rereader(record_path: str) -> Callable[[], list[RecordRow]]:
     """Parses the fingerprinted rows from ``record_path`` again (a corrupt chunk)."""
-    def reread() -> list[RecordRow]:
-        return fingerprinted_rows(record_path)
-    return reread
+    return functools.partial(fingerprinted_rows, record_path)
 
 
 def folder_entry(d: Distribution, record: RecordRows | None, total: int,

@@ -26,16 +26,16 @@ CHUNK_ROWS = 512
 """Rows a chunk holds: a unit of the RECORD check's stat work."""
 Summary = tuple[tuple[str, int], ...]
 """A chunk of header rows: (folder, rows of the chunk in it) for each of its folders."""
-Layout = tuple[list[RecordRow], list[int], list[Summary | None]]
-"""(the rows in chunk order, each chunk's row count, each chunk's summary or None)."""
 
 _TUPLE = frozenset({tuple})
 _THREE = frozenset({3})
 
 
-def layout(rows: list[RecordRow], size: int) -> Layout:
+def layout(rows: list[RecordRow], size: int
+           ) -> tuple[list[RecordRow], list[int], list[Summary | None]]:
     """``rows`` in chunks of at most ``size``: the rows stat'ed one by one, then the header
-    rows by folder (a folder may run over into the next chunk)."""
+    rows by folder (a folder may run over into the next chunk); (the rows in chunk order,
+    each chunk's row count, each chunk's summary or None)."""
     plain: list[RecordRow] = []
     headers: dict[str, list[RecordRow]] = {}
     for row in rows:
@@ -94,17 +94,22 @@ class RecordRows:
     should a chunk be corrupt (a memo is only a cache). ``py_material`` is what the torch
     compatibility key hashes of these rows, kept with them."""
 
-    __slots__ = ("_chunks", "_layout", "_material", "_rows", "count", "reread", "size")
+    __slots__ = ("_chunks", "_counts", "_material", "_ordered", "_rows", "_summaries", "count",
+                 "reread", "size")
 
     def __init__(self, count: int, *, rows: list[RecordRow] | None = None,
-                 chunks: list[bytes] | None = None, layout: Layout | None = None,
-                 material: bytes | None = None, size: int | None = None,
+                 chunks: list[bytes] | None = None, counts: list[int] | None = None,
+                 summaries: list[Summary | None] | None = None, material: bytes | None = None,
+                 size: int | None = None,
                  reread: Callable[[], list[RecordRow]] | None = None) -> None:
         self.count = count
         self.size = size or CHUNK_ROWS
         self._rows = rows
         self._chunks = chunks
-        self._layout = layout
+        self._counts = counts
+        self._summaries = summaries
+        self._ordered: list[RecordRow] | None = None
+        """The rows in chunk order, once laid out here (not for rows read from the memo)."""
         self._material = material
         self.reread = reread
 
@@ -134,18 +139,18 @@ class RecordRows:
                 self._rows = self.reread()
         return self._rows
 
-    def _laid_out(self) -> Layout:
-        """The layout, with the rows in chunk order (from the rows: given, or read again)."""
-        if self._layout is None or (not self._layout[0] and self.count):
+    def _lay_out(self) -> tuple[list[RecordRow], list[int], list[Summary | None]]:
+        """:func:`layout` of the rows (given, or read again after a corrupt chunk)."""
+        if self._ordered is None or self._counts is None or self._summaries is None:
             source = self._rows if self._rows is not None else (
                 self.reread() if self.reread is not None else self.rows())
-            self._layout = layout(source, self.size)
-        return self._layout
+            self._ordered, self._counts, self._summaries = layout(source, self.size)
+        return self._ordered, self._counts, self._summaries
 
     def chunks(self) -> list[bytes]:
         """The rows in checksummed chunks (packed once)."""
         if self._chunks is None:
-            ordered, counts, _ = self._laid_out()
+            ordered, counts, _ = self._lay_out()
             starts = itertools.accumulate(counts, initial=0)
             self._chunks = [pack_chunk(ordered[start:start + n])
                             for start, n in zip(starts, counts, strict=False)]
@@ -153,20 +158,20 @@ class RecordRows:
 
     def chunk_sizes(self) -> list[int]:
         """The row count of each chunk."""
-        return (self._layout or self._laid_out())[1]
+        return self._counts if self._counts is not None else self._lay_out()[1]
 
     def chunk_summary(self, number: int) -> Summary | None:
         """The summary of chunk ``number``, if it holds header rows only."""
-        return (self._layout or self._laid_out())[2][number]
+        return (self._summaries if self._summaries is not None else self._lay_out()[2])[number]
 
     def chunk_rows(self, number: int) -> list[RecordRow]:
         """The rows of chunk ``number`` (all rows are parsed again if it is corrupt)."""
-        if self._chunks is not None and (self._layout is None or not self._layout[0]):
+        if self._ordered is None and self._chunks is not None:
             try:
                 return unpack_chunk(self._chunks[number])
             except ValueError:
                 pass
-        ordered, counts, _ = self._laid_out()
+        ordered, counts, _ = self._lay_out()
         start = sum(counts[:number])
         return ordered[start:start + counts[number]]
 
@@ -180,8 +185,9 @@ class RecordRows:
         """As the memo file stores it: (rows, rows a chunk, chunks, each chunk's row count,
         each chunk's summary, :meth:`py_material`)."""
         chunks = self.chunks()
-        _, counts, summaries = self._laid_out()
-        return (self.count, self.size, chunks, counts, summaries, self.py_material())
+        summaries = self._summaries if self._summaries is not None else self._lay_out()[2]
+        return (self.count, self.size, chunks, self.chunk_sizes(), summaries,
+                self.py_material())
 
     @classmethod
     def unpacked(cls, value: Any, reread: Callable[[], list[RecordRow]] | None = None
@@ -199,8 +205,8 @@ class RecordRows:
                 and all(s is None or _is_summary(s, n) for s, n in zip(summaries, counts,
                                                                         strict=True))):
             raise ValueError("not packed RECORD rows")
-        return cls(count, chunks=chunks, layout=([], counts, summaries), material=material,
-                   size=size, reread=reread)
+        return cls(count, chunks=chunks, counts=counts, summaries=summaries,
+                   material=material, size=size, reread=reread)
 
 
 def _is_summary(value: Any, rows: int) -> bool:
