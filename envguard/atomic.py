@@ -16,10 +16,19 @@ What the path is decides how it is written (every writer of envguard comes here)
   descriptor (appending, when it is a file).
 - a folder, a block device or a socket: :class:`OutputError` (exit 5), nothing written.
 
+envguard's own state (``state_root=``: run records, stored snapshots, lockfiles and their
+snapshots, memo files) is written differently: nothing is followed. Every folder from
+``state_root`` down to the file is opened with ``O_NOFOLLOW`` (made if missing), and a
+link there, or a final name that is a link or anything but a regular file, is an
+:class:`OutputError` (exit 5) before anything is written: a link a cloned repository
+or another user planted is never written through, nor its target's mode changed.
+
 SIGINT, SIGTERM and SIGHUP during the write remove the temporary file. SIGTERM and SIGHUP
 are caught only while the temporary exists, only in the main thread, and only when their
 handler is the default one (a caller's own handler, or SIG_IGN, is left alone and runs as
-usual); after the clean-up the process dies of the signal, as it would have without it.
+usual); after the clean-up the process dies of the signal, as it would have without it. A
+temporary that a ``kill -9`` left (``.NAME.<8 hex>.tmp``) is removed by the next state
+write into its folder once older than STALE_TEMP_S (:func:`sweep_stale_temps`).
 """
 
 from __future__ import annotations
@@ -38,7 +47,8 @@ from types import FrameType
 
 from envguard.errors import OutputError
 
-__all__ = ["write_bytes_atomic", "write_text_atomic"]
+__all__ = ["check_state_path", "sweep_stale_temps", "write_bytes_atomic",
+           "write_text_atomic"]
 
 _FD_DIR = re.compile(r"/proc/(?P<pid>[^/]+)/(?:task/[^/]+/)?fd")
 """The folder of a descriptor link, once resolved (``/dev/fd`` is ``/proc/self/fd``)."""
@@ -47,28 +57,51 @@ _CHUNK = 1 << 30
 _OPEN_TMP = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) \
     | getattr(os, "O_NOFOLLOW", 0)
 _CLEANED_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
+_OPEN_DIR = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+_TEMP_NAME = re.compile(r"\..+\.[0-9a-f]{8}\.tmp")
+"""The name of a temporary :func:`_replace` makes (``.NAME.<8 hex>.tmp``)."""
+STALE_TEMP_S = 3600.0
+"""A temporary older than this was left by a killed process (a write takes seconds)."""
+_SWEPT: set[tuple[int, int]] = set()
+"""Folders (device, inode) already swept by this process."""
 FIFO_READER_WAIT_S = 60.0
 """How long a write into a FIFO waits for a reader (a FIFO nobody reads would block forever)."""
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str, *,
-                      mode: int | None = None) -> Path:
+                      mode: int | None = None,
+                      state_root: str | os.PathLike[str] | None = None) -> Path:
     """Write ``text`` (UTF-8) to ``path`` and return the path (see the module docstring).
 
     ``mode``: the permission bits of the result; None keeps an existing file's, or gives a
     new one 0666 less the umask. Raises :class:`OutputError` (one line) when the path cannot
-    be written; any previous file is then left untouched.
+    be written; any previous file is then left untouched. ``state_root``: the path is
+    envguard's own state below that folder, written without following any link.
     """
-    return write_bytes_atomic(path, text.encode("utf-8"), mode=mode)
+    return write_bytes_atomic(path, text.encode("utf-8"), mode=mode, state_root=state_root)
 
 
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, *,
-                       mode: int | None = None, durable: bool = True) -> Path:
+                       mode: int | None = None, durable: bool = True,
+                       state_root: str | os.PathLike[str] | None = None) -> Path:
     """Write ``data`` to ``path`` and return the path (see write_text_atomic).
 
     ``durable=False`` skips the fsync before the rename: for a file whose loss after a
     crash costs only time (envguard's memo files), the rename is still atomic."""
     target = Path(path)
+    if state_root is not None:
+        folder = _state_folder(target, Path(state_root), create=True)
+        try:
+            old = _state_file(target, folder)
+            _sweep(folder)
+            _replace(target, folder, target.name, data, mode, old, durable)
+        finally:
+            os.close(folder)
+        return target
+    return _write_user_path(target, data, mode, durable)
+
+
+def _write_user_path(target: Path, data: bytes, mode: int | None, durable: bool) -> Path:
     kind, where = _destination(target)
     if kind == "descriptor":
         _write_through(target, _open_descriptor(target, where), data)
@@ -80,7 +113,11 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, *,
     except OSError as exc:
         raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from None
     if st is None or stat.S_ISREG(st.st_mode):
-        _replace(target, Path(where), data, mode, st, durable)
+        folder = _state_folder(Path(where), Path(where).parent, create=True)
+        try:
+            _replace(target, folder, os.path.basename(where), data, mode, st, durable)
+        finally:
+            os.close(folder)
     elif stat.S_ISFIFO(st.st_mode):
         _write_through(target, _open_fifo(target, where), data)
     elif stat.S_ISCHR(st.st_mode):
@@ -94,11 +131,8 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, *,
 
 
 def _kind(st_mode: int) -> str:
-    if stat.S_ISBLK(st_mode):
-        return "block device"
-    if stat.S_ISSOCK(st_mode):
-        return "socket"
-    return "special file"
+    return "block device" if stat.S_ISBLK(st_mode) else \
+        "socket" if stat.S_ISSOCK(st_mode) else "special file"
 
 
 def _destination(target: Path) -> tuple[str, str]:
@@ -174,21 +208,19 @@ def _write_through(target: Path, fd: int, data: bytes) -> None:
         os.close(fd)
 
 
-def _replace(target: Path, where: Path, data: bytes, mode: int | None,
+def _replace(target: Path, folder: int, name: str, data: bytes, mode: int | None,
              old: os.stat_result | None, durable: bool = True) -> None:
-    """Temporary beside ``where``, fsync, rename over it; no temporary left on any error."""
-    try:
-        where.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from None
+    """Temporary beside ``name`` in the open ``folder``, fsync, rename over it; no
+    temporary left on any error."""
     keep = mode if mode is not None else (old.st_mode & 0o777 if old is not None else None)
-    tmp: Path | None = None
+    tmp: str | None = None
     with _signals_clean_up():
         try:
             while True:
-                tmp = where.parent / f".{where.name}.{os.urandom(4).hex()}.tmp"
+                tmp = f".{name}.{os.urandom(4).hex()}.tmp"
                 try:
-                    fd = os.open(tmp, _OPEN_TMP, 0o666 if keep is None else 0o600)
+                    fd = os.open(tmp, _OPEN_TMP, 0o666 if keep is None else 0o600,
+                                 dir_fd=folder)
                     break
                 except FileExistsError:
                     continue
@@ -204,15 +236,131 @@ def _replace(target: Path, where: Path, data: bytes, mode: int | None,
                     os.fsync(fd)
             finally:
                 os.close(fd)
-            os.replace(tmp, where)
+            os.replace(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
             tmp = None
         except BaseException as exc:
             if tmp is not None:
                 with contextlib.suppress(OSError):
-                    os.unlink(tmp)
+                    os.unlink(tmp, dir_fd=folder)
             if isinstance(exc, OSError):
                 raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from None
             raise
+
+
+def _link_refusal(target: Path, shown: str) -> OutputError:  # one line: exit 5
+    return OutputError(f"cannot write {target}: {shown} is a symbolic link; envguard writes "
+                       "its own state only into real folders and files, never through a "
+                       "link (remove the link)")
+
+
+def _state_folder(target: Path, root: Path, *, create: bool) -> int:
+    """The folder of ``target`` opened, every folder below ``root`` opened with
+    ``O_NOFOLLOW`` (made when missing and ``create``; -1 when missing otherwise)."""
+    rel = os.path.relpath(os.path.abspath(target.parent), os.path.abspath(root))
+    parts = [] if rel == os.curdir else rel.split(os.sep)
+    if os.pardir in parts:
+        raise OutputError(f"cannot write {target}: not below {root}")
+    try:
+        if create:
+            os.makedirs(root, exist_ok=True)
+        fd = os.open(root, _OPEN_DIR)
+    except FileNotFoundError:
+        return -1
+    except OSError as exc:
+        raise OutputError(f"cannot write {target}: {root}: {exc.strerror or exc}") from None
+    shown = str(root)
+    try:
+        for part in parts:
+            shown = os.path.normpath(os.path.join(shown, part))
+            try:
+                sub = os.open(part, _OPEN_DIR | getattr(os, "O_NOFOLLOW", 0), dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    os.close(fd)
+                    return -1
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o777, dir_fd=fd)
+                sub = os.open(part, _OPEN_DIR | getattr(os, "O_NOFOLLOW", 0), dir_fd=fd)
+            os.close(fd)
+            fd = sub
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+            raise _link_refusal(target, shown) if os.path.islink(shown) else OutputError(
+                f"cannot write {target}: {shown} is not a folder") from None
+        raise OutputError(f"cannot write {target}: {shown}: {exc.strerror or exc}") from None
+    return fd
+
+
+def _state_file(target: Path, folder: int) -> os.stat_result | None:
+    """The lstat of ``target`` in its open ``folder``; OutputError unless a regular file."""
+    try:
+        st = os.stat(target.name, dir_fd=folder, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise _link_refusal(target, str(target))
+    if not stat.S_ISREG(st.st_mode):
+        raise OutputError(f"cannot write {target}: it is a "
+                          f"{'folder' if stat.S_ISDIR(st.st_mode) else _kind(st.st_mode)}, "
+                          "not a regular file; refusing to replace it")
+    return st
+
+
+def check_state_path(path: str | os.PathLike[str], state_root: str | os.PathLike[str]) -> None:
+    """What a state write of ``path`` would refuse (a link on the way, a special file),
+    raised now, before a command writes anything; nothing is made."""
+    target = Path(path)
+    folder = _state_folder(target, Path(state_root), create=False)
+    if folder >= 0:
+        try:
+            _state_file(target, folder)
+        finally:
+            os.close(folder)
+
+
+def _sweep(folder: int, max_age_s: float = STALE_TEMP_S) -> list[str]:
+    """Remove, once per process, this user's temporaries (regular files named as
+    :func:`_replace` names them) older than ``max_age_s`` in the open ``folder``."""
+    try:
+        st = os.fstat(folder)
+    except OSError:
+        return []
+    if (st.st_dev, st.st_ino) in _SWEPT:
+        return []
+    _SWEPT.add((st.st_dev, st.st_ino))
+    removed, cutoff = [], time.time() - max_age_s
+    try:
+        with os.scandir(folder) as entries:
+            names = [e.name for e in entries if e.name.endswith(".tmp")
+                     and _TEMP_NAME.fullmatch(e.name)]
+    except OSError:
+        return []
+    for name in names:
+        with contextlib.suppress(OSError):
+            tmp = os.stat(name, dir_fd=folder, follow_symlinks=False)
+            if stat.S_ISREG(tmp.st_mode) and tmp.st_uid == os.geteuid() \
+                    and tmp.st_mtime < cutoff:
+                os.unlink(name, dir_fd=folder)
+                removed.append(name)
+    return removed
+
+
+def sweep_stale_temps(folder: str | os.PathLike[str],
+                      max_age_s: float = STALE_TEMP_S) -> list[str]:
+    """The stale temporaries removed from ``folder`` (not followed if it is a link)."""
+    try:
+        fd = os.open(folder, _OPEN_DIR | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return []
+    try:
+        st = os.fstat(fd)
+        _SWEPT.discard((st.st_dev, st.st_ino))
+        return _sweep(fd, max_age_s)
+    finally:
+        os.close(fd)
 
 
 class _Terminated(BaseException):

@@ -12,6 +12,11 @@ starts with the environment it was given. Nothing changes where the install ship
 bytecode, where the user allows bytecode, where ``PYTHONPYCACHEPREFIX`` is set, or with
 ``ENVGUARD_NO_BYTECODE_CACHE=1``. Python writes each ``.pyc`` atomically, so processes
 starting together (torchrun's ranks) share the folder safely.
+
+A ``.pyc`` in the folder runs as this user's code, so the folder is used only when it is
+private (:func:`envguard.paths.private_folder`: made 0700, owned by this user, not writable
+by group or others, nor is its parent): one another user could write to is skipped, and
+the modules compile from source as they would have without it.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from envguard.paths import private_folder
+
 OPT_OUT_ENV = "ENVGUARD_NO_BYTECODE_CACHE"
 
 
@@ -29,12 +36,15 @@ def keep_bytecode(folder: Path, shipped: str | None,
                   env: Mapping[str, str] | None = None) -> bool:
     """Compile into ``folder`` from now on, if bytecode is off and ``shipped`` (a module's
     source file whose ``.pyc`` an install that compiles would have written) has none.
-    Returns whether anything changed. Call it before the heavy imports."""
+    Returns whether anything changed (not when ``folder`` is not private). Call it before
+    the heavy imports."""
     env = os.environ if env is None else env
     if not sys.dont_write_bytecode or env.get(OPT_OUT_ENV) or sys.pycache_prefix is not None:
         return False
     if shipped is None or os.path.exists(importlib.util.cache_from_source(shipped)):
         return False
+    if not private_folder(folder, parents=1):
+        return False  # why: in envguard.paths.DISTRUSTED
     sys.pycache_prefix = str(folder)
     sys.dont_write_bytecode = False
     return True

@@ -9,12 +9,16 @@ and triton's, wherever those put them.
 Per project, under the working directory: ``.envguard/snapshots`` (``envguard snapshot``;
 ``by-digest/`` the snapshots of guarded runs, stored once by content), ``.envguard/runs``
 (``envguard run``: one record per run and the ``last-good.json`` pointer) and
-``.envguard/fleet`` (``envguard fleet snapshot``).
+``.envguard/fleet`` (``envguard fleet snapshot``). They are written as state
+(:mod:`envguard.atomic`'s ``state_root``): never through a symlink.
+
+The bytecode and memo folders are used only when :func:`private_folder` trusts them.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 PROJECT_DIR = Path(".envguard")
@@ -44,3 +48,51 @@ def archive_store() -> Path:
     """The default store of compile-cache archives (``envguard cache save``)."""
     return user_dir() / "compile-caches"
 
+
+_TRUST: dict[str, str | None] = {}
+DISTRUSTED: list[str] = []
+"""Why a folder was not used, one line each, for the command line to show under
+``ENVGUARD_DEBUG`` (engines print nothing)."""
+
+
+def private_folder(folder: Path, *, parents: int = 1) -> bool:
+    """Whether ``folder`` may be trusted with envguard's bytecode or memo files, as ssh
+    trusts ``~/.ssh``: the folder (made 0700 when missing, with any missing parents; a link
+    judged by where it leads) is owned by this user and not writable by group or others; its
+    ``parents`` closest parents are owned by this user or root and not writable by group or
+    others unless sticky (``/tmp``). Decided once per process; a refusal is kept in
+    DISTRUSTED. Costs a few ``lstat`` calls."""
+    key = os.path.abspath(folder)
+    if key not in _TRUST:
+        _TRUST[key] = _distrust(Path(key), parents)
+        if _TRUST[key] is not None:
+            DISTRUSTED.append(f"not using {key}: {_TRUST[key]}")
+    return _TRUST[key] is None
+
+
+def _distrust(folder: Path, parents: int) -> str | None:
+    missing = [p for p in (folder, *folder.parents) if not os.path.lexists(p)]
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass  # made by another process meanwhile: judged below like any other
+        except OSError as exc:
+            return f"cannot make {path}: {exc.strerror or exc}"
+    uid = os.geteuid() if hasattr(os, "geteuid") else None
+    real = Path(os.path.realpath(folder))  # a link is judged by the folders it leads to
+    for depth, path in enumerate((real, *list(real.parents)[:parents])):
+        try:
+            st = os.lstat(path)
+        except OSError as exc:
+            return f"{path}: {exc.strerror or exc}"
+        if not stat.S_ISDIR(st.st_mode):
+            return f"{path} is not a folder"
+        if uid is None:
+            continue
+        owners = (uid,) if depth == 0 else (uid, 0)
+        if st.st_uid not in owners:
+            return f"{path} is owned by uid {st.st_uid}, not by this user"
+        if st.st_mode & 0o022 and (depth == 0 or not st.st_mode & stat.S_ISVTX):
+            return f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
+    return None

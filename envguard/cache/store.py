@@ -46,6 +46,8 @@ from envguard.cache.tar import (
     check_members,
     extract_into,
     fsync_dir,
+    open_archive,
+    restore_cap,
     swap_into_place,
 )
 from envguard.errors import InputError, OutputError
@@ -233,7 +235,7 @@ def verify(folder: Path, manifest: Manifest) -> None:
         sha = hashlib.sha256()
         size = 0
         try:
-            with open(path, "rb") as fh:
+            with open_archive(path) as fh:  # a FIFO or device: refused, never waited on
                 while chunk := fh.read(_CHUNK):
                     sha.update(chunk)
                     size += len(chunk)
@@ -266,15 +268,16 @@ def _refuse_target(target: str) -> None:
 def restore(folder: Path, manifest: Manifest, targets: dict[str, str]) -> list[Restored]:
     """Verify, check every member, then extract and swap each cache into place."""
     verify(folder, manifest)
-    files, where = {}, {}
+    files, where, caps = {}, {}, {}
     for part in manifest.archives:
-        files[part.kind] = check_members(folder / part.file)
         if part.kind not in targets:
             raise InputError(f"no {part.kind} cache location in this environment")
         target = targets[part.kind]
         # A symlinked cache keeps its link: the cache is restored where it points.
         where[part.kind] = os.path.realpath(target) if os.path.islink(target) else target
         _refuse_target(where[part.kind])
+        caps[part.kind] = restore_cap(where[part.kind])  # checked on the headers first
+        files[part.kind] = check_members(folder / part.file, caps[part.kind])
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     done: list[Restored] = []
     for part in manifest.archives:
@@ -282,7 +285,7 @@ def restore(folder: Path, manifest: Manifest, targets: dict[str, str]) -> list[R
         staging = f"{target}.restoring-{os.getpid()}"
         try:
             try:
-                extract_into(folder / part.file, staging)
+                extract_into(folder / part.file, staging, caps[part.kind])
             except BaseException:
                 shutil.rmtree(staging, ignore_errors=True)
                 raise

@@ -1,6 +1,12 @@
 """Tar files of a cache tree: writing without following links out of the tree, checking
 every member before anything is extracted, extracting with tarfile's ``data`` filter, and
-swapping the result into place atomically. Used by :mod:`envguard.cache.store`."""
+swapping the result into place atomically. Used by :mod:`envguard.cache.store`.
+
+An archive is opened without waiting (a FIFO or device named as one is refused at once),
+and what its headers announce is bounded before a byte is extracted: at most MAX_MEMBERS
+members and :func:`restore_cap` bytes (90% of the free space where it is restored, at
+most MAX_RESTORE_BYTES); the extraction counts the bytes again as it goes, so an archive
+that reads differently the second time stops at the same bound."""
 
 from __future__ import annotations
 
@@ -17,6 +23,12 @@ from typing import BinaryIO
 from envguard.errors import InputError, OutputError
 
 _CHUNK = 1 << 20
+MAX_MEMBERS = 1_000_000
+"""Members of one archive (a warm inductor cache holds thousands)."""
+MAX_RESTORE_BYTES = 1 << 40
+"""Bytes one archive may announce, whatever the free space (1 TiB)."""
+FREE_SHARE = 0.9
+"""The share of the free space where a cache is restored that its archive may fill."""
 
 class HashingWriter:
     """A write-only file that hashes and counts what passes through it."""
@@ -130,8 +142,57 @@ def fsync_dir(path: Path) -> None:
 
 # -- safe extraction ---------------------------------------------------------------------
 
-def _open_tar(path: Path) -> tarfile.TarFile:
-    return tarfile.open(path, "r:gz" if path.name.endswith(".gz") else "r:")
+def open_archive(path: Path) -> BinaryIO:
+    """``path`` opened for reading without blocking on a FIFO; InputError (exit 2) unless it
+    is a regular file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise InputError(f"{path}: not a regular file (a FIFO, device or folder); "
+                         "nothing restored")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def restore_cap(target: str) -> int:
+    """The most bytes an archive restored at ``target`` may announce (see the module)."""
+    where = os.path.abspath(target)
+    while not os.path.isdir(where) and os.path.dirname(where) != where:
+        where = os.path.dirname(where)
+    try:
+        st = os.statvfs(where)
+    except OSError:
+        return MAX_RESTORE_BYTES
+    return min(MAX_RESTORE_BYTES, int(st.f_bavail * st.f_frsize * FREE_SHARE))
+
+
+@contextlib.contextmanager
+def _open_tar(path: Path) -> Iterator[tarfile.TarFile]:
+    with open_archive(path) as fh, (
+            tarfile.open(fileobj=fh, mode="r:gz") if path.name.endswith(".gz")
+            else tarfile.open(fileobj=fh, mode="r:")) as tar:
+        yield tar
+
+
+class _Budget:
+    """Members and bytes announced so far, against the caps; InputError once past them."""
+
+    def __init__(self, path: Path, cap: int) -> None:
+        self.path, self.cap, self.members, self.bytes = path, cap, 0, 0
+
+    def take(self, m: tarfile.TarInfo) -> None:
+        self.members += 1
+        self.bytes += m.size if m.isreg() else 0
+        if self.members > MAX_MEMBERS:
+            raise InputError(f"{self.path}: more than {MAX_MEMBERS:,} members; nothing "
+                             "restored")
+        if self.bytes > self.cap:
+            raise InputError(f"{self.path}: its members announce more than {self.cap:,} "
+                             "bytes (90% of the free space where it is restored, at most "
+                             "1 TiB); nothing restored")
 
 
 def _member_problem(m: tarfile.TarInfo, seen: dict[str, tarfile.TarInfo]) -> str | None:
@@ -164,14 +225,17 @@ def _member_problem(m: tarfile.TarInfo, seen: dict[str, tarfile.TarInfo]) -> str
     return None
 
 
-def check_members(path: Path) -> int:
-    """Read every member header; InputError naming the first unsafe one. Returns the
-    number of files."""
+def check_members(path: Path, cap: int = MAX_RESTORE_BYTES) -> int:
+    """Read every member header; InputError naming the first unsafe one, or once the
+    members announce more than ``cap`` bytes or MAX_MEMBERS members. Returns the number
+    of files."""
     seen: dict[str, tarfile.TarInfo] = {}
     files = 0
+    budget = _Budget(path, cap)
     try:
         with _open_tar(path) as tar:
             for m in tar:
+                budget.take(m)
                 problem = _member_problem(m, seen)
                 if problem:
                     raise InputError(f"{path}: refusing unsafe member {m.name!r} ({problem}); "
@@ -190,17 +254,24 @@ def _keep_modes(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
     return safe
 
 
-def extract_into(path: Path, staging: str) -> None:
-    """Extract a checked tar into the new folder ``staging``."""
+def extract_into(path: Path, staging: str, cap: int = MAX_RESTORE_BYTES) -> None:
+    """Extract a checked tar into the new folder ``staging``, counting again: InputError
+    before the member that would pass ``cap`` bytes or MAX_MEMBERS members."""
     if not hasattr(tarfile, "data_filter"):
         raise InputError("restoring needs Python 3.10.12, 3.11.4 or later "
                          "(tarfile extraction filters)")
     try:
         os.makedirs(os.path.dirname(staging), exist_ok=True)
         os.mkdir(staging, 0o700)
+        budget = _Budget(path, cap)
+
+        def counted(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+            budget.take(member)
+            return _keep_modes(member, dest)
+
         with _open_tar(path) as tar:
             # Members were checked (check_members); the filter checks them again.
-            tar.extractall(staging, filter=_keep_modes)  # noqa: S202
+            tar.extractall(staging, filter=counted)  # noqa: S202
     except tarfile.TarError as exc:
         raise InputError(f"{path}: refused while extracting: {exc}; not restored") from None
     except OSError as exc:

@@ -73,8 +73,23 @@ def entry() -> int:
     too), then :func:`end_now`."""
     keep_bytecode()
     code = main()
+    say_distrusted()
     end_now(code)
     return code
+
+
+def say_distrusted() -> None:
+    """Under ``ENVGUARD_DEBUG``: each folder envguard did not trust with its bytecode or
+    memo files, and why (:func:`envguard.paths.private_folder`); otherwise that costs only
+    time, silently."""
+    import os
+
+    paths = sys.modules.get("envguard.paths")
+    if paths is not None and paths.DISTRUSTED and os.environ.get("ENVGUARD_DEBUG"):
+        from envguard.cli._common import note
+
+        for line in dict.fromkeys(paths.DISTRUSTED):
+            note(line)
 
 
 def end_now(code: int) -> None:

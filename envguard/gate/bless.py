@@ -7,6 +7,10 @@ the other machines' entries, and its full snapshot beside the lock in
 Several ``envguard lock`` at once (one per node of a job) keep every entry: the snapshot is
 taken first, then, under an exclusive ``flock`` of ``.NAME.toml.lock`` beside the TOML, the
 lock is read again, the entry added and both files written.
+
+The TOML, the ``NAME.snapshots`` folder, its files and the ``.lock`` file are envguard's
+state (a repository may commit symlinks): a link among them is refused with one line
+(exit 5) before anything is written, and nothing is ever written through one.
 """
 
 from __future__ import annotations
@@ -14,12 +18,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import stat
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from envguard.atomic import write_text_atomic
+from envguard.atomic import check_state_path, write_text_atomic
 from envguard.errors import InputError, OutputError
 from envguard.frozen import frozen
 from envguard.gate.command import gate_snapshot_options
@@ -102,10 +107,16 @@ def exclusive(path: Path, *, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
     lock_file = path.parent / f".{path.name}.lock"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        # Not followed if a link, not opened if a FIFO or device (which could block).
+        fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+                     | os.O_NONBLOCK, 0o666)
     except OSError as exc:
-        raise OutputError(f"cannot lock {path}: {lock_file}: {exc.strerror or exc}") from None
+        why = "a symbolic link, not followed" if os.path.islink(lock_file) else \
+            exc.strerror or exc
+        raise OutputError(f"cannot lock {path}: {lock_file}: {why}") from None
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OutputError(f"cannot lock {path}: {lock_file} is not a regular file")
         deadline = time.monotonic() + wait_s
         while True:
             try:
@@ -127,6 +138,7 @@ def bless(request: LockRequest) -> Blessed:
         validate_name(request.entry_id, "entry id")
     path = Path(request.lock_path) if request.lock_path else Path("lockfiles") / f"{name}.toml"
     root = project_root_of(path)
+    check_state_path(path, path.parent)  # a planted link: refused before the long probe
     existing = read_lock(path) if path.exists() else None
     snapshot = _snapshot(request, _merged(request, name, existing), root)
     with exclusive(path):
@@ -153,10 +165,12 @@ def _write(request: LockRequest, name: str, path: Path, root: Path, existing: Lo
     entry = build_entry(snapshot, lock, entry_id=request.entry_id, project_root=root)
     lock = dataclasses.replace(lock, files=hash_files(lock, root))
     snap_rel = f"{name}.snapshots/{entry.id}.json"
-    write_text_atomic(path.parent / snap_rel, snapshot.to_json())
+    check_state_path(path, path.parent)  # both refused before either is written
+    check_state_path(path.parent / snap_rel, path.parent)
+    write_text_atomic(path.parent / snap_rel, snapshot.to_json(), state_root=path.parent)
     entry = dataclasses.replace(entry, snapshot_file=snap_rel)
     lock = lock.with_entry(entry)
-    write_text_atomic(path, dump_lock(lock))
+    write_text_atomic(path, dump_lock(lock), state_root=path.parent)
     replaced = existing is not None and any(e.id == entry.id for e in existing.entries)
     return Blessed(path=path, lock=lock, entry=entry, replaced=replaced)
 

@@ -71,18 +71,21 @@ def closure(snapshot: Snapshot, root: str, extras: tuple[str, ...] = (),
                           [(p.name, p.version, p.requires) for p in snapshot.packages]],
                          sort_keys=True)
     key = hashlib.sha256(key_doc.encode("utf-8", "surrogateescape")).hexdigest()[:24]
-    from envguard.paths import memo_dir
+    from envguard.paths import memo_dir, private_folder
 
-    memo = memo_dir() / f"closure-{key}.json"
+    folder = memo_dir()
+    trusted = private_folder(folder)  # else no memo: one others could write is not read
+    memo = folder / f"closure-{key}.json"
     try:
-        cached = json.loads(memo.read_text(encoding="utf-8"))
+        cached = json.loads(memo.read_text(encoding="utf-8")) if trusted else None
         if isinstance(cached, list) and all(isinstance(n, str) for n in cached):
             return cached
     except (OSError, ValueError):
         pass
     names = _closure(snapshot, root, extras, root_requires, env)
-    with contextlib.suppress(EnvguardError):
-        write_text_atomic(memo, json.dumps(names))
+    if trusted:
+        with contextlib.suppress(EnvguardError):
+            write_text_atomic(memo, json.dumps(names), state_root=folder)
     return names
 
 

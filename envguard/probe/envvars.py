@@ -16,10 +16,12 @@ to compare their snapshots. The snapshot names the key by a short id only.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fnmatch
 import hashlib
 import hmac
 import os
+import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -55,7 +57,7 @@ def load_mask_key(issues: list[ProbeIssue], env: Mapping[str, str] | None = None
         return explicit.encode("utf-8")
     path = mask_key_path()
     with contextlib.suppress(OSError):
-        existing = path.read_bytes().strip()
+        existing = _read_key(path)
         if existing:
             return existing
     try:
@@ -78,12 +80,12 @@ def _create_key(path: Path) -> bytes:
     import secrets
     import tempfile
 
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     key = secrets.token_hex(32).encode()
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     except FileExistsError:
-        existing = path.read_bytes().strip()
+        existing = _read_key(path)  # a symlink there: OSError, a one-off key
         if existing:
             return existing
         fd, tmp = tempfile.mkstemp(prefix=".mask.key.", dir=path.parent)  # mode 0600
@@ -98,6 +100,15 @@ def _create_key(path: Path) -> bytes:
     with os.fdopen(fd, "wb") as fh:
         fh.write(key + b"\n")
     return key
+
+
+def _read_key(path: Path) -> bytes:
+    """The key file's key; OSError where it is a symlink (never followed) or not a file."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        return fh.read(4096).strip()
 
 
 def key_id(key: bytes) -> str:

@@ -41,7 +41,10 @@ def state_file(root: Path | None = None) -> Path:
 def load(root: Path | None = None) -> dict[str, list[dict[str, str]]]:
     """Real path -> [{compat_key, torch_version, last_seen}], oldest first; {} when none."""
     from envguard.input_file import read_input
+    from envguard.paths import private_folder
 
+    if not private_folder(state_file(root).parent):
+        return {}  # a folder others could write to is not believed
     try:
         doc = json.loads(read_input(state_file(root), limit=MAX_BYTES))
     except (InputError, ValueError, RecursionError):
@@ -70,7 +73,9 @@ def seen_under(state: dict[str, list[dict[str, str]]], path: str, compat_key: st
 
 def remember(seen: list[tuple[str, str, str | None]], root: Path | None = None) -> bool:
     """Record (cache path, compat key, torch version) sightings; True when the file changed."""
-    if not seen:
+    from envguard.paths import private_folder
+
+    if not seen or not private_folder(state_file(root).parent):
         return False
     state = load(root)
     changed = False
@@ -92,9 +97,8 @@ def remember(seen: list[tuple[str, str, str | None]], root: Path | None = None) 
 
     target = state_file(root)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(target, json.dumps({"schema": SCHEMA, "caches": state},
-                                             indent=1) + "\n")
+                                             indent=1) + "\n", state_root=target.parent)
     except (OSError, OutputError):
         return False
     return True

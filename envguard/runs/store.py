@@ -11,7 +11,9 @@ Layout, under the project's ``.envguard/`` (:mod:`envguard.paths`):
 - ``runs/last-good.json``: a pointer (``envguard.last-good/1``) to the newest run that passed
   the gate, unforced, and exited 0.
 
-Every file is written through :mod:`envguard.atomic`, mode 0600.
+Every file is written through :mod:`envguard.atomic`, mode 0600, as state: a symlink in
+``.envguard/`` (the folder itself, ``runs/``, a record, ``last-good.json``, a stored
+snapshot) is refused (exit 5), never written through.
 """
 
 from __future__ import annotations
@@ -27,12 +29,18 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from envguard.atomic import write_text_atomic
+from envguard.atomic import check_state_path, sweep_stale_temps, write_text_atomic
 from envguard.errors import InputError
 from envguard.frozen import frozen
 from envguard.input_file import read_input_text
 from envguard.model import Snapshot
-from envguard.paths import RUNS_DIR, SNAPSHOT_BY_DIGEST_DIR
+from envguard.paths import (
+    FLEET_DIR,
+    PROJECT_DIR,
+    RUNS_DIR,
+    SNAPSHOT_BY_DIGEST_DIR,
+    SNAPSHOT_DIR,
+)
 from envguard.redact import redact_argv
 
 RUN_SCHEMA = "envguard.run/2"
@@ -133,8 +141,9 @@ def store_snapshot(snapshot: Snapshot, cwd: Path) -> str:
     """Keep ``snapshot`` in the content-addressed store (once) and return its digest."""
     digest = content_digest(snapshot)
     path = snapshot_path(cwd, digest)
+    check_state_path(path, cwd)  # a link there is refused, not taken for the stored file
     if not path.is_file():
-        write_text_atomic(path, snapshot.to_json(), mode=0o600)
+        write_text_atomic(path, snapshot.to_json(), mode=0o600, state_root=cwd)
     return digest
 
 
@@ -153,14 +162,16 @@ def record_run(snapshot: Snapshot, *, cwd: Path, argv: Sequence[str], lock: str 
         exit_code=exit_code, signal=signal, passed=passed, forced=forced,
         findings=tuple(findings), snapshot=digest)
     write_text_atomic(runs_dir(cwd) / f"{record.id}{RECORD_SUFFIX}",
-                      json.dumps(record.to_dict(), indent=2, sort_keys=True) + "\n", mode=0o600)
+                      json.dumps(record.to_dict(), indent=2, sort_keys=True) + "\n", mode=0o600,
+                      state_root=cwd)
     if record.succeeded:
         current = last_good(cwd)
         if current is None or current.id <= record.id:
             pointer = {"schema": POINTER_SCHEMA, "run": record.id, "snapshot": digest,
                        "ended_at": ended_at}
             write_text_atomic(runs_dir(cwd) / LAST_GOOD,
-                              json.dumps(pointer, indent=2, sort_keys=True) + "\n", mode=0o600)
+                              json.dumps(pointer, indent=2, sort_keys=True) + "\n", mode=0o600,
+                              state_root=cwd)
     return record
 
 
@@ -251,9 +262,15 @@ class Pruned:
 
 def prune(cwd: Path, keep: int) -> Pruned:
     """Remove all but the ``keep`` newest run records (the ``last-good`` run is always kept),
-    then every stored snapshot no remaining record refers to."""
+    then every stored snapshot no remaining record refers to, and the temporaries a killed
+    writer left in ``.envguard/``. A symlinked state folder or ``last-good.json`` is refused
+    (OutputError) before anything is removed."""
     if keep < 0:
         raise InputError("--keep must be 0 or more")
+    check_state_path(runs_dir(cwd) / LAST_GOOD, cwd)
+    check_state_path(cwd / SNAPSHOT_BY_DIGEST_DIR / "sha256-.json", cwd)
+    for folder in (PROJECT_DIR, RUNS_DIR, SNAPSHOT_DIR, SNAPSHOT_BY_DIGEST_DIR, FLEET_DIR):
+        sweep_stale_temps(cwd / folder)
     records = list_runs(cwd)
     good = last_good(cwd)
     keep_ids = {r.id for r in records[:keep]} | ({good.id} if good else set())

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from envguard.atomic import write_text_atomic
 from envguard.errors import OutputError
+from envguard.paths import private_folder
 from envguard.probe import system
 from envguard.probe.commands import CommandResult
 
@@ -49,7 +50,7 @@ def query(
     """(the nvidia-smi result, the CUDA driver API version), from the memo when valid."""
     state = driver_state(proc_root)
     path = None
-    if state is not None:
+    if state is not None and private_folder(memo_root):
         key = hashlib.sha256(state.encode("utf-8", "surrogateescape")).hexdigest()[:16]
         path = memo_root / f"gpu-{key}.json"
         try:
@@ -64,5 +65,6 @@ def query(
     cuda = system.cuda_driver_version() if result.ok else None
     if result.ok and path is not None and system.readable(result.stdout):
         with contextlib.suppress(OutputError):  # unwritable: only a slower next snapshot
-            write_text_atomic(path, json.dumps({"stdout": result.stdout, "cuda_driver": cuda}))
+            write_text_atomic(path, json.dumps({"stdout": result.stdout, "cuda_driver": cuda}),
+                              state_root=memo_root)
     return result, cuda

@@ -16,6 +16,7 @@ from typing import Any
 
 from envguard.atomic import write_bytes_atomic
 from envguard.errors import OutputError
+from envguard.paths import private_folder
 
 Key = tuple[int, int, int, int]
 """(size, mtime_ns, ctime_ns, inode) of a file."""
@@ -32,6 +33,8 @@ def prefix_digest(prefix: str) -> str:
 
 def load(path: Path, tag: tuple[Any, ...]) -> tuple[dict[Any, Any], str | None]:
     """(entries, note): the memoised dict, empty when absent or unusable; a note says why."""
+    if not private_folder(path.parent):
+        return {}, None  # a folder others could write to: no memo (paths.DISTRUSTED says why)
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -50,10 +53,13 @@ def load(path: Path, tag: tuple[Any, ...]) -> tuple[dict[Any, Any], str | None]:
 
 def save(path: Path, tag: tuple[Any, ...], entries: dict[Any, Any]) -> str | None:
     """Write atomically (:mod:`envguard.atomic`, without the fsync: a memo lost in a crash
-    only makes the next run slower); return an error message instead of raising."""
+    only makes the next run slower); return an error message instead of raising. Nothing
+    is written into a folder that is not private, nor through a link."""
+    if not private_folder(path.parent):
+        return None
     try:
         write_bytes_atomic(path, marshal.dumps(((*tag, marshal.version), entries)),
-                           mode=0o600, durable=False)
+                           mode=0o600, durable=False, state_root=path.parent)
     except OutputError as exc:
         return str(exc)
     except ValueError as exc:  # marshal: an entry of a type it cannot write
