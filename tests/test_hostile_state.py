@@ -215,6 +215,18 @@ def test_run_never_writes_through_a_stored_snapshot_link(project: Path, good: Ve
     assert not would_be.exists()
 
 
+def test_snapshot_never_writes_into_a_linked_snapshots_folder(good: Venv,
+                                                              tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    (project / ".envguard").mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (project / ".envguard" / "snapshots").symlink_to(elsewhere)
+    proc = envguard_cli("snapshot", "--python", good.python, "--quiet", cwd=project)
+    refused_in_one_line(proc)
+    assert list(elsewhere.iterdir()) == []
+
+
 # ------------------------------------------------------------------- runs prune
 
 def test_prune_refuses_a_linked_snapshot_store(project: Path, tmp_path: Path) -> None:

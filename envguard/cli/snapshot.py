@@ -59,7 +59,8 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
         write_stdout(text)
     else:
         path = Path(args.output) if args.output else _default_snapshot_path()
-        write_text_atomic(path, text)
+        # The default place is envguard's state (never through a link); -o is the user's.
+        write_text_atomic(path, text, state_root=None if args.output else Path.cwd())
         destination = str(path)
         if not args.output:
             write_stdout(f"{destination}\n")
