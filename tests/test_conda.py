@@ -123,7 +123,7 @@ def test_altered_and_missing_files_but_not_a_rewritten_placeholder(
     doctor = run("doctor", "--python", prefix.python, "--format", "json", "-q", cwd=clean_cwd)
     (found,) = [f for f in json.loads(doctor.stdout)["findings"]
                 if f["rule"] == "installed-files-modified"]
-    assert 'conda install --force-reinstall "nccl=2.18.5.1=h6103f9b_0"' in found["remedy"]
+    assert 'conda install --force-reinstall -- "nccl=2.18.5.1=h6103f9b_0"' in found["remedy"]
 
 
 def test_torch_from_conda_and_pip_is_an_overlap(prefix: Venv, venvs: VenvFactory,

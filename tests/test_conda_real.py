@@ -216,7 +216,7 @@ def test_restore_writes_explicit_spec_and_environment_yml(
                     env=bare)
     assert proc.returncode == 4, proc.stderr
     assert "no micromamba, mamba or conda on PATH" in proc.stderr
-    assert f"micromamba create -p {tmp_path / 'new'} -f " in proc.stdout
+    assert f"micromamba create --yes --prefix {tmp_path / 'new'} --file " in proc.stdout
     explicit = (tmp_path / "good.conda-explicit.txt").read_text().splitlines()
     assert "@EXPLICIT" in explicit
     urls = [ln for ln in explicit if ln.startswith("file://")]
@@ -234,7 +234,7 @@ def test_restore_writes_explicit_spec_and_environment_yml(
             assert conda["packages"] == 4 and conda["built"] is False and conda["tools"] == []
         else:
             assert dry.stdout.startswith("## envguard restore: good.json (conda)")
-            assert f"micromamba create -p {tmp_path / 'new'} -f " in dry.stdout
+            assert f"micromamba create --yes --prefix {tmp_path / 'new'} --file " in dry.stdout
     # a (stand-in) micromamba on PATH: the prefix is built from the explicit file, then checked
     tools = tmp_path / "bin"
     tools.mkdir()

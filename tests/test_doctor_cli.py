@@ -81,7 +81,7 @@ def test_fix_reinstalls_an_edited_package_after_showing_the_plan(
     assert plan.returncode == 1, plan.stderr
     assert "reinstall helperlib 1.0" in plan.stderr
     # installed from a wheel file: that file is the exact build to reinstall
-    assert f"--no-deps {wheel_dir / 'helperlib-1.0-py3-none-any.whl'}" in plan.stderr
+    assert f"--no-deps -- {wheel_dir / 'helperlib-1.0-py3-none-any.whl'}" in plan.stderr
     assert "--dry-run: nothing changed" in plan.stderr
     assert "patched" in edited.read_text()
     fixed = run("doctor", "--python", env.python, "--fix", "-q", cwd=clean_cwd, extra=offline)

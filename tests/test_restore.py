@@ -402,7 +402,8 @@ def test_ctrl_c_during_the_install_removes_the_partial_venv(world: World, tmp_pa
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        build_venv(plan, target, uv=w.uv, python=sys.executable, echo=interrupt_during_sync)
+        build_venv(plan, target, uv=w.uv, python=sys.executable, echo=interrupt_during_sync,
+                   python_is_path=True)
     assert not target.exists() and not leftovers(target)
 
 
@@ -677,7 +678,8 @@ def _conda_report(**changes: Any) -> Any:
         good_name="good.json", packages=4, pip_requirements=("tqdm==4.66.1", "x|y==1"),
         explicit="/w/good.conda-explicit.txt", environment_yml="/w/good.environment.yml",
         left_out=("evil\x1b[31m",), platform="linux-64", target="/w/new",
-        tools=("micromamba",), commands=("micromamba create -p /w/new -f /w/x.txt",))
+        tools=("micromamba",), commands=("micromamba create -p /w/new -f /w/x.txt",),
+        then="uv pip install --python /w/new/bin/python -- \"tqdm==4.66.1\" 'x|y==1'")
     return dataclasses.replace(base, **changes)
 
 
@@ -688,7 +690,8 @@ def test_a_conda_restore_report_renders_in_every_format() -> None:
         built=True, tool="micromamba", differences=("cudatoolkit: build h1 ≠ h2",))
     text = render(planned, "text")
     assert "recreate it with one of:\n    micromamba create -p /w/new" in text
-    assert '"x|y==1"' in text and "\x1b" not in text and "evil\\x1b[31m" in text
+    assert "then: uv pip install --python /w/new/bin/python -- " in text
+    assert "'x|y==1'" in text and "\x1b" not in text and "evil\\x1b[31m" in text
     assert "differs: cudatoolkit: build h1 ≠ h2" in render(built, "text")
     assert "verified: the conda packages match GOOD" in render(
         dataclasses.replace(built, differences=()), "text")

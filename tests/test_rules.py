@@ -268,7 +268,7 @@ HITS: dict[str, tuple[Hit, ...]] = {
             severity=Severity.CRITICAL, title=("CUDA 13.0 → CUDA 12.8",),
             evidence=("torch.version.cuda: 13.0 → 12.8", "CUDA wheel family: cu13 → cu12"),
             mentions=("CUDA wheels added: nvidia-cublas-cu12==12.8.4.1",
-                      "uv pip uninstall nvidia-cublas-cu12")),
+                      "uv pip uninstall -- nvidia-cublas-cu12")),
         Hit("conda-cuda-11-to-12-beside-cu13-wheels",  # conda's own CUDA, not torch's wheels
             both(lambda s: with_conda(s, conda_pkg("cudatoolkit", "11.8.0")),
                  lambda s: with_conda(s, conda_pkg("cudatoolkit", "12.1.0"))),
@@ -350,7 +350,7 @@ HITS: dict[str, tuple[Hit, ...]] = {
             severity=Severity.WARNING,
             title=("(flashinfer-python sglang)",),
             evidence=("added: flashinfer-python 0.5.3, sglang 0.5.6",),
-            mentions=("uv pip uninstall flashinfer-python sglang",)),
+            mentions=("uv pip uninstall -- flashinfer-python sglang",)),
         Hit("dragged-torch-along",
             changed(lambda s: with_torch(adding(s, ("vllm", "0.11.0")),
                                          version="2.9.1+cu128")),
@@ -388,12 +388,12 @@ HITS: dict[str, tuple[Hit, ...]] = {
     "package-added": (
         Hit("ordinary", changed(lambda s: adding(s, ("wandb", "0.22.0"))),
             severity=Severity.INFO, title=("1 package(s) appeared: wandb",),
-            evidence=("wandb 0.22.0",), mentions=("uv pip uninstall wandb",)),
+            evidence=("wandb 0.22.0",), mentions=("uv pip uninstall -- wandb",)),
     ),
     "package-removed": (
         Hit("einops", changed(lambda s: without_package(s, "einops")),
             severity=Severity.WARNING, title=("disappeared: einops",),
-            evidence=("einops 0.8.2",), mentions=('uv pip install "einops==0.8.2"',)),
+            evidence=("einops 0.8.2",), mentions=('uv pip install -- "einops==0.8.2"',)),
     ),
     "installed-files-modified": (
         Hit("patched-torch-file",
@@ -402,7 +402,7 @@ HITS: dict[str, tuple[Hit, ...]] = {
                 expected="51874", actual="52233"))),
             severity=Severity.CRITICAL, title=("1 installed file(s)", "in torch"),
             evidence=("torch: torch/fx/_symbolic_trace.py (size)",),
-            mentions=('uv pip install --reinstall --no-deps "torch==2.11.0"',)),
+            mentions=('uv pip install --reinstall --no-deps -- "torch==2.11.0"',)),
         Hit("size-to-hash", both(
             lambda s: with_issues(s, IntegrityIssue(package="certifi", path="certifi/cacert.pem",
                                                     problem="size")),
@@ -430,7 +430,7 @@ HITS: dict[str, tuple[Hit, ...]] = {
             severity=Severity.CRITICAL,
             title=("Python changed from cpython 3.12.3 to cpython 3.13.1",),
             evidence=("version: 3.12.3 → 3.13.1",),
-            mentions=("uv venv --python 3.12.3 /opt/torch/.venv",)),
+            mentions=("uv venv --python 3.12.3 -- /opt/torch/.venv",)),
         Hit("patch", changed(lambda s: replace(s, interpreter=replace(
             s.interpreter, version="3.12.9"))), severity=Severity.WARNING),
         Hit("venv-recreated", changed(lambda s: replace(s, interpreter=replace(

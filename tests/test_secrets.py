@@ -422,7 +422,7 @@ def test_recreate_venv_remedy_quotes_the_prefix(clean_cwd: Path) -> None:
     (finding,) = [f for f in explain(good, _env_snapshot(clean_cwd, {}))
                   if f.rule == "python-changed"]
     command = finding.remedy[0].split(": ", 1)[1]
-    assert shlex.split(command) == ["uv", "venv", "--python", "3.10.4", odd]
+    assert shlex.split(command) == ["uv", "venv", "--python", "3.10.4", "--", odd]
 
 
 def test_package_and_torch_remedies_quote_what_a_snapshot_holds(clean_cwd: Path) -> None:
@@ -438,13 +438,13 @@ def test_package_and_torch_remedies_quote_what_a_snapshot_holds(clean_cwd: Path)
         torch=dataclasses.replace(now.torch, present=True, version="2.11.0+cu128;touch${IFS}x"))
     removed = dataclasses.replace(now, packages=now.packages[1:])
     remedies = {f.rule: f.remedy for f in explain(good, removed)}
+    # refused outright (envguard/explain/remedies.py): no command, the field named
     (install,) = remedies["package-removed"]
-    assert shlex.split(install) == ["uv", "pip", "install", f"{victim.name}=={hostile}"]
+    assert install.startswith(f"(no command: packages.{victim.name}.version: ")
+    assert "touch" not in install.split("not a valid version")[1]
     hint = remedies["torch-version-changed"][0]
-    assert shlex.split(hint) == ["uv", "pip", "install", "--reinstall",
-                                 "torch==2.11.0+cu128;touch${IFS}x", "--index-url",
-                                 "https://download.pytorch.org/whl/cu128;touch${IFS}x"]
+    assert hint.startswith("(no command: torch.version: ") and "--index-url" not in hint
     plain = {f.rule: f.remedy for f in explain(dataclasses.replace(
         good, packages=now.packages, torch=dataclasses.replace(now.torch, version="2.11.0")),
         now)}
-    assert plain["torch-version-changed"][0] == 'uv pip install --reinstall "torch==2.11.0"'
+    assert plain["torch-version-changed"][0] == 'uv pip install --reinstall -- "torch==2.11.0"'

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from envguard.explain.remedies import check_name, field_key
 from envguard.frozen import frozen
 from envguard.model import Distribution
 from envguard.probe.integrity import record_digest
@@ -272,7 +273,9 @@ def _pack_installed(dist: Distribution, out_dir: Path) -> Path | None:
 
 
 def _file_requirement(name: str, path: Path) -> str:
-    return f"{name} @ {path.absolute().as_uri()}"
+    """``name @ file:///…whl``; the name (read from a snapshot) must be a PEP 508 name, so
+    the line cannot be an option of the requirements file (UnsafeValue, exit 2)."""
+    return f"{check_name(name, f'packages.{field_key(name)}.name')} @ {path.absolute().as_uri()}"
 
 
 def locate(dist: Distribution, *, find_links: Sequence[str], uv_cache: Path | None,

@@ -50,6 +50,7 @@ from envguard.bisection.trial import (
     run_command,
 )
 from envguard.errors import InputError, RestoreError
+from envguard.explain.remedies import python_minor, user_python
 from envguard.frozen import frozen
 from envguard.model import Snapshot
 from envguard.paths import user_dir
@@ -80,11 +81,10 @@ class BisectOptions:
 
 
 def default_python(good: Snapshot, bad: Snapshot) -> str:
-    """BAD's interpreter if it still exists, else GOOD's, else BAD's ``X.Y`` for uv to find."""
-    for snap in (bad, good):
-        if snap.interpreter.executable and os.access(snap.interpreter.executable, os.X_OK):
-            return snap.interpreter.executable
-    return ".".join(bad.interpreter.version.split(".")[:2])
+    """BAD's ``X.Y`` for uv to find. Never an interpreter path read from a snapshot: a
+    document naming a script there would have uv run it (a version that is not ``X.Y...``
+    is refused, UnsafeValue, exit 2)."""
+    return python_minor(bad.interpreter.version, "interpreter.version")
 
 
 def exact_builds(changes: ChangeSet, options: BisectOptions, out_dir: Path,
@@ -238,8 +238,10 @@ def bisect(good: Snapshot, bad: Snapshot, options: BisectOptions, *, good_name: 
 def _search(changes: ChangeSet, options: BisectOptions, uv: str, workdir: Path,
             good_name: str, bad_name: str, started: float, step: Step | None) -> BisectReport:
     changes, builds = exact_builds(changes, options, workdir / "wheels", step)
+    python, is_path = (user_python(options.python) if options.python
+                       else (default_python(changes.good, changes.bad), False))
     settings = TrialSettings(
-        uv=uv, python=options.python or default_python(changes.good, changes.bad),
+        uv=uv, python=python, python_is_path=is_path,
         command=options.command, venv_args=("--offline",) if options.index.offline else (),
         sync_args=tuple(options.index.uv_args()), timeout=options.timeout,
         runs=max(1, options.runs), cwd=options.cwd, keep=options.keep)

@@ -78,6 +78,8 @@ class TrialSettings:
     runs: int = 1
     cwd: str | None = None
     keep: bool = False
+    python_is_path: bool = False
+    """``python`` is an interpreter path the user named (else an ``X.Y`` spec)."""
 
 
 @frozen
@@ -101,7 +103,8 @@ def build(settings: TrialSettings, folder: Path, requirements: Sequence[str]) ->
     venv = folder / "venv"
     try:
         fill_venv(venv, reqs, uv=settings.uv, python=settings.python,
-                  venv_args=list(settings.venv_args), sync_args=list(settings.sync_args))
+                  venv_args=list(settings.venv_args), sync_args=list(settings.sync_args),
+                  python_is_path=settings.python_is_path)
     except RestoreError as exc:
         return Built(folder=folder, python=None, seconds=time.perf_counter() - started,
                      problem=str(exc))

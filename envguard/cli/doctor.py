@@ -102,6 +102,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def _fix(report: Any, *, dry_run: bool, quiet: bool) -> int:
     from envguard.doctor.fix import apply, plan
+    from envguard.explain.remedies import shell_line
     from envguard.restore.build import find_uv
 
     try:
@@ -116,7 +117,7 @@ def _fix(report: Any, *, dry_run: bool, quiet: bool) -> int:
     console.print(f"fix plan ({len(steps)} step(s)):", markup=False, soft_wrap=True)
     for i, step in enumerate(steps, 1):
         console.print(f"  {i}. {step.action}", markup=False, highlight=False, soft_wrap=True)
-        command = shlex.join(step.argv) if step.argv else f"rm {shlex.quote(str(step.path))}"
+        command = shell_line(step.argv) if step.argv else f"rm {shlex.quote(str(step.path))}"
         console.print(f"     {command}", markup=False, highlight=False, soft_wrap=True)
         console.print(f"     undo: {step.undo}", markup=False, highlight=False, soft_wrap=True)
     if dry_run:

@@ -91,18 +91,41 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     run.set_defaults(handler=cmd_run)
 
 
+def _utf8_values(args: argparse.Namespace) -> None:
+    """The lock's words go into a UTF-8 TOML file: a name, pattern or extra that is not
+    UTF-8 (bytes on the command line that Python keeps as surrogate escapes) is refused
+    here with one line, exit 2, instead of failing when the lock is written."""
+    for option, value in (("NAME", args.name), ("--distribution", args.distribution),
+                          ("--entry", args.entry), *(("--file", v) for v in args.files or ()),
+                          *(("--forbid", v) for v in args.forbid or ()),
+                          *(("--extra", v) for v in args.extras or ())):
+        try:
+            (value or "").encode("utf-8")
+        except UnicodeEncodeError:
+            raise InputError(f"{option} {value!a}: not valid UTF-8; a lock holds "
+                             "UTF-8 text only") from None
+
+
 def cmd_lock(args: argparse.Namespace) -> int:
     from envguard.gate.bless import LockRequest, bless
     from envguard.render.sanitize import clean
 
-    done = bless(LockRequest(
+    _utf8_values(args)
+    request = LockRequest(
         name=args.name, lock_path=args.lock, from_snapshot=args.from_snapshot,
         python=args.python if args.from_snapshot else select_environment(args.python).python,
         entry_id=args.entry, distribution=args.distribution,
         extras=tuple(args.extras) if args.extras is not None else None,
         file_patterns=tuple(args.files) if args.files is not None else None,
         cache_policy=args.cache_policy,
-        forbidden=tuple(args.forbid) if args.forbid is not None else None))
+        forbidden=tuple(args.forbid) if args.forbid is not None else None)
+    try:
+        done = bless(request)
+    except UnicodeEncodeError:  # a file a --file pattern matched has a non-UTF-8 name
+        raise InputError("the lock would hold text that is not valid UTF-8 (the name of a "
+                         "file a --file pattern matches, or a value in the snapshot), which "
+                         "a lock (UTF-8 TOML) cannot hold: rename it or narrow the "
+                         "pattern") from None
     lock, entry = done.lock, done.entry
     write_stdout(f"{clean(done.path, 4000)}: {'replaced' if done.replaced else 'added'} entry "
                  f"{clean(entry.id)} "

@@ -103,9 +103,10 @@ def _write_outputs(args: argparse.Namespace, plan: RestorePlan, good: Snapshot) 
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
+    from envguard.explain.remedies import python_minor
     from envguard.probe.interpreter import is_current_interpreter
     from envguard.restore.build import build_venv, find_uv, sync_in_place
-    from envguard.restore.plan import minor, plan_restore
+    from envguard.restore.plan import plan_restore
     from envguard.restore.report import RestoreReport
     from envguard.restore.verify import verify_restore
     from envguard.snapshot_file import read_snapshot
@@ -148,10 +149,13 @@ def cmd_restore(args: argparse.Namespace) -> int:
     else:
         target = into or _default_target(plan)
         _check_target(target)
-        python = plan.current_python if plan.same_python_minor else minor(plan.good_python)
+        # this environment's own interpreter (the user chose it), or GOOD's X.Y (checked)
+        same = plan.same_python_minor
+        python = (plan.current_python if same
+                  else python_minor(plan.good_python, "interpreter.version"))
         with sigterm_interrupts(), StderrProgress(note_after=0) as progress:
             new_python = str(build_venv(plan, target, uv=uv, python=python, echo=echo,
-                                        step=progress.step))
+                                        step=progress.step, python_is_path=same))
     note(f"restored into {target} in {time.perf_counter() - started:.1f} s; verifying")
     verification = verify_restore(good, _snapshot(new_python), good_name=args.good,
                                   new_name=str(target))
@@ -165,6 +169,7 @@ def _restore_conda(args: argparse.Namespace, good: Snapshot, into: Path | None) 
     the prefix with micromamba, mamba or conda when one is here (and uv for pip's part)."""
     from envguard.atomic import write_text_atomic
     from envguard.errors import RestoreError
+    from envguard.explain.remedies import check_path, remedy, uv_pip_install
     from envguard.probe.discovery import prefix_of
     from envguard.restore.build import find_uv, run_process, run_uv
     from envguard.restore.conda import (
@@ -180,7 +185,11 @@ def _restore_conda(args: argparse.Namespace, good: Snapshot, into: Path | None) 
         raise InputError("--in-place is for venvs; a conda snapshot is restored into a new "
                          "prefix (--into PATH)")
     stem = Path(args.good).name.removesuffix(".json")
-    good_prefix = Path(good.interpreter.prefix or prefix_of(good.interpreter.executable))
+    if into is None:  # next to GOOD's prefix: a path read from the snapshot, so checked
+        good_prefix = Path(check_path(good.interpreter.prefix, "interpreter.prefix")
+                           if good.interpreter.prefix else
+                           prefix_of(check_path(good.interpreter.executable,
+                                                "interpreter.executable")))
     target = into or good_prefix.with_name(
         f"{good_prefix.name}.restored-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}")
     spec = conda_spec(good, name=target.name)
@@ -191,7 +200,15 @@ def _restore_conda(args: argparse.Namespace, good: Snapshot, into: Path | None) 
     if args.requirements_out and spec.pip_requirements:
         write_text_atomic(args.requirements_out, "".join(f"{x}\n" for x in spec.pip_requirements))
     tools = find_tools()
+    new_python = str(target / "bin" / "python")
+
+    def pip_argv(uv: str = "uv", shown: int | None = None) -> list[str]:
+        return uv_pip_install(spec.pip_requirements[:shown], uv=uv, python=new_python,
+                              options=["--color", "never"] if shown is None else ())
+
+    more = " ..." if len(spec.pip_requirements) > 5 else ""
     report = CondaRestoreReport(
+        then=remedy(lambda: pip_argv(shown=5), suffix=more) if spec.pip_requirements else "",
         good_name=args.good, packages=len(good.conda),
         pip_requirements=tuple(spec.pip_requirements), explicit=str(explicit),
         environment_yml=str(yml), left_out=tuple(spec.left_out), platform=spec.platform,
@@ -214,9 +231,8 @@ def _restore_conda(args: argparse.Namespace, good: Snapshot, into: Path | None) 
                                f"{result.lines[-1] if result.lines else 'no output'}")
         if spec.pip_requirements:
             progress.step(f"installing {len(spec.pip_requirements)} pip package(s) with uv")
-            done = run_uv([find_uv(), "pip", "install", "--color", "never", "--python",
-                           str(target / "bin" / "python"), *spec.pip_requirements],
-                          timeout=3600, echo=lambda line: note(f"uv: {line}"))
+            done = run_uv(pip_argv(find_uv()), timeout=3600,
+                          echo=lambda line: note(f"uv: {line}"))
             if not done.ok:
                 raise RestoreError(f"uv pip install failed with exit status {done.returncode}")
     from envguard.probe.conda import read_records

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from envguard.doctor.interface import DoctorRule, Scene
 from envguard.explain.conda import conda_cuda_families
-from envguard.explain.torch import index_url_for
+from envguard.explain.remedies import index_url_for, remedy, uv_pip_install
 from envguard.findings import Finding, Severity
 
 MIN_DRIVER: dict[tuple[int, int], str] = {
@@ -175,8 +175,9 @@ def torch_cpu_build_on_gpu_host(scene: Scene) -> Iterator[Finding]:
                     "on the CPU, or stops at the first .cuda().",
         evidence=(f"torch {torch.version}: version.cuda is None", "GPUs: "
                   + ", ".join(sorted({g.name for g in gpus}))),
-        remedy=("uv pip install --reinstall torch --index-url "
-                "https://download.pytorch.org/whl/cu128  (pick the CUDA your driver supports)",),
+        remedy=(remedy(lambda: uv_pip_install(["torch"], reinstall=True,
+                                              index_url="https://download.pytorch.org/whl/cu128"),
+                       suffix="  (pick the CUDA your driver supports)"),),
         weight=96, keywords=("Torch not compiled with CUDA enabled", "is_available",
                              "no CUDA GPUs", "cuda"))
 

@@ -19,12 +19,10 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Callable
-from urllib.parse import unquote, urlparse
 
 from envguard.doctor import DoctorReport
-from envguard.explain.torch import index_url_for
+from envguard.explain.remedies import reinstall_command
 from envguard.frozen import frozen
-from envguard.model import DirectUrl
 from envguard.probe.caches import MARKER_NAME
 
 _CHANGED = frozenset({"size", "hash", "missing"})
@@ -49,22 +47,13 @@ class FixResult:
     message: str
 
 
-def _source(direct: DirectUrl | None, name: str, version: str) -> str | None:
-    """What to reinstall from: ``name==version`` from the index, the wheel file or URL it
-    was installed from (its exact build), or None (a folder, a VCS checkout, a wheel file
-    that is gone)."""
-    if direct is None:
-        return f"{name}=={version}"
-    if direct.editable or direct.vcs or not direct.url.endswith(".whl"):
-        return None
-    if direct.url.startswith("file://"):
-        path = unquote(urlparse(direct.url).path)
-        return path if os.path.isfile(path) else None
-    return direct.url
-
-
 def plan(report: DoctorReport, python: str, uv: str = "uv") -> tuple[FixStep, ...]:
-    """The safe fixes for ``report``'s environment (``python``: its interpreter)."""
+    """The safe fixes for ``report``'s environment (``python``: its interpreter).
+
+    Names, versions and URLs come from the environment's METADATA and direct_url.json:
+    each is checked by :mod:`envguard.explain.remedies`, whose builder also makes the
+    printed remedies; one that cannot be a word of a command raises
+    :class:`~envguard.explain.remedies.UnsafeValue` (exit 2), and nothing runs."""
     snap = report.snapshot
     steps: list[FixStep] = []
     broken: dict[str, list[str]] = {}
@@ -75,13 +64,9 @@ def plan(report: DoctorReport, python: str, uv: str = "uv") -> tuple[FixStep, ..
         dist = snap.package(name)
         if dist is None or not dist.version or dist.editable:
             continue
-        source = _source(dist.direct_url, name, dist.version)
-        if source is None:
+        argv = reinstall_command(dist, uv=uv, python=python)
+        if argv is None:
             continue  # from a folder or a VCS checkout: nothing exact to reinstall from
-        argv = [uv, "pip", "install", "--python", python, "--reinstall", "--no-deps", source]
-        index = index_url_for(dist.version)
-        if index and dist.direct_url is None:
-            argv += ["--index-url", index]
         files = broken[name]
         steps.append(FixStep(
             rule="installed-files-modified",

@@ -6,9 +6,17 @@ import re
 from collections.abc import Iterator
 
 from envguard.doctor.interface import DoctorRule, Scene, ago
-from envguard.explain.interface import Finding, Severity, shell_word, shell_words
+from envguard.explain.interface import Finding, Severity
 from envguard.explain.packages import FOREIGN_STACKS, VERIFY_HASH_HINT, conda_reinstall
-from envguard.explain.torch import index_url_for
+from envguard.explain.remedies import (
+    UnsafeValue,
+    check_requirement,
+    field_key,
+    reinstall_command,
+    remedy,
+    uv_pip_install,
+    uv_pip_uninstall,
+)
 from envguard.model import Distribution, Snapshot
 
 _TORCH_OWNED = frozenset({"torch", "triton", "pytorch-triton", "numpy"})
@@ -93,8 +101,11 @@ def requirements_unsatisfied(scene: Scene) -> Iterator[Finding]:
                     "pinned to another torch usually fails at import with undefined symbols "
                     "or runs against an API it was not built for.",
         evidence=tuple(f"{d.name} {d.version} requires {req}: {why}" for d, req, why in found),
-        remedy=(f"uv pip install {' '.join(shell_word(r) for _, r, _ in found[:6])}  "
-                "(or reinstall the requiring packages at versions made for what is installed)",
+        remedy=(remedy(lambda: uv_pip_install([
+                    check_requirement(r, f"packages.{field_key(d.name)}.requires")
+                    for d, r, _ in found[:6]]),
+                suffix="  (or reinstall the requiring packages at versions made for what is "
+                "installed)"),
                 "pip check lists the same conflicts"),
         weight=80, keywords=("ImportError", "undefined symbol", "requires", "No module named"))
 
@@ -163,9 +174,10 @@ def extension_built_for_other_torch(scene: Scene) -> Iterator[Finding]:
                     "the torch they were built for; against another one they fail with "
                     "`undefined symbol` at import, or crash later.",
         evidence=tuple(evidence),
-        remedy=(f"reinstall them built for torch {public}: uv pip install --reinstall "
-                f"{shell_words(d.name for d in names)} (from the index that serves torch "
-                f"{torch.version})", "or put back the torch they were built for"),
+        remedy=(remedy(lambda: uv_pip_install([d.name for d in names], reinstall=True),
+                       f"reinstall them built for torch {public}: ",
+                       " (from the index that serves torch's build)"),
+                "or put back the torch they were built for"),
         weight=90, keywords=("undefined symbol", "ImportError", "_C.so", "libc10", "libtorch"))
 
 
@@ -185,8 +197,10 @@ def duplicate_distribution(scene: Scene) -> Iterator[Finding]:
         evidence=tuple(f"{d.name}: {d.version} in {d.location}/{d.metadata_dir}; also "
                        f"metadata in {', '.join(d.shadowed)} (in one folder, the files on "
                        "disk are those of the install that ran last)" for d in dupes),
-        remedy=("remove the copy you do not want, e.g. python -m pip uninstall --user NAME "
-                "for a user-site copy, or unset PYTHONPATH",),
+        remedy=(remedy(lambda: ["python", "-m", "pip", "uninstall", "--user", "--",
+                                *(d.name for d in dupes[:5])],
+                       "remove the copy you do not want, e.g. for a user-site copy: ",
+                       ", or unset PYTHONPATH"),),
         weight=70, keywords=("version mismatch", "AttributeError", "has no attribute"))
 
 
@@ -210,8 +224,8 @@ def foreign_stack_installed(scene: Scene) -> Iterator[Finding]:
                     "replace or mix what the trainer was built and tested with.",
         evidence=tuple(evidence),
         remedy=("keep serving and training in separate venvs",
-                f"remove them here: uv pip uninstall {shell_words(foreign)}, then run "
-                "envguard doctor again"),
+                remedy(lambda: uv_pip_uninstall(foreign), "remove them here: ",
+                       ", then run envguard doctor again")),
         weight=75, keywords=("sglang", "vllm", "flashinfer"))
 
 
@@ -255,10 +269,15 @@ def _reinstall(scene: Scene, name: str) -> str:
     if name.startswith("conda:"):
         return conda_reinstall(scene.snapshot, name)
     dist = scene.snapshot.package(name)
-    version = dist.version if dist and dist.version else "VERSION"
-    index = index_url_for(version)
-    return (f"uv pip install --reinstall --no-deps {shell_word(f'{name}=={version}')}"
-            + (f" --index-url {index}" if index else "") + "  (envguard doctor --fix does it)")
+    if dist is None or not dist.version:
+        return f"reinstall {name} (no version is recorded for it)"
+    try:
+        argv = reinstall_command(dist)
+    except UnsafeValue as exc:
+        return f"(no command: {exc})"
+    if argv is None:
+        return f"reinstall {name} from the folder or checkout it was installed from"
+    return remedy(lambda: argv, suffix="  (envguard doctor --fix does it)")
 
 
 def conda_pip_overlap(scene: Scene) -> Iterator[Finding]:

@@ -7,7 +7,8 @@ import re
 from collections.abc import Iterator
 
 from envguard.changes import ADDED, REMOVED, Change
-from envguard.explain.interface import Context, Finding, Rule, Severity, shell_words
+from envguard.explain.interface import Context, Finding, Rule, Severity
+from envguard.explain.remedies import conda_command, remedy
 from envguard.model import Snapshot
 
 CORE = re.compile(
@@ -67,8 +68,9 @@ def conda_package_changed(ctx: Context) -> Iterator[Finding]:
                     "packages in conda and pixi environments; a change there changes the "
                     "kernels and libraries torch loads without any pip package moving.",
         evidence=tuple(lines[:20]),
-        remedy=(f"conda install {shell_words(_specs(ctx, sorted(changed)))}  (the old "
-                "versions and builds), or envguard restore GOOD.json for the whole env",),
+        remedy=(remedy(lambda: conda_command("install", _specs(ctx, sorted(changed))),
+                       suffix="  (the old versions and builds), or envguard restore with the "
+                       "good snapshot for the whole env"),),
         changes=tuple(c for cs in changed.values() for c in cs), weight=93 if core else 60,
         keywords=tuple(sorted(changed)))
 
@@ -90,8 +92,8 @@ def conda_package_added(ctx: Context) -> Iterator[Finding]:
         explanation="New conda packages; CUDA or BLAS libraries among them can be loaded "
                     "instead of the ones torch was tested with.",
         evidence=tuple(f"+ {c.key} {c.new}" for c in added[:20]),
-        remedy=(f"conda remove {shell_words(c.key for c in added[:8])}  (if they should "
-                "not be there)",),
+        remedy=(remedy(lambda: conda_command("remove", [c.key for c in added[:8]]),
+                       suffix="  (if they should not be there)"),),
         changes=tuple(added), weight=40, keywords=tuple(c.key for c in added))
 
 
@@ -109,8 +111,8 @@ def conda_package_removed(ctx: Context) -> Iterator[Finding]:
                     "fails to load (`cannot open shared object file`), or falls back to "
                     "another copy.",
         evidence=tuple(f"- {c.key} {c.old}" for c in removed[:20]),
-        remedy=("conda install " + shell_words(
-            f"{c.key}={old[c.key].version}={old[c.key].build}" for c in removed[:8]),),
+        remedy=(remedy(lambda: conda_command("install", [
+            f"{c.key}={old[c.key].version}={old[c.key].build}" for c in removed[:8]])),),
         changes=tuple(removed), weight=90 if core else 55,
         keywords=(*(c.key for c in removed), "cannot open shared object"))
 

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 from envguard.changes import ADDED, MASKED, REMOVED, Change
 from envguard.explain.interface import Context, Finding, Rule, Severity
+from envguard.explain.remedies import git_command, python_spec, remedy, uv_venv
 from envguard.model import Snapshot
 
 _BEHAVIOUR_VARS = ("CUDA", "NCCL", "TORCH", "PYTORCH", "TRITON", "NVIDIA", "CUBLAS", "CUDNN",
@@ -35,8 +36,9 @@ def python_changed(ctx: Context) -> Iterator[Finding]:
         evidence=tuple(f"{c.key}: {c.old} → {c.new}" for c in changes
                        if c.key != "sys_path") + tuple(
             "sys.path changed" for c in changes if c.key == "sys_path"),
-        remedy=(f"recreate the venv with Python {old.version}: uv venv --python "
-                f"{shlex.quote(old.version)} {shlex.quote(old.prefix)}",),
+        remedy=(remedy(lambda: uv_venv(python_spec(old.version, "interpreter.version"),
+                                       old.prefix),
+                       "recreate the venv with the good Python: "),),
         changes=tuple(changes),
         weight=88,
     )
@@ -216,8 +218,8 @@ def file_changed(ctx: Context) -> Iterator[Finding]:
         explanation="Your own training code or configuration is not what ran before. Compare "
                     "with md5sum on the machine that ran it, or with git.",
         evidence=tuple(lines),
-        remedy=(f"git diff {shlex.quote(git.old)} -- <file>" if git is not None and git.old else
-                "git diff -- <file>", "git checkout <good commit> -- <file> to restore it"),
+        remedy=_file_remedies(git.old if git is not None else None,
+                              [c.key for c in changes[:8]]),
         changes=tuple(changes),
         weight=65,
         keywords=tuple(names),
@@ -233,7 +235,26 @@ def git_state_changed(ctx: Context) -> Iterator[Finding]:
         title="the project's git state changed",
         explanation="Another commit, branch or set of uncommitted edits is checked out.",
         evidence=tuple(f"{c.field}: {c.old} → {c.new}" for c in changes),
-        remedy=("git diff <good commit>",), changes=tuple(changes), weight=30)
+        remedy=(_git_diff_good(ctx),), changes=tuple(changes), weight=30)
+
+
+def _file_remedies(commit: object, files: list[str]) -> tuple[str, ...]:
+    """``git diff COMMIT -- FILE...`` and ``git checkout COMMIT -- FILE...`` with the good
+    commit when the snapshot names it, else the diff against the index."""
+    good = commit if isinstance(commit, str) and commit else None
+    diff = remedy(lambda: git_command("diff", good, files))
+    if good is None:
+        return (diff, "then check out the good commit's version of them to restore them")
+    return (diff, remedy(lambda: git_command("checkout", good, files),
+                         suffix="  restores them"))
+
+
+def _git_diff_good(ctx: Context) -> str:
+    git = ctx.old.files.git
+    commit = git.commit if git is not None else None
+    if not commit:
+        return "git diff against the good commit (the good snapshot records none)"
+    return remedy(lambda: git_command("diff", commit))
 
 
 RULES = (

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import re
-import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import field
 
 from envguard.changes import SnapshotDiff
+from envguard.explain.remedies import shell_word, shell_words
 from envguard.findings import Finding, Severity
 from envguard.frozen import frozen
 from envguard.model import Snapshot
@@ -32,21 +31,6 @@ class Rule:
     title: str
     check: Check
     keywords: tuple[str, ...] = field(default=())
-
-
-_PLAIN_REQUIREMENT = re.compile(r"[A-Za-z0-9_.+=<>~,-]+")
-
-
-def shell_word(text: str) -> str:
-    """``text`` as one word of a remedy's shell command, safe to paste whatever a snapshot
-    holds: a plain requirement in double quotes (``"torch==2.11.0+cu128"``), anything
-    else (``$``, quotes, ``;``, spaces) single-quoted by :func:`shlex.quote`."""
-    return f'"{text}"' if _PLAIN_REQUIREMENT.fullmatch(text) else shlex.quote(text)
-
-
-def shell_words(texts: Iterable[str]) -> str:
-    """Names as shell words: ``sglang vllm`` stays as it is, an odd name is quoted."""
-    return " ".join(shlex.quote(t) for t in texts)
 
 
 def short(value: object, n: int = 12) -> str:

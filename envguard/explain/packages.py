@@ -12,11 +12,19 @@ from envguard.explain.interface import (
     Finding,
     Rule,
     Severity,
-    shell_word,
-    shell_words,
     short,
 )
-from envguard.model import Snapshot
+from envguard.explain.remedies import (
+    UnsafeValue,
+    conda_command,
+    field_key,
+    pin,
+    reinstall_source,
+    remedy,
+    uv_pip_install,
+    uv_pip_uninstall,
+)
+from envguard.model import Distribution, Snapshot
 
 # Serving and inference stacks: each pins its own torch/CUDA/triton and JIT-builds kernels.
 FOREIGN_STACKS = re.compile(
@@ -64,7 +72,7 @@ def foreign_stack_installed(ctx: Context) -> Iterator[Finding]:
         evidence=tuple(evidence),
         remedy=(
             "keep serving and training in separate venvs",
-            f"remove them here: uv pip uninstall {shell_words(c.key for c in foreign)}",
+            remedy(lambda: uv_pip_uninstall([c.key for c in foreign]), "remove them here: "),
             "then check torch with envguard diff again; if it moved, reinstall the good build",
         ),
         changes=tuple(foreign),
@@ -99,12 +107,41 @@ def package_build_changed(ctx: Context) -> Iterator[Finding]:
         ),
         evidence=tuple(f"{c.key} {_version(ctx, c.key)}: {short(c.old, 16)} → "
                        f"{short(c.new, 16)}" for c in changed),
-        remedy=("reinstall the good wheels by file or URL (uv pip install --reinstall "
-                "--no-deps <wheel>) and re-run envguard diff",),
+        remedy=_exact_reinstalls(ctx, changed),
         changes=tuple(changed),
         weight=60,
         keywords=tuple(c.key for c in changed),
     )
+
+
+def _exact_reinstalls(ctx: Context, changed: list[Change]) -> tuple[str, ...]:
+    """Reinstall commands for the good builds whose wheel file or URL the good snapshot
+    records; prose where it records none (the index may serve another build)."""
+    found = (ctx.old.package(c.key) for c in changed[:5])
+    commands = [line for dist in found if dist is not None and dist.direct_url is not None
+                for line in (_reinstall_from(dist),) if line]
+    return (*commands, "reinstall the good wheels from the files or URLs they came from "
+            "(envguard restore --find-links with a folder of them finds the exact builds), "
+            "then re-run envguard diff")
+
+
+def _reinstall_from(dist: Distribution) -> str | None:
+    """``uv pip install --reinstall --no-deps -- WHEEL`` from the wheel file or URL ``dist``
+    was installed from; None for a folder or a VCS checkout."""
+    field = f"packages.{field_key(dist.name)}"
+    try:
+        source = reinstall_source(dist.direct_url, dist.name, dist.version or "", field,
+                                  exists=lambda _path: True)
+    except UnsafeValue as exc:
+        return f"(no command: {exc})"
+    if source is None:
+        return None
+    return remedy(lambda: uv_pip_install([source], reinstall=True, no_deps=True, field=field))
+
+
+def _reinstall_pin(name: str, version: str) -> str:
+    return remedy(lambda: uv_pip_install([pin(name, version, f"packages.{field_key(name)}")],
+                                         reinstall=True, no_deps=True))
 
 
 def bump_kind(old: str | None, new: str | None) -> str:
@@ -160,8 +197,9 @@ def package_version_changed(ctx: Context) -> Iterator[Finding]:
             "first. A local-label change (+cu128 → +cu130) is a different build entirely."
         ),
         evidence=tuple(lines),
-        remedy=("pin the good versions: uv pip install " + " ".join(
-            shell_word(f"{c.key}=={c.old}") for c in changed[:10] if c.old),),
+        remedy=(remedy(lambda: uv_pip_install(
+            [pin(c.key, str(c.old), f"packages.{field_key(c.key)}")
+             for c in changed[:10] if c.old]), "pin the good versions: "),),
         changes=tuple(changed),
         weight=50,
         keywords=tuple(c.key for c in changed),
@@ -180,7 +218,7 @@ def package_added(ctx: Context) -> Iterator[Finding]:
         explanation="New distributions can shadow modules, register plugins or entry points, "
                     "and usually arrive with dependency upgrades.",
         evidence=tuple(f"{c.key} {c.new}" for c in added),
-        remedy=("if unwanted: uv pip uninstall " + shell_words(c.key for c in added[:10]),),
+        remedy=(remedy(lambda: uv_pip_uninstall([c.key for c in added[:10]]), "if unwanted: "),),
         changes=tuple(added), weight=20, keywords=tuple(c.key for c in added))
 
 
@@ -195,8 +233,8 @@ def package_removed(ctx: Context) -> Iterator[Finding]:
         explanation="Code that imports them now fails with ModuleNotFoundError, or falls back "
                     "to a slower path when the import is optional (fused kernels, tokenizers).",
         evidence=tuple(f"{c.key} {c.old}" for c in removed),
-        remedy=("uv pip install " + " ".join(shell_word(f"{c.key}=={c.old}")
-                                             for c in removed[:10]),),
+        remedy=(remedy(lambda: uv_pip_install(
+            [pin(c.key, str(c.old), f"packages.{field_key(c.key)}") for c in removed[:10]])),),
         changes=tuple(removed), weight=40,
         keywords=("modulenotfounderror", "no module named", *(c.key for c in removed)))
 
@@ -221,7 +259,7 @@ def conda_reinstall(snapshot: Snapshot, owner: str) -> str:
     name = owner.removeprefix("conda:")
     pkg = next((p for p in snapshot.conda if p.name == name), None)
     spec = f"{name}={pkg.version}={pkg.build}" if pkg is not None else name
-    return f"conda install --force-reinstall {shell_word(spec)}"
+    return remedy(lambda: conda_command("install", [spec], options=["--force-reinstall"]))
 
 
 def installed_files_modified(ctx: Context) -> Iterator[Finding]:
@@ -250,7 +288,7 @@ def installed_files_modified(ctx: Context) -> Iterator[Finding]:
         evidence=tuple(f"{c.key}: {c.field} ({c.new})" for c in new_issues[:20])
         + ((f"… and {len(new_issues) - 20} more",) if len(new_issues) > 20 else ()),
         remedy=tuple(conda_reinstall(ctx.new, p) if p.startswith("conda:") else
-                     "uv pip install --reinstall --no-deps " + shell_word(f"{p}=={versions[p]}")
+                     _reinstall_pin(p, str(versions[p]))
                      for p in packages[:5] if versions[p] or p.startswith("conda:"))
         + ((VERIFY_HASH_HINT,) if by_time_only else ()) or ("reinstall the affected packages",),
         changes=tuple(new_issues),

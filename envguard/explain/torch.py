@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Iterator
 
 from envguard.explain.conda import CONDA_CUDA, conda_cuda_families
@@ -12,29 +11,25 @@ from envguard.explain.interface import (
     Finding,
     Rule,
     Severity,
-    shell_word,
-    shell_words,
     short,
+)
+from envguard.explain.remedies import (
+    index_url_for,
+    pin,
+    remedy,
+    uv_pip_install,
+    uv_pip_uninstall,
 )
 from envguard.model import TorchIdentity
 
 _LOCAL_CUDA = re.compile(r"\+cu(\d+)")
 
 
-def index_url_for(version: str | None) -> str | None:
-    """The PyTorch wheel index for a local label: ``2.11.0+cu128`` -> ``.../whl/cu128``."""
-    if not version or "+" not in version:
-        return None
-    label = version.split("+", 1)[1]
-    if label.startswith(("cu", "rocm")) or label == "cpu":
-        return f"https://download.pytorch.org/whl/{label}"
-    return None
-
-
-def _install_hint(version: str | None) -> str:
-    index = index_url_for(version)
-    where = f" --index-url {shlex.quote(index)}" if index else ""
-    return f"uv pip install --reinstall {shell_word(f'torch=={version}')}{where}"
+def _install_hint(version: str | None, prefix: str = "", suffix: str = "") -> str:
+    """``uv pip install --reinstall --index-url URL -- "torch==VERSION"`` (one builder,
+    :func:`envguard.explain.remedies.uv_pip_install`)."""
+    return remedy(lambda: uv_pip_install([pin("torch", str(version), "torch")], reinstall=True,
+                                         index_url=index_url_for(version)), prefix, suffix)
 
 
 def torch_build_changed(ctx: Context) -> Iterator[Finding]:
@@ -70,8 +65,9 @@ def torch_build_changed(ctx: Context) -> Iterator[Finding]:
         ),
         evidence=tuple(evidence),
         remedy=(
-            "reinstall the exact good build (same wheel file or URL), not just the same "
-            f"version: {_install_hint(new.version)} gives whatever build the index serves today",
+            _install_hint(new.version, "reinstall the exact good build (same wheel file or URL), "
+                          "not just the same version: ",
+                          " gives whatever build the index serves today"),
             "confirm with: python -c \"import torch; print(torch.version.git_version)\" "
             f"(good: {old.git_version})",
             "then warm the compile cache single-threaded before starting worker threads",
@@ -174,10 +170,10 @@ def cuda_build_changed(ctx: Context) -> Iterator[Finding]:
         ),
         evidence=tuple(evidence),
         remedy=(
-            f"reinstall torch for the good CUDA build: {_install_hint(old.version)}",
-            "remove the other family's wheels: uv pip uninstall "
-            + (shell_words(w.split("==")[0] for w in wheels.new) if wheels and wheels.new
-               else "<nvidia-* wheels of the wrong family>"),
+            _install_hint(old.version, "reinstall torch for the good CUDA build: "),
+            remedy(lambda: uv_pip_uninstall([w.split("==")[0] for w in wheels.new]),
+                   "remove the other family's wheels: ") if wheels and wheels.new else
+            "remove the other family's nvidia-* wheels (uv pip list names them)",
         ),
         changes=(*(c for c in (cuda, family, wheels) if c is not None),
                  *(c for c in ctx.diff.find("conda") if c.key in CONDA_CUDA)),
@@ -206,8 +202,8 @@ def triton_changed(ctx: Context) -> Iterator[Finding]:
             "was tested with."
         ),
         evidence=tuple(evidence),
-        remedy=(f"uv pip install {shell_word(f'triton=={old}')}" if old
-                else "uninstall the extra triton",),
+        remedy=(remedy(lambda: uv_pip_install([pin("triton", str(old), "torch.triton")]))
+                if old else "uninstall the extra triton",),
         changes=tuple(c for c in (version, build) if c is not None),
         weight=70,
     )

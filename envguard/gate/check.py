@@ -200,6 +200,7 @@ def _explained(entry: LockEntry, lock: Lock, current: Snapshot, sides: _Sides) -
         return EntryComparison(entry=entry, diff=sides.changes, findings=())
     from envguard.explain import explain
     from envguard.explain.packages import FOREIGN_STACKS
+    from envguard.explain.remedies import remedy, uv_pip_uninstall
 
     findings = explain(sides.reference, sides.now, sides.changes)
     custom = [n for n in lock.forbidden_installed(current) if not FOREIGN_STACKS.match(n)]
@@ -210,7 +211,7 @@ def _explained(entry: LockEntry, lock: Lock, current: Snapshot, sides: _Sides) -
             explanation="The lock's `forbidden` patterns name packages that must not be in "
                         "this environment.",
             evidence=tuple(f"{n} matches one of: {', '.join(lock.forbidden)}" for n in custom),
-            remedy=(f"uv pip uninstall {' '.join(custom)}",), weight=85))
+            remedy=(remedy(lambda: uv_pip_uninstall(custom)),), weight=85))
     return EntryComparison(entry=entry, diff=sides.changes, findings=tuple(findings))
 
 

@@ -109,11 +109,14 @@ def new_machine(lock: Lock, lock_dir: Path, snapshot: Snapshot,
 def new_machine_finding(new: NewMachine, lock_path: str) -> Finding:
     """Why the gate refuses a new machine, and how to bless it."""
     closest = f"the closest entry, {new.closest_id}, was recorded on {new.closest.describe()}"
-    remedy = [f"if this environment is known-good, bless it: envguard lock {new.lock_name}"]
+    from envguard.explain.remedies import envguard_command, shell_line
+
+    remedy = ["if this environment is known-good, bless it: "
+              + shell_line(envguard_command("lock", new.lock_name))]
     if new.snapshot_file:
         reference = Path(lock_path).parent / new.snapshot_file
         remedy.append(f"or rebuild {new.closest_id}'s package set here: "
-                      f"envguard restore {reference}")
+                      + shell_line(envguard_command("restore", str(reference))))
     return Finding(
         rule="new-machine", severity=Severity.CRITICAL,
         title=f"no entry of this lock was recorded on {new.here.host or 'this machine'} or on "

@@ -91,11 +91,8 @@ def render_conda(r: CondaRestoreReport) -> str:
                      + ", ".join(clean(x, 80) for x in r.left_out))
     if not r.built:
         lines += ["  recreate it with one of:"] + [f"    {clean(c, 600)}" for c in r.commands]
-        if r.pip_requirements:
-            shown = " ".join(f'"{clean(x, 200)}"' for x in r.pip_requirements[:5])
-            more = " ..." if len(r.pip_requirements) > 5 else ""
-            lines.append(f"    then: uv pip install --python {clean(r.target)}/bin/python "
-                         f"{shown}{more}")
+        if r.then:
+            lines.append(f"    then: {clean(r.then, 1200)}")
         return "\n".join(lines) + "\n"
     lines.append(f"  built {clean(r.target)} with {clean(r.tool or '?')}")
     lines += ([f"  differs: {clean(d, 400)}" for d in r.differences] if r.differences else

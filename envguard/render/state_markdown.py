@@ -62,6 +62,9 @@ def conda_restore(r: CondaRestoreReport) -> str:
     if not r.built:
         out += ["Recreate it with one of:", "", "```console"]
         out += [c.replace("```", "'''") for c in r.commands] + ["```", ""]
+        if r.then:
+            out += ["Then install the pip part:", "", "```console",
+                    r.then.replace("```", "'''"), "```", ""]
         return "\n".join(out)
     out.append(f"Built `{md(r.target)}` with {md(r.tool or '?')}: "
                + ("**the conda packages match GOOD** (versions and builds)." if not r.differences

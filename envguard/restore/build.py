@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from envguard.errors import RestoreError
+from envguard.explain.remedies import check_name, field_key, uv_pip_sync, uv_pip_uninstall, uv_venv
 from envguard.frozen import frozen
 from envguard.restore.plan import CHANGE, REMOVE, SEED_PACKAGES, RestorePlan
 
@@ -179,18 +180,22 @@ def _requirements_file(plan: RestorePlan) -> Iterator[Path]:
 
 
 def build_venv(plan: RestorePlan, target: Path, *, uv: str, python: str,
-               echo: Echo | None = None, step: Echo | None = None) -> Path:
-    """Create ``target`` holding exactly the plan's package set; returns its interpreter."""
+               echo: Echo | None = None, step: Echo | None = None,
+               python_is_path: bool = False) -> Path:
+    """Create ``target`` holding exactly the plan's package set; returns its interpreter.
+    ``python``: an ``X.Y`` spec, or (``python_is_path``) the interpreter of the
+    environment the user selected."""
     tmp = partial_path(target)
     if tmp.exists():
         raise RestoreError(f"{tmp} already exists (left by an interrupted run?); remove it")
     with _requirements_file(plan) as reqs:
-        _build(plan, tmp, target, reqs, uv=uv, python=python, echo=echo, step=step)
+        _build(plan, tmp, target, reqs, uv=uv, python=python, echo=echo, step=step,
+               python_is_path=python_is_path)
     return target / "bin" / "python"
 
 
 def _build(plan: RestorePlan, tmp: Path, target: Path, reqs: Path, *, uv: str, python: str,
-           echo: Echo | None, step: Echo | None) -> None:
+           echo: Echo | None, step: Echo | None, python_is_path: bool) -> None:
     """Fill ``tmp`` with uv, then rename it to ``target``; on any failure ``tmp`` is removed."""
     # uv names the folder it works in ("Activate with: source TMP/bin/activate", absolute or
     # relative to the working directory); the user gets TARGET, its sibling, where the venv
@@ -198,7 +203,8 @@ def _build(plan: RestorePlan, tmp: Path, target: Path, reqs: Path, *, uv: str, p
     shown = None if echo is None else _renaming(echo, tmp.name, target.name)
     try:
         fill_venv(tmp, reqs, uv=uv, python=python, venv_args=plan.uv_network_args(),
-                  sync_args=plan.uv_index_args(), label=str(target), echo=shown, step=step)
+                  sync_args=plan.uv_index_args(), label=str(target), echo=shown, step=step,
+                  python_is_path=python_is_path)
         try:
             os.rename(tmp, target)
         except OSError as exc:
@@ -211,21 +217,23 @@ def _build(plan: RestorePlan, tmp: Path, target: Path, reqs: Path, *, uv: str, p
 def fill_venv(path: Path, requirements: Path, *, uv: str, python: str, venv_args: list[str],
               sync_args: list[str], label: str | None = None, echo: Echo | None = None,
               step: Echo | None = None, venv_timeout: float = UV_VENV_TIMEOUT_S,
-              sync_timeout: float = UV_SYNC_TIMEOUT_S) -> None:
+              sync_timeout: float = UV_SYNC_TIMEOUT_S, python_is_path: bool = False) -> None:
     """``uv venv --relocatable`` at ``path``, then ``uv pip sync`` it to exactly the lines of
     ``requirements``; a RestoreError names the step that failed and uv's own error line.
-    ``venv_args`` go to both steps (``--offline``), ``sync_args`` to the sync (indexes)."""
+    ``venv_args`` go to both steps (``--offline``), ``sync_args`` to the sync (indexes).
+    ``python`` is an ``X.Y[.Z]`` spec (checked: UnsafeValue, exit 2), or an absolute
+    interpreter path the user chose when ``python_is_path``."""
+    argv = uv_venv(python, str(path), uv=uv, user_path=python_is_path,
+                   options=["--color", "never", "--relocatable", *venv_args])
     if step:
         step(f"creating a venv with Python {python} for {label or path}")
-    _check(run_uv([uv, "venv", "--color", "never", "--relocatable", "--python", python,
-                   *venv_args, str(path)], timeout=venv_timeout, echo=echo),
-           "creating the venv", venv_timeout)
+    _check(run_uv(argv, timeout=venv_timeout, echo=echo), "creating the venv", venv_timeout)
     if step:
         count = sum(1 for ln in requirements.read_text(encoding="utf-8").splitlines() if ln)
         step(f"installing {count} package(s) with uv pip sync")
-    _check(run_uv([uv, "pip", "sync", "--color", "never", "--python",
-                   str(path / "bin" / "python"), "--allow-empty-requirements", *sync_args,
-                   str(requirements)], timeout=sync_timeout, echo=echo),
+    _check(run_uv(uv_pip_sync(str(requirements), uv=uv, python=str(path / "bin" / "python"),
+                              options=["--color", "never", "--allow-empty-requirements",
+                                       *sync_args]), timeout=sync_timeout, echo=echo),
            "installing the packages", sync_timeout)
 
 
@@ -250,13 +258,14 @@ def sync_in_place(plan: RestorePlan, *, uv: str, echo: Echo | None = None,
     with _requirements_file(plan) as reqs:
         if step:
             step(f"syncing {python} to {len(plan.requirements)} package(s) with uv pip sync")
-        reinstall = [arg for name in rebuilt for arg in ("--reinstall-package", name)]
-        _check(run_uv([uv, "pip", "sync", "--color", "never", "--python", python,
-                       "--allow-empty-requirements", *plan.uv_index_args(), *reinstall,
-                       str(reqs)], timeout=UV_SYNC_TIMEOUT_S, echo=echo),
+        reinstall = [f"--reinstall-package={check_name(name, f'packages.{field_key(name)}.name')}"
+                     for name in rebuilt]
+        _check(run_uv(uv_pip_sync(str(reqs), uv=uv, python=python, options=[
+                   "--color", "never", "--allow-empty-requirements", *plan.uv_index_args(),
+                   *reinstall]), timeout=UV_SYNC_TIMEOUT_S, echo=echo),
                "syncing the environment", UV_SYNC_TIMEOUT_S)
         if seeds:
-            _check(run_uv([uv, "pip", "uninstall", "--color", "never", "--python", python,
-                           *plan.uv_network_args(), *seeds], timeout=UV_VENV_TIMEOUT_S,
-                          echo=echo),
+            _check(run_uv(uv_pip_uninstall(seeds, uv=uv, python=python, options=[
+                           "--color", "never", *plan.uv_network_args()]),
+                          timeout=UV_VENV_TIMEOUT_S, echo=echo),
                    "removing " + " ".join(seeds), UV_VENV_TIMEOUT_S)

@@ -16,9 +16,11 @@ import re
 import shutil
 from collections.abc import Mapping, Sequence
 
+from envguard.explain.remedies import conda_create, shell_line
 from envguard.frozen import frozen
 from envguard.model import CondaPackage, Snapshot
 from envguard.redact import MASK
+from envguard.restore.export import utf8_text
 from envguard.restore.plan import requirement_for
 
 TOOLS = ("micromamba", "mamba", "conda")
@@ -44,7 +46,8 @@ class CondaSpec:
 
 def _usable_url(pkg: CondaPackage) -> bool:
     url = pkg.url or ""
-    return bool(re.match(r"^(https?|file)://\S+$", url)) and MASK not in url
+    return (bool(re.match(r"^(https?|file)://\S+$", url)) and MASK not in url
+            and utf8_text(url) == url)
 
 
 def _platform(packages: Sequence[CondaPackage]) -> str | None:
@@ -68,6 +71,7 @@ def explicit_text(packages: Sequence[CondaPackage], platform: str | None) -> str
 
 
 def _yaml_str(text: str) -> str:
+    text = utf8_text(text)
     return text if _SAFE.match(text) else '"' + text.replace("\\", "\\\\").replace(
         '"', '\\"') + '"'
 
@@ -121,8 +125,8 @@ def find_tools(env: Mapping[str, str] = os.environ) -> list[tuple[str, str]]:
 
 def create_command(path: str, prefix: str, explicit_file: str) -> list[str]:
     """The command that creates ``prefix`` from the explicit spec (the same flags for
-    micromamba, mamba and conda)."""
-    return [path, "create", "--yes", "--prefix", prefix, "--file", explicit_file]
+    micromamba, mamba and conda); both paths must be absolute (UnsafeValue, exit 2)."""
+    return conda_create(path, prefix, explicit_file)
 
 
 def conda_differences(good: Sequence[CondaPackage], new: Sequence[CondaPackage]) -> list[str]:
@@ -143,7 +147,8 @@ def conda_differences(good: Sequence[CondaPackage], new: Sequence[CondaPackage])
 
 
 def shown_commands(prefix: str, explicit_file: str, yml_file: str) -> tuple[str, ...]:
-    """What to run by hand where no tool was found (or to do it elsewhere)."""
-    return (f"micromamba create -p {prefix} -f {explicit_file}",
-            f"conda create -p {prefix} --file {explicit_file}",
-            f"pixi init --import {yml_file}  (then pixi install)")
+    """What to run by hand where no tool was found (or to do it elsewhere): the commands
+    :func:`create_command` runs, quoted for the shell."""
+    return (shell_line(create_command("micromamba", prefix, explicit_file)),
+            shell_line(create_command("conda", prefix, explicit_file)),
+            shell_line(["pixi", "init", "--import", yml_file]) + "  (then pixi install)")

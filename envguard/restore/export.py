@@ -31,8 +31,15 @@ def requirements_text(plan: RestorePlan) -> str:
 
 
 def _comment(text: str) -> str:
-    """A value safe inside a ``#`` comment line: no line breaks or control characters."""
-    return re.sub(r"[\x00-\x1f\x7f-\x9f]", "?", text)
+    """A value safe inside a ``#`` comment line: no line breaks or control characters, and
+    UTF-8 (:func:`utf8_text`)."""
+    return utf8_text(re.sub(r"[\x00-\x1f\x7f-\x9f]", "?", text))
+
+
+def utf8_text(text: str) -> str:
+    """``text`` as UTF-8 can hold it: bytes that were not UTF-8 (a file name given on the
+    command line, kept by Python as surrogate escapes) are written as ``\\udcff``."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def pylock_text(plan: RestorePlan, good: Snapshot) -> str:
@@ -52,7 +59,7 @@ def pylock_text(plan: RestorePlan, good: Snapshot) -> str:
             out += ["[packages.tool.envguard]",
                     f"record-fingerprint = {toml_string(dist.fingerprint)}"]
         out.append("")
-    out += ["[tool.envguard]", f"snapshot = {toml_string(plan.good_name)}",
+    out += ["[tool.envguard]", f"snapshot = {toml_string(utf8_text(plan.good_name))}",
             f"python = {toml_string(plan.good_python)}", ""]
     return "\n".join(out)
 

@@ -22,8 +22,17 @@ from dataclasses import asdict
 from urllib.parse import unquote, urlparse
 from urllib.request import url2pathname
 
-from packaging.version import InvalidVersion, Version
-
+from envguard.explain.remedies import (
+    VCS_SCHEMES,
+    UnsafeValue,
+    check_name,
+    check_subdirectory,
+    check_url,
+    field_key,
+    python_minor,
+    valid_name,
+    valid_version,
+)
 from envguard.frozen import frozen
 from envguard.model import Distribution, Snapshot
 from envguard.redact import redact_argv
@@ -35,10 +44,7 @@ PYTORCH_INDEX = "https://download.pytorch.org/whl/"
 SEED_PACKAGES = frozenset({"pip", "setuptools", "wheel"})
 """Kept by ``uv pip sync`` in an existing env even when the requirements omit them."""
 
-_NAME = re.compile(r"^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$", re.IGNORECASE)
-_VERSION_CHARS = re.compile(r"^[A-Za-z0-9.+!_-]+$")
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^\s\x00-\x1f\x7f]+$")
-_SUBDIR = re.compile(r"^[\w./-]+$")
+_VCS_URL_SCHEMES = ("https", "http", "ssh", "file")
 TORCH_LABEL = re.compile(r"^(cu[0-9]+|cpu|rocm[0-9]+(\.[0-9]+)*)$")
 
 
@@ -150,20 +156,6 @@ def minor(version: str) -> str:
     return ".".join(version.split(".")[:2])
 
 
-def valid_name(name: str) -> bool:
-    return bool(_NAME.match(name))
-
-
-def valid_version(version: str | None) -> bool:
-    if not version or not _VERSION_CHARS.match(version):
-        return False
-    try:
-        Version(version)
-    except InvalidVersion:
-        return False
-    return True
-
-
 def file_url_path(url: str) -> str | None:
     """The local path of a ``file://`` URL, else None."""
     parsed = urlparse(url)
@@ -178,39 +170,57 @@ def requirement_for(dist: Distribution,
 
     ``name==version`` from an index; ``name @ URL`` for a PEP 610 direct URL (VCS:
     ``name @ git+URL@commit``); ``-e PATH`` for an editable install whose folder exists.
+    An unusable PEP 610 ``subdirectory`` is refused (:class:`UnsafeValue`, exit 2), never
+    dropped; a usable one is kept: ``#subdirectory=`` on a VCS or archive URL, joined to
+    the path of a local folder (uv reads no ``#subdirectory=`` on a folder).
     """
     name, version = dist.name, dist.version
     if not valid_name(name):
         return None, "index", "not a valid package name: left out"
+    field = f"packages.{field_key(name)}"
     pinned = f"{name}=={version}" if valid_version(version) else None
     direct = dist.direct_url
     if direct is None:
         return pinned, "index", "" if pinned else "no valid version recorded: left out"
     url = direct.url
-    if not _URL.match(url):
+    sub = (check_subdirectory(direct.subdirectory, f"{field}.direct_url.subdirectory")
+           if direct.subdirectory is not None else None)
+    try:
+        check_url(url, f"{field}.direct_url.url",
+                  _VCS_URL_SCHEMES if direct.vcs else ("https", "http", "file"))
+    except UnsafeValue:
         return None, "archive", "its recorded URL is not usable: left out"
-    sub = f"#subdirectory={direct.subdirectory}" if direct.subdirectory and _SUBDIR.match(
-        direct.subdirectory) else ""
+    fragment = f"#subdirectory={sub}" if sub else ""
     local = file_url_path(url)
+    if local is not None and sub and not direct.vcs and not _is_archive(local):
+        # a folder: the project is in its subdirectory
+        local, url, fragment = os.path.join(local, sub), f"{url.rstrip('/')}/{sub}", ""
     if dist.editable or direct.editable:
         if local is not None and exists(local):
             target = local if not re.search(r"\s", local) else url
-            return f"-e {target}{sub}", "editable", ""
+            return f"-e {target}{fragment}", "editable", ""
         return None, "editable", f"editable source {url} is gone: left out"
     if direct.vcs:
-        if not direct.commit_id or not re.fullmatch(r"[0-9A-Za-z._/-]+", direct.commit_id):
+        if direct.vcs not in VCS_SCHEMES:
+            return None, "vcs", "its recorded VCS is not git, hg, svn or bzr: left out"
+        if not direct.commit_id or not re.fullmatch(r"[0-9A-Za-z._/-]+", direct.commit_id) \
+                or direct.commit_id.startswith("-"):
             return None, "vcs", "VCS install without a commit id: left out"
         prefix = "" if url.startswith(f"{direct.vcs}+") else f"{direct.vcs}+"
-        return f"{name} @ {prefix}{url}@{direct.commit_id}{sub}", "vcs", ""
+        return f"{name} @ {prefix}{url}@{direct.commit_id}{fragment}", "vcs", ""
     kind = "archive"
-    if local is not None and not re.search(r"\.(whl|zip|tar\.gz|tgz|tar\.bz2)$", local):
+    if local is not None and not _is_archive(local):
         kind = "directory"
     if local is not None and not exists(local):
         if pinned:
             return pinned, "index", (f"{url} is gone: pinned by version instead, "
                                      "the index may serve another build")
         return None, kind, f"{url} is gone: left out"
-    return f"{name} @ {url}{sub}", kind, ""
+    return f"{check_name(name, f'{field}.name')} @ {url}{fragment}", kind, ""
+
+
+def _is_archive(path: str) -> bool:
+    return bool(re.search(r"\.(whl|zip|tar\.gz|tgz|tar\.bz2)$", path))
 
 
 def index_hints(good: Snapshot) -> tuple[str, ...]:
@@ -247,7 +257,11 @@ def _short(digest: str | None) -> str:
 def plan_restore(good: Snapshot, current: Snapshot, *, good_name: str,
                  index: IndexOptions | None = None,
                  exists: Callable[[str], bool] = os.path.exists) -> RestorePlan:
-    """The rows that turn ``current``'s package set into ``good``'s, sorted by name."""
+    """The rows that turn ``current``'s package set into ``good``'s, sorted by name.
+
+    GOOD's interpreter version becomes ``uv venv --python X.Y``: anything but a Python
+    version there (a path, an option) is refused (UnsafeValue, exit 2)."""
+    python_minor(good.interpreter.version, "interpreter.version")
     goods = {d.name: d for d in good.packages}
     curs = {d.name: d for d in current.packages}
     rows: list[PlanRow] = []

@@ -49,6 +49,9 @@ class CondaRestoreReport:
     tool: str | None = None
     differences: tuple[str, ...] = ()
     """What the rebuilt prefix holds that GOOD does not (versions, builds, unread records)."""
+    then: str = ""
+    """The uv command that installs the pip part after the conda tool, quoted for the
+    shell (built as the one envguard runs); empty when there is none."""
 
     def to_dict(self) -> dict[str, object]:
         """The ``envguard.restore/1`` document, its ``conda`` member (docs/RESTORE.md)."""
