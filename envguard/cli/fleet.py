@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from envguard.fleet.analyse import Member
 
 DEFAULT_DIR_TIMEOUT_S = 120.0
-DEFAULT_TORCH_TIMEOUT_S = 60.0
+DEFAULT_NET_TIMEOUT_S = 60.0
 
 
 def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
@@ -41,24 +41,26 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
         description="Group many snapshots (one per node or rank) into identical environments "
         "and explain each outlier group against the majority (docs/FLEET.md).",
         epilog="exit status: 0 all equivalent, 1 some differ, 2 bad input, "
-        "4 the ranks could not exchange snapshots")
+        "4 the ranks could not exchange snapshots (a rank missing, refused or unreadable)")
     actions = fleet.add_subparsers(dest="fleet_command", metavar="ACTION")
     actions.required = True
 
     snap = actions.add_parser(
         "snapshot", help="snapshot every rank (under torchrun) and report on rank 0",
         description="Every rank records its environment; rank 0 gathers them (over "
-        "torch.distributed, or through --dir), writes one fleet document and prints the "
-        "fleet diff. Without RANK/WORLD_SIZE: a fleet of one.")
+        "envguard's own authenticated TCP connection to MASTER_ADDR, or through --dir), "
+        "writes one fleet document and prints the fleet diff. Without RANK/WORLD_SIZE: a "
+        "fleet of one. The key: $ENVGUARD_FLEET_KEY, else the mask key; the port: "
+        "$ENVGUARD_FLEET_PORT, else MASTER_PORT+1 (docs/FLEET.md).")
     snap.add_argument("-o", "--output", metavar="FLEET.json",
                        help="where rank 0 writes the fleet document (atomically)")
     snap.add_argument("--dir", metavar="DIR",
                       help="exchange snapshots through DIR/rank-<RANK>.json (a folder every "
-                      "rank can write); no torch needed")
+                      "rank can write) instead of the network")
     snap.add_argument("--timeout", type=float, metavar="S",
                       help=f"how long to wait for the other ranks (default "
-                      f"{DEFAULT_DIR_TIMEOUT_S:g} s with --dir, {DEFAULT_TORCH_TIMEOUT_S:g} s "
-                      "over torch.distributed)")
+                      f"{DEFAULT_DIR_TIMEOUT_S:g} s with --dir, {DEFAULT_NET_TIMEOUT_S:g} s "
+                      "over the network)")
     add_probe_options(snap)
     add_format_option(snap, help="rank 0's report: text (default), json (envguard.fleet-diff/1) or "
                                  "markdown")
@@ -146,7 +148,8 @@ def _default_fleet_path() -> Path:
 def cmd_fleet_snapshot(args: argparse.Namespace) -> int:
     from envguard.atomic import write_text_atomic
     from envguard.fleet.analyse import FLEET_SCHEMA, analyse, members_from_document
-    from envguard.fleet.gather import entry, gather_dir, gather_torch, launch_from_env
+    from envguard.fleet.gather import entry, gather_dir, launch_from_env
+    from envguard.fleet.listen import gather_net
     from envguard.probe import collect
 
     launch = launch_from_env(os.environ)
@@ -156,7 +159,7 @@ def cmd_fleet_snapshot(args: argparse.Namespace) -> int:
     with StderrProgress(quiet=args.quiet, shown=launch.rank == 0) as progress:
         selection = select_environment(args.python, quiet=args.quiet or launch.rank != 0)
         snapshot = collect(probe_options(args, selection), progress)
-        timeout = args.timeout or (DEFAULT_DIR_TIMEOUT_S if args.dir else DEFAULT_TORCH_TIMEOUT_S)
+        timeout = args.timeout or (DEFAULT_DIR_TIMEOUT_S if args.dir else DEFAULT_NET_TIMEOUT_S)
         if launch.launched and launch.world_size > 1:
             progress.step(f"waiting for the snapshots of {launch.world_size - 1} other rank(s) "
                           f"(at most {timeout:g} s)")
@@ -170,7 +173,7 @@ def cmd_fleet_snapshot(args: argparse.Namespace) -> int:
         elif args.dir:
             items = gather_dir(snapshot, launch, Path(args.dir), timeout)
         else:
-            items = gather_torch(entry(snapshot, launch), launch, timeout)
+            items = gather_net(snapshot, launch, os.environ, timeout)
     if items is None:  # not rank 0: rank 0 reports
         return ExitCode.OK
     doc = {"schema": FLEET_SCHEMA, "world_size": launch.world_size, "snapshots": items}

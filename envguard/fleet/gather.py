@@ -1,14 +1,15 @@
-"""Gather every rank's snapshot to rank 0: torch.distributed (gloo) or a shared folder.
+"""Who this rank is, the shared-folder transport, and reading fleet inputs.
 
 The launcher (torchrun, or anything that sets RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT)
-tells each process who it is. Two transports:
+tells each process who it is. Two transports, neither imports torch:
 
-* ``gather_torch``: ``gather_object`` over the process group that is already
-  initialised (through a gloo subgroup when its backend is not gloo), or over a gloo
-  group made for the occasion from MASTER_ADDR/MASTER_PORT and destroyed afterwards.
-  torch is imported here, lazily, and nowhere else in envguard's own process.
-* ``gather_dir``: each rank writes ``DIR/rank-<RANK>.json`` atomically; rank 0 waits
-  until all WORLD_SIZE files exist. No torch, only a folder every rank can reach.
+* :func:`envguard.fleet.listen.gather_net` (the default): envguard's own authenticated
+  TCP transport (:mod:`envguard.fleet.wire`), rank 0 listening where MASTER_ADDR says.
+* :func:`gather_dir`: each rank writes ``DIR/rank-<RANK>.json`` atomically; rank 0 waits
+  until all WORLD_SIZE files exist. Only a folder every rank can reach.
+
+Either way rank 0 reads each rank's snapshot with :func:`parse_snapshot`, the validating
+reader of snapshot files, and a rank it cannot read is an error that names the rank.
 
 Also reads the fleet inputs of ``envguard fleet diff``: snapshot files and fleet documents.
 """
@@ -19,7 +20,6 @@ import json
 import re
 import time
 from collections.abc import Callable, Mapping
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +59,8 @@ class Launch:
     """False: no RANK/WORLD_SIZE in the environment, a fleet of one."""
 
 
-def _int(env: Mapping[str, str], name: str, default: int | None = None) -> int:
+def env_int(env: Mapping[str, str], name: str, default: int | None = None) -> int:
+    """A launcher variable: ASCII digits, at most 9 of them; InputError (exit 2) if not."""
     raw = env.get(name)
     if raw is None or raw == "":
         if default is None:
@@ -75,65 +76,23 @@ def launch_from_env(env: Mapping[str, str]) -> Launch:
     """Who this process is; InputError for inconsistent launcher variables."""
     if "RANK" not in env and "WORLD_SIZE" not in env:
         return Launch(rank=0, world_size=1, local_rank=0, launched=False)
-    rank, world = _int(env, "RANK"), _int(env, "WORLD_SIZE")
+    rank, world = env_int(env, "RANK"), env_int(env, "WORLD_SIZE")
     if world > MAX_WORLD_SIZE:
         raise InputError(f"WORLD_SIZE={world} is more than {MAX_WORLD_SIZE} ranks")
     if world < 1 or rank >= world:
         raise InputError(f"RANK={rank} is not below WORLD_SIZE={world}")
     port = env.get("MASTER_PORT")
-    if port and _int(env, "MASTER_PORT") > 65535:
+    if port and env_int(env, "MASTER_PORT") > 65535:
         raise InputError(f"MASTER_PORT={port} is not a TCP port")
-    return Launch(rank=rank, world_size=world, local_rank=_int(env, "LOCAL_RANK", 0),
+    return Launch(rank=rank, world_size=world, local_rank=env_int(env, "LOCAL_RANK", 0),
                   master_addr=env.get("MASTER_ADDR") or None,
-                  master_port=_int(env, "MASTER_PORT") if port else None)
+                  master_port=env_int(env, "MASTER_PORT") if port else None)
 
 
 def entry(snapshot: Snapshot, launch: Launch) -> dict[str, Any]:
     """One member of the fleet document (``envguard.fleet/1``)."""
     return {"rank": launch.rank, "world_size": launch.world_size,
             "host": snapshot.system.hostname, "snapshot": snapshot.to_dict()}
-
-
-# -- torch.distributed ----------------------------------------------------------------
-
-def gather_torch(item: dict[str, Any], launch: Launch,
-                 timeout_s: float) -> list[dict[str, Any]] | None:
-    """Every rank's ``item`` on rank 0 (in rank order); None on the other ranks."""
-    try:
-        import torch.distributed as dist
-    except ImportError as exc:
-        raise GatherError(f"torch.distributed is not importable ({exc}); "
-                          "use --dir DIR (a folder every rank can write)") from None
-    if not dist.is_available():
-        raise GatherError("this torch build has no torch.distributed; use --dir DIR")
-    made = False
-    group = None
-    try:
-        if dist.is_initialized():
-            if dist.get_backend() != "gloo":
-                group = dist.new_group(backend="gloo",
-                                       timeout=timedelta(seconds=timeout_s))
-        else:
-            if launch.master_addr is None or launch.master_port is None:
-                raise GatherError("MASTER_ADDR/MASTER_PORT are not set and no process group "
-                                  "is initialised; use --dir DIR")
-            dist.init_process_group("gloo", rank=launch.rank, world_size=launch.world_size,
-                                    timeout=timedelta(seconds=timeout_s))
-            made = True
-        out: list[Any] | None = [None] * launch.world_size if launch.rank == 0 else None
-        dist.gather_object(item, out, dst=0, group=group)
-    except GatherError:
-        raise
-    except (RuntimeError, ValueError, OSError) as exc:  # DistBackendError, timeouts, ...
-        first = (str(exc).splitlines() or [""])[0]
-        raise GatherError(f"gathering snapshots over torch.distributed failed: "
-                          f"{type(exc).__name__}: {first}") from None
-    finally:
-        if made and dist.is_initialized():
-            dist.destroy_process_group()
-        elif group is not None:
-            dist.destroy_process_group(group)
-    return [x for x in out if isinstance(x, dict)] if out is not None else None
 
 
 # -- a shared folder ------------------------------------------------------------------
@@ -163,7 +122,10 @@ def gather_dir(snapshot: Snapshot, launch: Launch, folder: Path, timeout_s: floa
                     continue
             except OSError:
                 continue
-            found[r] = read_snapshot_file(path)
+            try:
+                found[r] = read_snapshot_file(path)
+            except InputError as exc:  # exit 2, as for every input file; never skipped
+                raise InputError(f"rank {r} wrote a snapshot rank 0 cannot read: {exc}") from None
         if len(found) == launch.world_size:
             break
         if time.monotonic() > deadline:
@@ -187,6 +149,17 @@ def _load_json(path: Path) -> Any:
                          f"column {exc.colno})") from None
     except (ValueError, RecursionError):
         raise InputError(f"{path}: not a snapshot (malformed JSON)") from None
+
+
+def parse_snapshot(data: bytes | memoryview, name: str) -> Snapshot:
+    """A snapshot from the bytes of its JSON text (a rank's, received by rank 0), validated
+    as a snapshot file is; InputError naming ``name`` when it is not one."""
+    try:
+        text = str(data, "utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{name}: not UTF-8 (byte {exc.start})") from None
+    with naming(name):
+        return Snapshot.from_json(text)
 
 
 def read_snapshot_file(path: Path) -> Snapshot:
