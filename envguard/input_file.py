@@ -1,26 +1,58 @@
-"""Reading an input document (a snapshot, a lockfile, a fleet file, a cache manifest), bounded.
+"""Reading a file bounded: an input document, or a file inside an environment or a cache.
 
-Every JSON or TOML file envguard is given is read here: regular files only (a FIFO would
-block forever, ``/dev/zero`` would be read until memory runs out), and at most
+Every JSON or TOML file envguard is given is read by :func:`read_input`: regular files only
+(a FIFO would block forever, ``/dev/zero`` would be read until memory runs out), and at most
 :data:`MAX_INPUT_BYTES` (docs/CLI.md, "Input limits"). Anything else is an
 :class:`~envguard.errors.InputError` (exit 2) of one line that names the file.
+
+Every file envguard reads inside an environment or a cache (a dist-info's METADATA, RECORD,
+WHEEL, INSTALLER, direct_url.json, entry_points.txt, ``torch/version.py``,
+``conda-meta/``, a memo file) is read by :func:`read_bounded`, with the same rules and a cap
+per kind (:data:`RECORD_BYTES`, :data:`METADATA_BYTES`, :data:`SMALL_FILE_BYTES`): one
+``open`` (``O_NONBLOCK``, so a FIFO cannot block it), one ``fstat`` of the open descriptor
+and the reads, at most cap + 1 bytes. Symlinks are followed, as Python follows them; what
+they lead to must be a regular file within the cap. The caller turns a
+:class:`NotReadable` into a one-line finding and carries on (docs/SNAPSHOT.md, "Files
+inside the environment").
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
 
 from envguard.errors import InputError
 
-__all__ = ["MAX_INPUT_BYTES", "read_input", "read_input_text"]
+__all__ = ["MAX_INPUT_BYTES", "METADATA_BYTES", "RECORD_BYTES", "SMALL_FILE_BYTES",
+           "NotReadable", "oserror_reason", "read_bounded", "read_bounded_text", "read_input",
+           "read_input_text"]
 
 MAX_INPUT_BYTES = 256 << 20
 """256 MiB: the largest snapshot, lockfile or other single input document envguard reads."""
+RECORD_BYTES = 64 << 20
+"""64 MiB: a RECORD, or a conda-meta record (the largest seen, CUDA torch's RECORD, is 1.3 MB
+for 12,253 rows: 50 times less)."""
+METADATA_BYTES = 16 << 20
+"""16 MiB: a METADATA or PKG-INFO (long descriptions included: the largest seen is 0.15 MB),
+``conda-meta/history``, ``entry_points.txt``."""
+SMALL_FILE_BYTES = 1 << 20
+"""1 MiB: INSTALLER, WHEEL, direct_url.json, ``torch/version.py`` (each a few hundred bytes)."""
 
 _CHUNK = 1 << 20
-_OPEN = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+_OPEN = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+         | getattr(os, "O_NOCTTY", 0))
+
+
+class NotReadable(InputError):
+    """A file that is there but is not read: not a regular file, too large, a symlink loop,
+    unreadable. ``reason`` says why in a few words, without the path."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
 
 
 def _kind(st_mode: int) -> str:
@@ -31,15 +63,76 @@ def _kind(st_mode: int) -> str:
     return "not a regular file"
 
 
-def _check(name: str, st: os.stat_result, what: str, limit: int) -> None:
+def _refusal(st: os.stat_result, what: str, limit: int) -> str | None:
+    """Why a file of this ``stat`` is not read as a ``what``, or None."""
+    if stat.S_ISREG(st.st_mode):
+        if st.st_size > limit:
+            return f"too large for a {what} ({st.st_size:,} bytes; the limit is {limit:,})"
+        return None
     if stat.S_ISDIR(st.st_mode):
-        raise InputError(f"{name}: is a folder, not a {what}")
-    if not stat.S_ISREG(st.st_mode):
-        raise InputError(f"{name}: is {_kind(st.st_mode)}, not a regular file "
-                         f"(a {what} is read from a regular file only)")
-    if st.st_size > limit:
-        raise InputError(f"{name}: too large for a {what} ({st.st_size:,} bytes; the limit "
-                         f"is {limit:,})")
+        return f"is a folder, not a {what}"
+    return (f"is {_kind(st.st_mode)}, not a regular file (a {what} is read from a regular "
+            "file only)")
+
+
+def oserror_reason(exc: OSError) -> str:
+    """``exc`` in a few words, for a one-line finding (a symlink loop named as such)."""
+    if exc.errno == errno.ELOOP:
+        return "is a symlink loop (too many levels of symbolic links)"
+    return f"cannot read: {exc.strerror or exc}"
+
+
+def _read_fd(fd: int, name: str, what: str, limit: int) -> bytes:
+    """The rest of an open file: checked on the descriptor, read until EOF or past ``limit``
+    (it may grow meanwhile; a file of ``/proc`` says size 0 and is still read)."""
+    st = os.fstat(fd)
+    reason = _refusal(st, what, limit)
+    if reason is not None:
+        raise NotReadable(name, reason)
+    chunks: list[bytes] = []
+    total = 0
+    want = max(st.st_size + 1, 1 << 16)  # usually the whole file in one read, then EOF
+    while total <= limit:
+        chunk = os.read(fd, min(want, limit + 1 - total))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+        want = _CHUNK
+    if total > limit:
+        raise NotReadable(name, f"too large for a {what} (more than {limit:,} bytes)")
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def read_bounded(path: str | os.PathLike[str], *, limit: int, what: str = "file") -> bytes:
+    """The bytes of the regular file ``path`` (symlinks followed), at most ``limit``: for a
+    file inside an environment, a cache or envguard's memo folder.
+
+    One ``open`` with ``O_NONBLOCK`` (a FIFO with no writer does not block it), one ``fstat``
+    of the descriptor, the reads. FileNotFoundError when ``path`` (or a folder on the way)
+    is not there; :class:`NotReadable` when it is a folder, a FIFO, a device, a socket, a
+    symlink loop, larger than ``limit`` or unreadable.
+    """
+    name = os.fspath(path)
+    try:
+        fd = os.open(name, _OPEN)
+    except (FileNotFoundError, NotADirectoryError):
+        raise FileNotFoundError(errno.ENOENT, "no such file", name) from None
+    except OSError as exc:
+        raise NotReadable(name, oserror_reason(exc)) from None
+    try:
+        return _read_fd(fd, name, what, limit)
+    except OSError as exc:
+        raise NotReadable(name, oserror_reason(exc)) from None
+    finally:
+        os.close(fd)
+
+
+def read_bounded_text(path: str | os.PathLike[str], *, limit: int,
+                      what: str = "file") -> str:
+    """:func:`read_bounded` decoded as UTF-8, invalid bytes replaced (U+FFFD): what
+    ``open(path, errors="replace")`` gave before, bounded."""
+    return read_bounded(path, limit=limit, what=what).decode("utf-8", "replace")
 
 
 def read_input(path: str | os.PathLike[str], *, what: str = "file",
@@ -54,29 +147,14 @@ def read_input(path: str | os.PathLike[str], *, what: str = "file",
     """
     name = str(path)
     try:
-        _check(name, os.stat(path), what, limit)
-        fd = os.open(path, _OPEN)
+        reason = _refusal(os.stat(path), what, limit)
+        if reason is not None:
+            raise NotReadable(name, reason)
+        return read_bounded(path, limit=limit, what=what)
     except FileNotFoundError:
         raise InputError(f"{name}: no such file") from None
     except OSError as exc:
-        raise InputError(f"{name}: cannot read: {exc.strerror or exc}") from None
-    try:
-        _check(name, os.fstat(fd), what, limit)
-        chunks: list[bytes] = []
-        total = 0
-        while total <= limit:
-            chunk = os.read(fd, _CHUNK)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-    except OSError as exc:
-        raise InputError(f"{name}: cannot read: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    if total > limit:
-        raise InputError(f"{name}: too large for a {what} (more than {limit:,} bytes)")
-    return b"".join(chunks)
+        raise NotReadable(name, oserror_reason(exc)) from None
 
 
 def read_input_text(path: str | os.PathLike[str] | Path, *, what: str = "file",

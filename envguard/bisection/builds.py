@@ -29,6 +29,7 @@ from packaging.utils import canonicalize_name
 
 from envguard.explain.remedies import check_name, field_key
 from envguard.frozen import frozen
+from envguard.input_file import NotReadable, read_bounded, read_bounded_text
 from envguard.model import Distribution
 from envguard.probe.integrity import record_digest
 from envguard.probe.recordfile import (
@@ -40,6 +41,8 @@ from envguard.probe.recordfile import (
 from envguard.restore.plan import file_url_path, requirement_for
 
 MAX_RECORD = 64 << 20
+MAX_WHEEL_FILE = 8 << 30
+"""A file of an unpacked wheel in uv's cache larger than this (8 GiB) is not packed."""
 """A RECORD larger than this (64 MiB) is not read."""
 
 _DATA = re.compile(r"^[^/]+\.data/(purelib|platlib|scripts|data|headers)/(.+)$")
@@ -159,11 +162,9 @@ def _uv_cache_entries(cache: Path, dist: Distribution) -> Iterator[tuple[Path, s
 
 
 def _read_small(path: Path) -> str | None:
-    try:
-        if path.stat().st_size > MAX_RECORD:
-            return None
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
+    try:  # bounded: a FIFO, a device or a file over MAX_RECORD is not read
+        return read_bounded_text(path, limit=MAX_RECORD)
+    except (OSError, NotReadable):
         return None
 
 
@@ -197,9 +198,9 @@ def _pack(files: list[tuple[str, bytes]], dist_info: str, out: Path) -> Path:
 
 def _read_verified(path: Path, digest: str) -> bytes | None:
     """The file's bytes if its hash is the RECORD's ``digest``, else None."""
-    try:
-        data = path.read_bytes()
-    except OSError:
+    try:  # a regular file only (a FIFO would block), of at most MAX_WHEEL_FILE
+        data = read_bounded(path, limit=MAX_WHEEL_FILE)
+    except (OSError, NotReadable):
         return None
     return data if not digest or _hash(data) == digest else None
 

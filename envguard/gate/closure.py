@@ -71,17 +71,20 @@ def closure(snapshot: Snapshot, root: str, extras: tuple[str, ...] = (),
                           [(p.name, p.version, p.requires) for p in snapshot.packages]],
                          sort_keys=True)
     key = hashlib.sha256(key_doc.encode("utf-8", "surrogateescape")).hexdigest()[:24]
+    from envguard.input_file import NotReadable, read_bounded
     from envguard.paths import memo_dir, private_folder
+    from envguard.probe.memo.marshal_file import MEMO_BYTES
 
     folder = memo_dir()
     trusted = private_folder(folder)  # else no memo: one others could write is not read
     memo = folder / f"closure-{key}.json"
     try:
-        cached = json.loads(memo.read_text(encoding="utf-8")) if trusted else None
+        cached = json.loads(read_bounded(memo, limit=MEMO_BYTES, what="memo file")) \
+            if trusted else None
         if isinstance(cached, list) and all(isinstance(n, str) for n in cached):
             return cached
-    except (OSError, ValueError):
-        pass
+    except (OSError, NotReadable, ValueError, RecursionError):
+        pass  # absent, not a regular file (a FIFO would block), damaged: no memo
     names = _closure(snapshot, root, extras, root_requires, env)
     if trusted:
         with contextlib.suppress(EnvguardError):

@@ -23,6 +23,7 @@ from typing import Any
 from envguard.errors import InputError, UnsupportedSchemaError
 from envguard.frozen import frozen
 from envguard.gate.closure import closure, marker_environment, project_requires
+from envguard.input_file import METADATA_BYTES, NotReadable, read_bounded_text
 from envguard.model import ProbeIssue, Snapshot
 from envguard.probe.distributions import normalize_name
 from envguard.toml_write import toml_string
@@ -298,9 +299,9 @@ def script_owner(snapshot: Snapshot, script: str) -> tuple[str, tuple[str, ...]]
     """(distribution, extras) whose ``console_scripts`` entry point is ``script``."""
     for dist in snapshot.packages:
         path = Path(dist.location) / dist.metadata_dir / "entry_points.txt"
-        try:
-            text = path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
+        try:  # bounded: a FIFO or /dev/zero planted here must not hang `envguard lock`
+            text = read_bounded_text(path, limit=METADATA_BYTES, what="entry_points.txt")
+        except (OSError, NotReadable):
             continue
         section = ""
         for line in text.splitlines():

@@ -16,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 
 from envguard.history import (
+    BLIND_SPOTS,
     CACHE_CREATED,
     CACHE_WRITTEN,
     CONDA,
@@ -30,12 +31,13 @@ from envguard.history import (
     group,
     parse_iso,
 )
+from envguard.input_file import METADATA_BYTES, NotReadable, read_bounded_text
 from envguard.model import Distribution, Snapshot
 
 _CHANGED = frozenset({"size", "hash", "modified-after-install"})
 _CONDA_HEADER = re.compile(r"^==> (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) <==$")
 _REQ_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
-MAX_CONDA_HISTORY_BYTES = 16 * 2**20
+MAX_CONDA_HISTORY_BYTES = METADATA_BYTES
 
 
 def _mtime(path: Path) -> float | None:
@@ -59,12 +61,13 @@ def _install_time(dist: Distribution) -> tuple[float, str] | None:
     return (at, folder.name) if at is not None else None
 
 
-def created_at(prefix: Path) -> tuple[float, str] | None:
-    """When the environment was made: ``pyvenv.cfg``, else conda's first history entry."""
+def created_at(prefix: Path, conda: list[Event] | None = None) -> tuple[float, str] | None:
+    """When the environment was made: ``pyvenv.cfg``, else conda's first history entry
+    (``conda``: :func:`conda_history`'s events, when already read)."""
     at = _mtime(prefix / "pyvenv.cfg")
     if at is not None:
         return at, "pyvenv.cfg"
-    first = next(iter(conda_history(prefix)), None)
+    first = next(iter(conda_history(prefix) if conda is None else conda), None)
     return (first.at, "conda-meta/history") if first is not None else None
 
 
@@ -148,13 +151,20 @@ def _caches(snapshot: Snapshot) -> Iterator[Event]:
                         evidence=str(folder))
 
 
-def conda_history(prefix: Path) -> list[Event]:
-    """``conda-meta/history``: one event per transaction (``+`` added, ``-`` removed)."""
+def conda_history(prefix: Path, notes: list[str] | None = None) -> list[Event]:
+    """``conda-meta/history``: one event per transaction (``+`` added, ``-`` removed).
+
+    Read bounded (:func:`~envguard.input_file.read_bounded`): a FIFO, a device, a symlink
+    loop or a file over :data:`MAX_CONDA_HISTORY_BYTES` gives no events, and a line in
+    ``notes`` that says why."""
     path = prefix / "conda-meta" / "history"
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            text = fh.read(MAX_CONDA_HISTORY_BYTES)
-    except OSError:
+        text = read_bounded_text(path, limit=MAX_CONDA_HISTORY_BYTES, what="conda history")
+    except FileNotFoundError:
+        return []
+    except NotReadable as exc:
+        if notes is not None:
+            notes.append(f"conda-meta/history not read ({path}): {exc.reason}")
         return []
     events: list[Event] = []
     at: float | None = None
@@ -213,7 +223,9 @@ def read_timeline(snapshot: Snapshot, *, cwd: Path | None = None,
     """Every event the disk holds for ``snapshot``'s environment (and envguard's runs
     recorded under ``cwd``), oldest first, grouped into episodes."""
     prefix = Path(snapshot.interpreter.prefix)
-    made = created_at(prefix)
+    notes: list[str] = []
+    conda = conda_history(prefix, notes)
+    made = created_at(prefix, conda)
     runs, recorded = _runs(cwd or Path.cwd())
     events: list[Event] = []
     if made is not None:
@@ -221,9 +233,9 @@ def read_timeline(snapshot: Snapshot, *, cwd: Path | None = None,
     events += _installs(snapshot, made[0] if made else None, recorded)
     events += _modified_files(snapshot)
     events += _caches(snapshot)
-    events += conda_history(prefix)
+    events += conda
     events += runs
     ordered = tuple(sorted(events, key=lambda e: (e.at, e.kind, e.subject)))
     return Timeline(environment=str(prefix), created_at=made[0] if made else None,
                     taken_at=now if now is not None else time.time(), events=ordered,
-                    episodes=group(ordered))
+                    episodes=group(ordered), blind_spots=(*notes, *BLIND_SPOTS))

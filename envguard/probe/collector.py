@@ -29,7 +29,7 @@ from envguard.probe import (
     torch_identity,
 )
 from envguard.probe.background import Task
-from envguard.probe.commands import CommandResult, run
+from envguard.probe.commands import CommandResult, guard, release, run
 from envguard.probe.interpreter import Target, interpreter_section, probe_python, probe_self
 from envguard.probe.memo import gpu as gpu_memo
 from envguard.probe.memo.hashes import HashMemo
@@ -154,6 +154,7 @@ def collect(options: SnapshotOptions, progress: Progress | None = None) -> Snaps
     # The RECORD check may fork (integrity.PendingCheck), so it begins before any thread:
     # the external commands and --deep start right after, and overlap with its work.
     pending = _begin_verify(installed, target, options, memo_root, ahead, issues)
+    guard()  # the commands start in threads: a SIGTERM kills them too (deep's torch import)
     commands = _Commands.start(env, str(options.cwd), memo_root, options.git)
     deep_task = Task(lambda: deep.collect(target.executable)) if options.deep else None
     checked = _finish_verify(pending, progress, issues)
@@ -191,6 +192,7 @@ def collect(options: SnapshotOptions, progress: Progress | None = None) -> Snaps
         progress.step(f"importing torch in {target.executable} (--deep, at most "
                       f"{deep.DEEP_TIMEOUT_S:g} s)")
     deep_section = deep_task.result() if deep_task else None
+    release()
     progress.finish()
     if deep_section is not None and not deep_section.ok:
         issues.append(ProbeIssue(section="deep", message=deep_section.error or "failed"))

@@ -7,12 +7,16 @@ in one line, so a probe can record it and the snapshot still completes.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
 import signal
 import subprocess
+import threading
 from collections.abc import Mapping, Sequence
+from types import FrameType
+from typing import Any
 
 from envguard.frozen import frozen
 
@@ -56,13 +60,84 @@ def run(
     return finish(start(args, env=env, cwd=cwd), timeout=timeout)
 
 
+_LIVE: dict[int, subprocess.Popen[bytes]] = {}
+"""Commands :func:`start` started that nobody has reaped yet, by process (and group) id."""
+_GUARDED = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP", "SIGINT")
+                 if hasattr(signal, n))
+_REPLACED: dict[int, Any] = {}
+"""The handler :func:`guard` replaced, per signal: the one it passes the signal on to."""
+
+
+def _kill_live() -> None:
+    for pid in list(_LIVE):
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    """Kill every command still running (each in its own process group: a probe blocked on a
+    FIFO, torch's workers), then act as the handler it replaced: SIGTERM's default ends
+    the process, SIGINT's raises KeyboardInterrupt."""
+    _kill_live()
+    previous = _REPLACED.get(signum, signal.SIG_DFL)
+    _restore()
+    if callable(previous):
+        previous(signum, frame)
+    elif previous == signal.SIG_DFL:
+        signal.signal(signum, signal.SIG_DFL)
+        signal.raise_signal(signum)
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def guard() -> None:
+    """While commands :func:`start` started run, SIGTERM, SIGHUP and SIGINT kill their
+    process groups before doing what they did before (a command runs in a session of its
+    own, so a signal to envguard alone never reaches it). Handlers can only be set in the
+    main thread: :func:`start` calls this there, and a caller that starts commands from
+    other threads calls it first. Undone by :func:`release` once none runs."""
+    if not _main_thread():
+        return
+    for sig in _GUARDED:
+        with contextlib.suppress(ValueError, OSError):
+            current = signal.getsignal(sig)
+            if current is _on_signal or current is None or current == signal.SIG_IGN:
+                continue
+            _REPLACED[sig] = current
+            signal.signal(sig, _on_signal)
+
+
+def release() -> None:
+    """Put back the handlers :func:`guard` replaced, once no command runs (main thread
+    only; elsewhere they stay, and still pass each signal on)."""
+    if not _LIVE and _main_thread():
+        _restore()
+
+
+def _restore() -> None:
+    for sig, previous in _REPLACED.items():
+        with contextlib.suppress(ValueError, OSError):
+            if signal.getsignal(sig) is _on_signal:
+                signal.signal(sig, previous)
+
+
+@atexit.register
+def _kill_at_exit() -> None:
+    """At exit (after an exception, a KeyboardInterrupt): no command outlives envguard."""
+    _kill_live()
+
+
 def start(
     args: Sequence[str],
     *,
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
 ) -> subprocess.Popen[bytes] | CommandResult:
-    """The first half of :func:`run`: the command started (or why it could not be)."""
+    """The first half of :func:`run`: the command started (or why it could not be), in a
+    session of its own, killed with its group on SIGTERM, SIGHUP, SIGINT (:func:`guard`)
+    and at exit."""
     argv = tuple(str(a) for a in args)
     if os.sep not in argv[0]:
         search = env.get("PATH") if env is not None else None
@@ -70,8 +145,9 @@ def start(
         if found is None:
             return CommandResult(argv, None, "", "", f"{argv[0]}: not found on PATH")
         argv = (found, *argv[1:])
+    guard()  # before the child exists: a signal in between must not orphan it
     try:
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             argv,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -81,7 +157,15 @@ def start(
             start_new_session=True,
         )
     except OSError as exc:
+        release()
         return CommandResult(argv, None, "", "", f"{argv[0]}: {exc.strerror or exc}")
+    _LIVE[proc.pid] = proc
+    return proc
+
+
+def _reaped(proc: subprocess.Popen[bytes]) -> None:
+    _LIVE.pop(proc.pid, None)
+    release()
 
 
 def finish(proc: subprocess.Popen[bytes] | CommandResult, *, timeout: float) -> CommandResult:
@@ -99,6 +183,7 @@ def finish(proc: subprocess.Popen[bytes] | CommandResult, *, timeout: float) -> 
     except BaseException:
         stop(proc)
         raise
+    _reaped(proc)
     out = raw_out.decode("utf-8", "replace")
     err = raw_err.decode("utf-8", "replace")
     if proc.returncode != 0:
@@ -117,3 +202,4 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(OSError):
         proc.kill()
     proc.communicate()
+    _reaped(proc)

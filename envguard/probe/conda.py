@@ -23,16 +23,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envguard.errors import InputError
-from envguard.input_file import read_input
+from envguard.input_file import RECORD_BYTES, NotReadable, read_bounded
 from envguard.model import CondaPackage, Distribution, IntegrityIssue, ProbeIssue
 from envguard.probe.integrity import hash_file, record_digest
 
 PYTHON_NAMES = {"pytorch": "torch", "pytorch-cpu": "torch", "pytorch-gpu": "torch",
                 "py-opencv": "opencv-python", "pyyaml": "pyyaml", "tensorflow-base": "tensorflow"}
 """Conda package names whose Python distribution is called otherwise."""
-MAX_RECORD_BYTES = 64 * 2**20
-"""A conda-meta record larger than this is not read (a real one is at most a few MB)."""
+MAX_RECORD_BYTES = RECORD_BYTES
+"""A conda-meta record larger than this (64 MiB) is not read (a real one is at most a few MB)."""
 
 
 def _channel(record: dict[str, Any]) -> str | None:
@@ -90,11 +89,14 @@ def read_records(prefix: Path, issues: list[ProbeIssue]) -> list[tuple[CondaPack
     out = []
     for name in names:
         path = folder / name
-        try:
-            record = json.loads(read_input(path, what="conda record", limit=MAX_RECORD_BYTES))
-        except (InputError, ValueError, UnicodeDecodeError) as exc:
+        try:  # bounded: a FIFO or /dev/zero planted here must not hang or exhaust us
+            record = json.loads(read_bounded(path, what="conda record", limit=MAX_RECORD_BYTES))
+        except FileNotFoundError:
+            continue  # removed since the listing
+        except (NotReadable, ValueError, RecursionError) as exc:
+            why = exc.reason if isinstance(exc, NotReadable) else str(exc) or type(exc).__name__
             issues.append(ProbeIssue(section="conda", path=str(path),
-                                     message=f"conda record not read: {exc}"))
+                                     message=f"conda record not read: {why}"))
             continue
         if not isinstance(record, dict) or not _text(record.get("name")):
             issues.append(ProbeIssue(section="conda", path=str(path),

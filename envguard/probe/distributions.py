@@ -15,6 +15,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from envguard.input_file import (
+    METADATA_BYTES,
+    SMALL_FILE_BYTES,
+    NotReadable,
+    oserror_reason,
+    read_bounded_text,
+)
 from envguard.model import DirectUrl, Distribution, ProbeIssue
 from envguard.probe.memo.marshal_file import Key, stat_key
 from envguard.probe.memo.records import RecordMemo, folder_entry, folder_parts
@@ -74,11 +81,16 @@ def _first(headers: dict[str, list[str]], key: str) -> str | None:
     return values[0] if values else None
 
 
-def _read_text(path: str) -> str | None:
+def _read_text(path: str, limit: int, issues: list[ProbeIssue]) -> str | None:
+    """The text of a dist-info file (:func:`~envguard.input_file.read_bounded`); None when
+    it is absent, or not read (a FIFO, a device, too large: then an issue says so)."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read()
+        return read_bounded_text(path, limit=limit, what=os.path.basename(path))
     except FileNotFoundError:
+        return None
+    except NotReadable as exc:
+        issues.append(ProbeIssue(section="packages", path=path,
+                                 message=f"{os.path.basename(path)} unreadable: {exc.reason}"))
         return None
 
 
@@ -168,12 +180,15 @@ def _read_folder(site_dir: str, meta_name: str, memo: RecordMemo | None) -> Inst
     name, version, requires = guess_name, guess_version.split("-")[0] or None, []
 
     is_egg = meta_name.endswith(".egg-info")
-    if is_egg and os.path.isfile(meta_dir):
-        metadata_text = _read_text(meta_dir)
-    else:
-        metadata_text = _read_text(os.path.join(meta_dir, "PKG-INFO" if is_egg else "METADATA"))
+    egg_file = is_egg and os.path.isfile(meta_dir)
+    metadata_path = meta_dir if egg_file else os.path.join(
+        meta_dir, "PKG-INFO" if is_egg else "METADATA")
+    refused = len(issues)
+    metadata_text = _read_text(metadata_path, METADATA_BYTES, issues)
     if metadata_text is None:
-        issues.append(ProbeIssue(section="packages", message="METADATA missing", path=meta_dir))
+        if len(issues) == refused:  # absent, rather than refused (that has its issue)
+            issues.append(ProbeIssue(section="packages", message="METADATA missing",
+                                     path=meta_dir))
     else:
         headers = parse_headers(metadata_text)
         meta_name_value = _first(headers, "name")
@@ -191,9 +206,8 @@ def _read_folder(site_dir: str, meta_name: str, memo: RecordMemo | None) -> Inst
         requires = sorted(headers.get("requires-dist", []))
 
     def read_opt(fname: str) -> str | None:
-        return None if is_egg and os.path.isfile(meta_dir) else _read_text(
-            os.path.join(meta_dir, fname)
-        )
+        return None if egg_file else _read_text(os.path.join(meta_dir, fname),
+                                                SMALL_FILE_BYTES, issues)
 
     installer_text = read_opt("INSTALLER")
     installer = installer_text.strip() or None if installer_text is not None else None
@@ -226,9 +240,6 @@ def _read_folder(site_dir: str, meta_name: str, memo: RecordMemo | None) -> Inst
         record_path = os.path.join(meta_dir, "RECORD")
         try:
             st = os.stat(record_path)
-        except FileNotFoundError:
-            issues.append(ProbeIssue(section="packages", message="RECORD missing", path=meta_dir))
-        else:
             record_mtime_ns = st.st_mtime_ns
             key = stat_key(st)
             parsed = memo.get(record_path, key) if memo is not None else None
@@ -238,6 +249,12 @@ def _read_folder(site_dir: str, meta_name: str, memo: RecordMemo | None) -> Inst
                 if memo is not None:
                     memo.put(record_path, key, parsed)
             record_total, record, fingerprint = parsed
+        except FileNotFoundError:
+            issues.append(ProbeIssue(section="packages", message="RECORD missing", path=meta_dir))
+        except (NotReadable, OSError) as exc:  # a FIFO, a device, too large, a symlink loop
+            reason = exc.reason if isinstance(exc, NotReadable) else oserror_reason(exc)
+            issues.append(ProbeIssue(section="packages", message=f"RECORD unreadable: {reason}",
+                                     path=record_path))
 
     dist = Distribution(
         name=normalize_name(name),

@@ -1,13 +1,16 @@
 """RECORD files: the row, parsing, which rows identify a build, and the build fingerprint.
 
-Stdlib only and light, so that the records memo (:mod:`envguard.probe.memo.records`) can
-parse a RECORD again before the rest of envguard is imported.
+Light (the standard library and the bounded reader), so that the records memo
+(:mod:`envguard.probe.memo.records`) can parse a RECORD again before the rest of envguard
+is imported.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+
+from envguard.input_file import RECORD_BYTES, NotReadable, read_bounded_text
 
 RecordRow = tuple[str, str, str]
 """(path, ``algorithm=urlsafe-b64-digest``, size) as written in RECORD; empty strings allowed.
@@ -74,9 +77,9 @@ def parse_record(text: str) -> list[RecordRow]:
 
 def read_record(record_path: str) -> tuple[int, list[RecordRow]]:
     """(rows in the RECORD at ``record_path``, the rows :func:`is_fingerprinted` keeps);
-    OSError if it cannot be read."""
-    with open(record_path, encoding="utf-8", errors="replace") as fh:
-        rows = parse_record(fh.read())
+    FileNotFoundError if it is not there, :class:`~envguard.input_file.NotReadable` if it is
+    not a regular file of at most :data:`~envguard.input_file.RECORD_BYTES`."""
+    rows = parse_record(read_bounded_text(record_path, limit=RECORD_BYTES, what="RECORD"))
     return len(rows), [r for r in rows if is_fingerprinted(r[0])]
 
 
@@ -84,7 +87,7 @@ def fingerprinted_rows(record_path: str) -> list[RecordRow]:
     """The rows of :func:`read_record` that count; none if it cannot be read."""
     try:
         return read_record(record_path)[1]
-    except OSError:
+    except (OSError, NotReadable):
         return []
 
 

@@ -12,6 +12,7 @@ import hashlib
 import os
 import re
 
+from envguard.input_file import SMALL_FILE_BYTES, NotReadable, read_bounded
 from envguard.model import Distribution, ProbeIssue, TorchIdentity
 from envguard.probe.distributions import InstalledDist
 
@@ -51,7 +52,7 @@ def parse_version_py(text: str) -> dict[str, str | bool | None]:
             continue
         try:
             literal = ast.literal_eval(value)
-        except ValueError:
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             continue
         if literal is None or isinstance(literal, (str, bool)):
             fields[target.id] = literal
@@ -86,7 +87,7 @@ def _find_version_py(sys_path: list[str], torch_dist: Distribution | None) -> st
     candidates += sys_path
     for folder in candidates:
         path = os.path.join(folder or ".", "torch", "version.py")
-        if os.path.isfile(path):
+        if os.path.lexists(path):  # a FIFO or a link to a device is found, and refused
             return path
     return None
 
@@ -113,13 +114,13 @@ def probe(
             issues.append(ProbeIssue(section="torch", message="torch is installed but "
                                      "torch/version.py is missing", path=torch_dist.location))
         return TorchIdentity(present=torch_dist is not None, **common), issues  # type: ignore[arg-type]
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+    try:  # a regular file of at most 1 MiB: a FIFO or /dev/zero here must not hang us
+        text = read_bounded(path, limit=SMALL_FILE_BYTES, what="torch/version.py").decode()
         fields = parse_version_py(text)
-    except (OSError, SyntaxError, ValueError, UnicodeDecodeError) as exc:
-        issues.append(ProbeIssue(section="torch", message=f"cannot read torch/version.py: {exc}",
-                                 path=path))
+    except (NotReadable, OSError, SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        why = exc.reason if isinstance(exc, NotReadable) else (str(exc) or type(exc).__name__)
+        issues.append(ProbeIssue(section="torch", path=path, message="cannot read "
+                                 f"torch/version.py: {why.splitlines()[0]}"))
         return TorchIdentity(present=True, location=os.path.dirname(path), **common), issues  # type: ignore[arg-type]
 
     def text_field(name: str) -> str | None:

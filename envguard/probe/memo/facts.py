@@ -74,6 +74,25 @@ def folders_state(folders: list[str]) -> tuple[Any, ...]:
     return tuple(state)
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _plain(value: Any, depth: int = 0) -> bool:
+    """Whether ``value`` is what the probe prints: a dict of str keys holding strings,
+    numbers, booleans, None and lists of them, as deep as the probe's own answer (a forged
+    memo with a code object or a set inside is a miss, not a crash)."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return True
+    if depth > 4:
+        return False
+    if kind is list:
+        return all(_plain(v, depth + 1) for v in value)
+    if kind is dict:
+        return all(type(k) is str and _plain(v, depth + 1) for k, v in value.items())
+    return False
+
+
 def _folders(facts: dict[str, Any]) -> list[str]:
     seen = [str(p) for p in [*facts.get("sys_path", []), *facts.get("site_packages", [])]]
     return sorted(set(seen))
@@ -91,7 +110,10 @@ def lookup(exe: str, env: Mapping[str, str], memo_root: Path) -> dict[str, Any] 
     if type(hit) is not tuple or len(hit) != 3 or type(hit[2]) is not dict:
         return None
     key, state, facts = hit
-    if key != interpreter_key(exe, env) or state != folders_state(_folders(facts)):
+    if not (_plain(facts) and type(facts.get("sys_path")) is list
+            and type(facts.get("site_packages", [])) is list) \
+            or key != interpreter_key(exe, env) \
+            or state != folders_state(_folders(facts)):
         return None
     known: dict[str, Any] = facts
     return known

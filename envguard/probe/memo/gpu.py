@@ -20,6 +20,7 @@ from pathlib import Path
 
 from envguard.atomic import write_text_atomic
 from envguard.errors import OutputError
+from envguard.input_file import SMALL_FILE_BYTES, NotReadable, read_bounded
 from envguard.paths import private_folder
 from envguard.probe import system
 from envguard.probe.commands import CommandResult
@@ -54,13 +55,13 @@ def query(
         key = hashlib.sha256(state.encode("utf-8", "surrogateescape")).hexdigest()[:16]
         path = memo_root / f"gpu-{key}.json"
         try:
-            memo = json.loads(path.read_text(encoding="utf-8"))
+            memo = json.loads(read_bounded(path, limit=SMALL_FILE_BYTES, what="memo file"))
             if isinstance(memo.get("stdout"), str):
                 cuda = memo.get("cuda_driver")
                 result = CommandResult(system.NVIDIA_SMI_QUERY, 0, memo["stdout"], "", None)
                 return result, cuda if isinstance(cuda, str) else None
-        except (OSError, ValueError, AttributeError):
-            pass
+        except (OSError, NotReadable, ValueError, AttributeError, RecursionError):
+            pass  # absent, not a regular file, damaged: no memo
     result = system.query_gpus(env, timeout)
     cuda = system.cuda_driver_version() if result.ok else None
     if result.ok and path is not None and system.readable(result.stdout):

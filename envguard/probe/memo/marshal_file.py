@@ -11,12 +11,19 @@ from __future__ import annotations
 import hashlib
 import marshal
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 from envguard.atomic import write_bytes_atomic
 from envguard.errors import OutputError
+from envguard.input_file import NotReadable, read_bounded
 from envguard.paths import private_folder
+
+MEMO_BYTES = 64 << 20
+"""A memo file larger than this is not read (the records memo of a 50,000-file CUDA
+environment is about 3 MB)."""
+_ALLOW_CODE = sys.version_info >= (3, 13)
 
 Key = tuple[int, int, int, int]
 """(size, mtime_ns, ctime_ns, inode) of a file."""
@@ -35,20 +42,31 @@ def load(path: Path, tag: tuple[Any, ...]) -> tuple[dict[Any, Any], str | None]:
     """(entries, note): the memoised dict, empty when absent or unusable; a note says why."""
     if not private_folder(path.parent):
         return {}, None  # a folder others could write to: no memo (paths.DISTRUSTED says why)
-    try:
-        data = path.read_bytes()
+    try:  # a regular file of at most MEMO_BYTES: a FIFO or /dev/zero here is no memo
+        data = read_bounded(path, limit=MEMO_BYTES, what="memo file")
     except FileNotFoundError:
         return {}, None
-    except OSError as exc:
-        return {}, f"memo file {path} ignored: {exc.strerror or exc}"
+    except NotReadable as exc:
+        return {}, f"memo file {path} ignored: {exc.reason}"
     try:
-        doc = marshal.loads(data)  # noqa: S302 - our own memo file; marshal runs no code
-    except (ValueError, EOFError, TypeError) as exc:
+        doc = loads(data)
+    except (ValueError, EOFError, TypeError, MemoryError) as exc:
         return {}, f"memo file {path} ignored: {exc}"
-    if isinstance(doc, tuple) and len(doc) == 2 and doc[0] == (*tag, marshal.version) \
-            and isinstance(doc[1], dict):
+    if type(doc) is tuple and len(doc) == 2 and type(doc[0]) is tuple \
+            and doc[0] == (*tag, marshal.version) and type(doc[1]) is dict:
         return doc[1], None
     return {}, None
+
+
+def loads(data: bytes | memoryview) -> Any:
+    """``marshal.loads``, refusing code objects where Python can (3.13+: ``allow_code``).
+
+    Nothing loaded is ever run: a memo's values are compared and copied, and each is checked
+    for its exact type (``type(x) is tuple``, ``str``, ``int``, ...) where it is used, so a
+    value of another type (a code object on older Pythons included) is a miss."""
+    if _ALLOW_CODE:
+        return marshal.loads(data, allow_code=False)  # type: ignore[call-arg,unused-ignore]  # noqa: S302
+    return marshal.loads(data)  # noqa: S302 - our own memo file; marshal runs no code
 
 
 def save(path: Path, tag: tuple[Any, ...], entries: dict[Any, Any]) -> str | None:

@@ -63,7 +63,7 @@ class RecordMemo:
     def get(self, record_path: str, key: Key) -> Parsed | None:
         hit = self._entries.get(record_path)
         if type(hit) is tuple and len(hit) == 2 and hit[0] == key and type(hit[1]) is tuple \
-                and len(hit[1]) == 3:
+                and len(hit[1]) == 3 and type(hit[1][0]) is int and type(hit[1][2]) is str:
             total, packed, fingerprint = hit[1]
             try:
                 rows = RecordRows.unpacked(packed, _rereader(record_path))
@@ -168,6 +168,16 @@ def folder_parts(value: tuple[Any, ...], site_dir: str, meta_name: str) -> tuple
      tags, build, requires, record, total, mtime_ns, issues) = value
     if record is not None and type(record) is not RecordRows:
         raise TypeError("RECORD rows of another shape")
+    if not (type(name) is str and _texts(version, installer, fingerprint, generator, build)
+            and type(requested) is bool and type(editable) is bool and type(entries) is int
+            and type(total) is int and type(mtime_ns) in _INT_OR_NONE
+            and _strings(tags) and _strings(requires)
+            and (url is None or (type(url) is tuple and len(url) == 7 and type(url[0]) is str
+                                 and type(url[1]) is bool and _texts(*url[2:])))
+            and type(issues) is list and all(type(i) is tuple and len(i) == 3
+                                             and type(i[0]) is str and type(i[1]) is str
+                                             and _texts(i[2]) for i in issues)):
+        raise TypeError("a dist-info entry of another shape")  # forged or damaged: a miss
     direct = None if url is None else DirectUrl(
         url=url[0], editable=url[1], vcs=url[2], commit_id=url[3], requested_revision=url[4],
         archive_hash=url[5], subdirectory=url[6])
@@ -178,3 +188,15 @@ def folder_parts(value: tuple[Any, ...], site_dir: str, meta_name: str) -> tuple
                         requires=list(requires))
     return (dist, record, total, mtime_ns,
             [ProbeIssue(section=a, message=b, path=c) for a, b, c in issues])
+
+
+_INT_OR_NONE = (int, type(None))
+_STR_OR_NONE = (str, type(None))
+
+
+def _texts(*values: Any) -> bool:
+    return all(type(v) in _STR_OR_NONE for v in values)
+
+
+def _strings(value: Any) -> bool:
+    return type(value) is list and all(type(v) is str for v in value)

@@ -19,6 +19,7 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
+from envguard.probe.memo.marshal_file import loads
 from envguard.probe.recordcheck import header_row
 from envguard.probe.recordfile import RecordRow
 
@@ -67,17 +68,18 @@ def pack_chunk(rows: list[RecordRow]) -> bytes:
 
 def unpack_chunk(chunk: bytes) -> list[RecordRow]:
     """:func:`pack_chunk` back; ValueError if the checksum or the shape is wrong (a memo
-    file damaged on disk). The checksum spares checking 80,000 strings one by one."""
+    file damaged on disk, or forged: rows that are not three strings are refused too)."""
     payload = memoryview(chunk)[4:]
     if len(chunk) < 4 or zlib.crc32(payload) != int.from_bytes(chunk[:4], "little"):
         raise ValueError("corrupt RECORD chunk: checksum mismatch")
     try:
-        rows = marshal.loads(payload)  # noqa: S302 - our own memo data; marshal runs no code
-    except (EOFError, TypeError, ValueError) as exc:
+        rows = loads(payload)
+        if type(rows) is not list or not set(map(type, rows)) <= _TUPLE \
+                or not set(map(len, rows)) <= _THREE:
+            raise ValueError("not a list of rows")
+        "".join(itertools.chain.from_iterable(rows))  # TypeError unless every field is a str
+    except (EOFError, TypeError, ValueError, MemoryError) as exc:
         raise ValueError(f"corrupt RECORD chunk: {exc}") from None
-    if type(rows) is not list or not set(map(type, rows)) <= _TUPLE \
-            or not set(map(len, rows)) <= _THREE:
-        raise ValueError("corrupt RECORD chunk: not a list of rows")
     return rows
 
 
