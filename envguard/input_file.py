@@ -26,8 +26,8 @@ from pathlib import Path
 from envguard.errors import InputError
 
 __all__ = ["MAX_INPUT_BYTES", "METADATA_BYTES", "RECORD_BYTES", "SMALL_FILE_BYTES",
-           "NotReadable", "oserror_reason", "read_bounded", "read_bounded_text", "read_input",
-           "read_input_text"]
+           "NotReadable", "oserror_reason", "read_bounded", "read_bounded_text", "read_head",
+           "read_input", "read_input_text"]
 
 MAX_INPUT_BYTES = 256 << 20
 """256 MiB: the largest snapshot, lockfile or other single input document envguard reads."""
@@ -122,6 +122,25 @@ def read_bounded(path: str | os.PathLike[str], *, limit: int, what: str = "file"
         raise NotReadable(name, oserror_reason(exc)) from None
     try:
         return _read_fd(fd, name, what, limit)
+    except OSError as exc:
+        raise NotReadable(name, oserror_reason(exc)) from None
+    finally:
+        os.close(fd)
+
+
+def read_head(path: str | os.PathLike[str], size: int) -> bytes:
+    """The first ``size`` bytes of the regular file ``path`` (a script's shebang, say),
+    whatever its length: the same open as :func:`read_bounded` (a FIFO or a device on
+    PATH neither blocks nor streams), :class:`NotReadable` for anything not a regular file."""
+    name = os.fspath(path)
+    try:
+        fd = os.open(name, _OPEN)
+    except OSError as exc:
+        raise NotReadable(name, oserror_reason(exc)) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotReadable(name, "is not a regular file")
+        return os.read(fd, size)
     except OSError as exc:
         raise NotReadable(name, oserror_reason(exc)) from None
     finally:

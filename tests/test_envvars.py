@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -374,3 +375,57 @@ def test_a_huge_string_that_may_hold_a_credential_is_masked_whole() -> None:
     assert redact.redact_text("https://u:p@h/" + "x" * redact.MAX_TEXT) == "***"
     plain = "1.0 " * (redact.MAX_TEXT // 4 + 1)
     assert redact.redact_text(plain) == plain  # nothing that could be a credential
+
+
+
+class _SlowFile:
+    """A file whose first write waits: the moment another process may look at the key."""
+
+    def __init__(self, fh: Any) -> None:
+        self._fh = fh
+
+    def write(self, data: bytes) -> int:
+        import time
+
+        time.sleep(0.6)
+        return int(self._fh.write(data))
+
+    def __enter__(self) -> _SlowFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._fh.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fh, name)
+
+
+def _key_in_child(config: str, slow: bool, out: Any) -> None:
+    os.environ["XDG_CONFIG_HOME"] = config
+    os.environ.pop("ENVGUARD_MASK_KEY", None)
+    if slow:
+        real = os.fdopen
+        os.fdopen = lambda *a, **k: _SlowFile(real(*a, **k))  # type: ignore[assignment]
+    out.put(envvars.load_mask_key([]))
+
+
+def test_a_key_file_being_written_is_never_seen_half_made(tmp_path: Path) -> None:
+    """Two ranks of a job make the key at once on a fresh host; the first is slow to write
+    it. Both must return the key the file ends up holding."""
+    import multiprocessing
+    import time
+
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    config = str(tmp_path / "config")
+    slow = ctx.Process(target=_key_in_child, args=(config, True, out))
+    slow.start()
+    time.sleep(0.25)
+    fast = ctx.Process(target=_key_in_child, args=(config, False, out))
+    fast.start()
+    keys = {out.get(timeout=30), out.get(timeout=30)}
+    slow.join(timeout=30)
+    fast.join(timeout=30)
+    on_disk = (tmp_path / "config" / "envguard" / "mask.key").read_bytes().strip()
+    assert keys == {on_disk}
+    assert [p.name for p in (tmp_path / "config" / "envguard").iterdir()] == ["mask.key"]

@@ -39,10 +39,11 @@ def interpreter_of(command: str, env: Mapping[str, str] | None = None) -> str | 
     path = resolve_command(command, env)
     if path is None:
         return None
+    from envguard.input_file import NotReadable, read_head
+
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(1024).decode("utf-8", "replace").splitlines()
-    except OSError:
+        head = read_head(path, 1024).decode("utf-8", "replace").splitlines()
+    except NotReadable:
         return None
     if not head or not head[0].startswith("#!"):
         return None

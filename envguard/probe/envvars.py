@@ -74,32 +74,35 @@ def load_mask_key(issues: list[ProbeIssue], env: Mapping[str, str] | None = None
 def _create_key(path: Path) -> bytes:
     """Create the key file (0600) and return the key it holds afterwards.
 
+    The key is written whole to a temporary file first and then hard-linked to its name,
+    which fails where the name exists: no process ever reads a key file half written.
     When another process created it first, its key wins; an empty key file (an
-    interrupted first run) is replaced instead of blocking every later snapshot.
+    interrupted first run of an older envguard) is replaced, and whichever replacement
+    lands last is the key every process returns.
     """
     import secrets
     import tempfile
 
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     key = secrets.token_hex(32).encode()
+    fd, tmp = tempfile.mkstemp(prefix=".mask.key.", dir=path.parent)  # mode 0600
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    except FileExistsError:
-        existing = _read_key(path)  # a symlink there: OSError, a one-off key
-        if existing:
-            return existing
-        fd, tmp = tempfile.mkstemp(prefix=".mask.key.", dir=path.parent)  # mode 0600
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(key + b"\n")
+            fh.flush()
+            os.fsync(fh.fileno())
         try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(key + b"\n")
+            os.link(tmp, path)
+            return key
+        except FileExistsError:
+            existing = _read_key(path)  # a symlink there: OSError, a one-off key
+            if existing:
+                return existing
             os.replace(tmp, path)
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-        return key
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(key + b"\n")
-    return key
+            return _read_key(path) or key
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
 def _read_key(path: Path) -> bytes:
