@@ -134,8 +134,9 @@ def diff(old: Snapshot, new: Snapshot, *, symptom: str | None = None,
     """Compare two snapshots and explain the differences. ``symptom``: an error line; the
     findings it points at come first. The names label the sides in the rendered report."""
     from envguard.changes import diff as compare
-    from envguard.explain import explain
+    from envguard.explain import explain, symptom_text
 
+    symptom = symptom_text(symptom)
     changes = compare(old, new)
     findings = tuple(explain(old, new, changes, symptom))
     return Report(old=old, new=new, detail=DiffReport(

@@ -230,7 +230,9 @@ def _environment(old: Snapshot, new: Snapshot) -> Iterator[Change]:
             yield Change(section="environment", key=name, kind=ADDED if p is None else REMOVED,
                          old=_env_value(p), new=_env_value(q))
         elif p.masked or q.masked:
-            if not comparable:
+            # Digests compare under one key, and only where both sides have one (a value
+            # masked while an old file was read may have none): else the visible values.
+            if not comparable or (p.masked and not p.digest) or (q.masked and not q.digest):
                 if p.value != q.value:
                     yield Change(section="environment", key=name, old=_env_value(p),
                                  new=_env_value(q))

@@ -7,11 +7,16 @@ text such as URLs, paths and error messages (:func:`redact_text`), the argv of
 (:func:`redact_snapshot`, applied by the probe and by the snapshot reader). Writers and
 renderers never see the raw values.
 
-What counts as a secret is data, below: :data:`SECRET_NAME_WORDS` (a variable, flag or
-``NAME=value`` name any of whose words matches is secret, whatever its value),
-:data:`NOT_SECRET_NAMES`, and :data:`SECRET_VALUES` (credentials recognised by their
-shape wherever they appear: URL userinfo, tokens with a known prefix, AWS keys, JWTs,
-signed query strings, PEM private keys). A masked span becomes :data:`MASK`; a variable
+What counts as a secret is data, in three modules this one re-exports:
+:mod:`envguard.redact_names` (:data:`SECRET_NAME_WORDS`: a variable, flag or
+``NAME=value`` name any of whose words matches is secret, whatever its value;
+:data:`NOT_SECRET_NAMES`), :mod:`envguard.redact_shapes` (:data:`SECRET_VALUES`:
+credentials recognised by their shape wherever they appear: URL userinfo, tokens with a
+known prefix, AWS keys, JWTs, signed query strings, PEM private keys) and
+:mod:`envguard.redact_forms` (credentials recognised by the form around them: flags,
+headers, JSON/YAML/INI keys, netrc entries). Dict keys are strings like any other. A file
+read back is masked again (:func:`remask_environment`, used by
+:func:`envguard.snapshot_file.remask`). A masked span becomes :data:`MASK`; a variable
 whose value was masked keeps a keyed HMAC of the raw value (see
 :mod:`envguard.probe.envvars`), so a change stays visible in a diff. docs/SECURITY.md
 describes the rules for users.
@@ -21,159 +26,60 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import functools
 import itertools
 import re
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from envguard.model import EnvValue, Snapshot
+from envguard.model import Environment, EnvValue, Snapshot
+from envguard.redact_forms import (
+    MASK,
+    may_hold_form,
+    redact_argv_word,
+    redact_forms,
+)
+from envguard.redact_forms import MAYBE as _FORM_MAYBE
+from envguard.redact_forms import form_hits as _form_hits
+from envguard.redact_names import (
+    NOT_SECRET_NAMES,
+    SECRET_NAME_WORDS,
+    secret_flag,
+    secret_name,
+)
+from envguard.redact_shapes import (
+    LITERALS,
+    LONG_RUN,
+    SECRET_VALUES,
+    SHAPES,
+    WORDS,
+)
+from envguard.redact_shapes import may_hold_shape as _may_hold_shape
 from envguard.validation import field_names
 
-MASK = "***"
+__all__ = ["MASK", "MAX_TEXT", "NOT_SECRET_NAMES", "SECRET_NAME_WORDS", "SECRET_VALUES",
+           "redact_argv", "redact_data", "redact_env", "redact_snapshot", "redact_text",
+           "redact_usage", "remask_environment", "secret_flag", "secret_name", "suspects"]
 MAX_TEXT = 1 << 20
 """A string longer than this (1 MiB) that may hold a credential is masked whole: no
 value envguard records is that long, and the search stays fast on hostile input."""
 
-SECRET_NAME_WORDS: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
-    # A word that is, or ends in, a credential noun: HF_TOKEN, GITHUBTOKEN, CLIENTSECRET,
-    # WANDB_API_KEY, SIGNINGKEY, DB_PASSWORD, GPG_PASSPHRASE, AWS_SHARED_CREDENTIALS.
-    r"[A-Z0-9]*(?:TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|KEY|CREDENTIAL|COOKIE|SIGNATURE)S?",
-    # Words that are credentials on their own.
-    r"PASS|PWD|PAT|PATS|CRED|CREDS|AUTH|AUTHORIZATION|AUTHTOKEN|OAUTH|BEARER|JWT|PRIVATE",
-    r"SESSION|SESSIONID|SESSID|SAS|SIG|DSN|WEBHOOK|WEBHOOKS|APIKEY|ACCESSKEY|PRIVKEY",
-))
-"""Patterns over the words of an upper-cased name (split at anything but A-Z and 0-9,
-trailing digits dropped: ``HF_TOKEN2`` has the word ``TOKEN``)."""
-
-NOT_SECRET_NAMES: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
-    r"PWD|OLDPWD|PATH",
-    r"TORCH_COMPILE_CACHE_KEY_TAG",
-    r"HF_HUB_DISABLE_IMPLICIT_TOKEN",
-))
-"""Whole (upper-cased) names that match a secret word but hold no secret."""
-
-# One compiled pattern per credential shape. The named group ``s`` is the part masked;
-# what the match holds around it (a scheme, ``?sig=``) is kept.
-_URL_SCHEME = r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://"
-SECRET_VALUES: tuple[re.Pattern[str], ...] = tuple(re.compile(p, flags) for p, flags in (
-    # PEM private key material (a key in a CERT or KEY variable, a pasted ssh key).
-    (r"(?P<s>-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?"
-     r"(?:-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z))", re.DOTALL),
-    # URL userinfo: ``scheme://user:password@host``. Without a colon it may not hold a
-    # slash (``git+https://host/repo@v1`` has none); with one, it runs to the last "@"
-    # before white space or the next "://", so a "/" or "@" inside the password does not
-    # leak the rest (and no character is scanned twice: linear time on any input).
-    (_URL_SCHEME + r"(?P<s>[^\s/?#@:]*:(?:[^\s:]|:(?!//))*|[^\s/?#@]+)@", 0),
-    # The same without a scheme, as a bare index value: ``user:pw@host/simple``. The
-    # password runs to the last "@" before white space or the start of another
-    # ``user:`` (linear time again).
-    (r"(?<![^\s=,;'\"(\[])(?P<s>[^\s:/@=,;'\"]+:(?!//)"
-     r"(?:(?![\s=,;'\"(\[][^\s:/@=,;'\"]+:)\S)*)@"
-     r"(?=[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*(?::[0-9]+)?(?:[/?#\s]|\Z))", 0),
-    # Tokens with a published prefix, at realistic lengths (hf_transfer is a package).
-    (r"(?<![A-Za-z0-9])(?P<s>gh[pousr]_[A-Za-z0-9]{30,})", 0),
-    (r"(?<![A-Za-z0-9])(?P<s>github_pat_[A-Za-z0-9_]{30,})", 0),
-    (r"(?<![A-Za-z0-9])(?P<s>glpat-[A-Za-z0-9_-]{20,})", 0),
-    (r"(?<![A-Za-z0-9])(?P<s>hf_[A-Za-z0-9]{30,})", 0),
-    (r"(?<![A-Za-z0-9_-])(?P<s>sk-(?=[A-Za-z0-9_-]*[0-9])(?=[A-Za-z0-9_-]*[A-Z])"
-     r"[A-Za-z0-9_-]{20,})", 0),
-    (r"(?<![A-Za-z0-9])(?P<s>(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,})", 0),
-    (r"(?<![A-Za-z0-9])(?P<s>xox[abprse]-[A-Za-z0-9-]{10,})", 0),
-    (r"(?<![A-Za-z0-9])(?P<s>xapp-[0-9]+-[A-Za-z0-9-]{10,})", 0),
-    (r"(?<![A-Za-z0-9])(?P<s>pypi-[A-Za-z0-9_-]{50,})", 0),
-    (r"(?<![A-Za-z0-9])(?P<s>npm_[A-Za-z0-9]{36,})", 0),
-    (r"(?<![A-Za-z0-9])(?P<s>AIza[0-9A-Za-z_-]{35})", 0),
-    # anaconda.org channel tokens: ``https://conda.anaconda.org/t/<token>/channel`` (and a
-    # conda record's channel, ``t/<token>/channel``).
-    (r"(?<![^/])t/(?P<s>[A-Za-z0-9_-]{16,})(?=/)", 0),
-    (r"hooks\.slack\.com/services/(?P<s>[A-Za-z0-9/]{20,})", 0),
-    # AWS: access key ids, and a bare 40-character secret access key (mixed case, a
-    # digit; hex digests and paths do not qualify).
-    (r"(?<![A-Z0-9])(?P<s>(?:AKIA|ASIA)[A-Z0-9]{16})(?![A-Z0-9])", 0),
-    (r"(?<![A-Za-z0-9/+=_.-])(?P<s>(?!/)(?=[A-Za-z0-9/+]*[a-z])(?=[A-Za-z0-9/+]*[A-Z])"
-     r"(?=[A-Za-z0-9/+]*[0-9])[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=_.-])", 0),
-    # JSON Web Tokens: base64url JSON header ("eyJ"), payload, signature.
-    (r"(?<![A-Za-z0-9_-])(?P<s>eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}(?:\.[A-Za-z0-9_-]*)?)",
-     0),
-    # Signed or authenticated query strings and connection strings.
-    (r"[?&;](?:access_token|id_token|refresh_token|token|auth|api_?key|key|password|passwd|"
-     r"secret|client_secret|sig|signature|x-amz-signature|x-amz-credential|"
-     r"x-amz-security-token|x-goog-signature|x-goog-credential|code)=(?P<s>[^&#\s]+)",
-     re.IGNORECASE),
-    (r"(?:AccountKey|SharedAccessKey|SharedAccessSignature)=(?P<s>[^;\s]+)", re.IGNORECASE),
-    (r"\b(?:bearer|basic)\s+(?P<s>[A-Za-z0-9._~+/=-]{12,})", re.IGNORECASE),
-))
-
-_MAYBE = re.compile(
-    r"://|@|-----BEGIN|gh[pousr]_|github_pat_|glpat-|hf_|sk-|[sr]k_|xox|xapp-|pypi-|npm_|AIza"
-    r"|hooks\.slack|AKIA|ASIA|eyJ|(?<![^/])t/|[?&;][\w-]+=|[\w-]=(?!=)"
-    r"|(?i:bearer|basic|accountkey|sharedaccess)"
-    r"|(?<![A-Za-z0-9/+])(?=[A-Za-z0-9/+]{40})(?![0-9a-f]{40})")
-"""A necessary condition for any of the patterns: most strings (versions, names, hashes,
-paths) fail it, and skip the full set."""
-_LITERALS = ("://", "@", "xox", "AIza", "AKIA", "ASIA", "eyJ", "hooks.slack", "/t/", "-----BEGIN",
-             "glpat-", "sk-", "xapp-", "pypi-", "github_pat_", "hf_", "k_", "npm_", "ghp_", "gho_",
-             "ghu_", "ghs_", "ghr_")
-_WORDS = ("bearer", "basic", "accountkey", "sharedaccess")
-_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
-_LONG_RUN = re.compile(r"[A-Za-z0-9/+]{40}")
-_LONG_RUN_START = re.compile(r"(?<![A-Za-z0-9/+])(?=[A-Za-z0-9/+]{40})(?![0-9a-f]{40})")
-
-
-def _assignment(text: str) -> bool:
-    """The two ``=`` branches of :data:`_MAYBE` (``[\\w-]=(?!=)``, ``[?&;][\\w-]+=``) in ASCII
-    text, looked for at each ``=`` only."""
-    i = text.find("=")
-    while i != -1:
-        if i and text[i - 1] in _NAME_CHARS:
-            if text[i + 1:i + 2] != "=":
-                return True
-            j = i - 1
-            while j >= 0 and text[j] in _NAME_CHARS:
-                j -= 1
-            if j >= 0 and text[j] in "?&;":
-                return True
-        i = text.find("=", i + 1)
-    return False
+_MAYBE = re.compile(SHAPES.pattern + "|" + _FORM_MAYBE.pattern)
+"""A necessary condition for any rule at all (the shapes, or a form of
+:mod:`envguard.redact_forms`): most strings (versions, names, hashes, paths) fail it, and
+skip the full set."""
 
 
 def _may_hold_secret(text: str) -> bool:
-    """Exactly whether :data:`_MAYBE` matches ``text``, at a third of its cost on a
-    snapshot's strings: Python's ``re`` tries every branch at every position, while ``in``
-    tests find the literal branches and the ``=`` branches are looked for at each ``=``.
-    Text with characters beyond ASCII (where case folding is wider) meets :data:`_MAYBE`
-    itself, and so does text that passes a cheap check."""
-    if not text.isascii():
-        return _MAYBE.search(text) is not None
-    lower = text.lower()
-    cheap = (any(lit in text for lit in _LITERALS) or text.startswith("t/")
-             or any(word in lower for word in _WORDS)
-             or ("=" in text and _assignment(text))
-             or (_LONG_RUN.search(text) is not None
-                 and _LONG_RUN_START.search(text) is not None))
-    return cheap and _MAYBE.search(text) is not None
+    """Exactly whether :data:`_MAYBE` matches ``text``."""
+    return _may_hold_shape(text) or may_hold_form(text)
+
+
 _ASSIGNMENT = re.compile(
     r"(?<![A-Za-z0-9_.-])-{0,2}(?P<name>[A-Za-z_][A-Za-z0-9_-]{0,127})=(?!=)"
     r"(?P<s>\"[^\"]*\"|'[^']*'|[^\s\"'&;,]+)")
 """``NAME=value`` inside text or argv (``password=…``, ``--hf-token=…``): masked when
-NAME is a secret name."""
-_WORD_SPLIT = re.compile(r"[^A-Z0-9]+")
-_SHORT_SECRET_FLAGS = frozenset({"-p"})
-"""Short flags whose next argument is a password (mysql, sshpass, docker login)."""
-_USER_FLAGS = frozenset({"-u", "--user"})
-"""Flags whose next argument may be ``user:password`` (curl)."""
-
-
-@functools.lru_cache(maxsize=4096)
-def secret_name(name: str) -> bool:
-    """``HF_TOKEN``, ``WANDB_API_KEY``, ``GH_PAT``, ``hf-token``: yes. ``PATH``,
-    ``KEYBOARD_LAYOUT``, ``TOKENIZERS_PARALLELISM``: no."""
-    upper = name.upper()
-    if any(p.fullmatch(upper) for p in NOT_SECRET_NAMES):
-        return False
-    words = (w.rstrip("0123456789") for w in _WORD_SPLIT.split(upper))
-    return any(p.fullmatch(w) for w in words if w for p in SECRET_NAME_WORDS)
+NAME is a secret name that does not name a place (:func:`secret_flag`: ``password-file=``
+is kept)."""
 
 
 def _mask_group(match: re.Match[str]) -> str:
@@ -183,35 +89,41 @@ def _mask_group(match: re.Match[str]) -> str:
 
 
 def _mask_assignment(match: re.Match[str]) -> str:
-    if not secret_name(match.group("name")) or match.group("s") == MASK:
+    if not secret_flag(match.group("name")) or match.group("s") == MASK:
         return match.group()
     return _mask_group(match)
 
 
 def redact_text(text: str) -> str:
-    """``text`` with every credential :data:`SECRET_VALUES` recognises, and the value of
-    every secret-named ``NAME=value``, replaced by :data:`MASK`. Idempotent."""
-    if not text or not _may_hold_secret(text):
+    """``text`` with every credential :data:`SECRET_VALUES` recognises, the value of every
+    secret-named ``NAME=value`` and every form of :mod:`envguard.redact_forms` (a flag, a
+    header, a JSON/YAML/INI key, a netrc entry) replaced by :data:`MASK`. Idempotent."""
+    if not text:
+        return text
+    shape, form = _may_hold_shape(text), may_hold_form(text)
+    if not (shape or form):
         return text
     if len(text) > MAX_TEXT:
         return MASK
-    for pattern in SECRET_VALUES:
-        text = pattern.sub(_mask_group, text)
-    return _ASSIGNMENT.sub(_mask_assignment, text)
+    if shape:
+        for pattern in SECRET_VALUES:
+            text = pattern.sub(_mask_group, text)
+        text = _ASSIGNMENT.sub(_mask_assignment, text)
+    return redact_forms(text) if form else text
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:
-    """A command line safe to record: :func:`redact_text` on every word, and the word
-    after a secret-named flag (``--token X``, ``--hf-password X``, ``-p X``) masked."""
+    """A command line safe to record: :func:`redact_text` on every word, the word after a
+    secret-named flag (``--token X``, ``--hf-password X``, ``-p X``) masked, a password glued
+    to ``-p`` or ``-u user:`` masked, and a header glued to ``-H`` redacted as text."""
     out: list[str] = []
     previous = ""
     for word in argv:
-        flag = previous.split("=", 1)[0]
-        if (flag.startswith("-") and "=" not in previous and not word.startswith("--")
-                and (flag in _SHORT_SECRET_FLAGS or secret_name(flag.lstrip("-")))):
-            out.append(MASK)
-        elif previous in _USER_FLAGS and ":" in word:
-            out.append(word.split(":", 1)[0] + ":" + MASK)
+        placed = redact_argv_word(word, previous)
+        if placed is not None:
+            out.append(placed)
+        elif word.startswith("-H") and len(word) > 2:
+            out.append("-H" + redact_text(word[2:]))
         else:
             out.append(redact_text(word))
         previous = word
@@ -237,14 +149,16 @@ T = TypeVar("T")
 
 
 def _strings(value: object, out: list[str]) -> None:
-    """Every string inside ``value`` (the walk :func:`_scrub` makes), appended to ``out``."""
+    """Every string inside ``value``, dict keys too (the walk :func:`_scrub` makes),
+    appended to ``out``."""
     if isinstance(value, str):
         out.append(value)
-    elif isinstance(value, list):
+    elif isinstance(value, (list, tuple)):
         for v in value:
             _strings(v, out)
     elif isinstance(value, dict):
-        for v in value.values():
+        for k, v in value.items():
+            _strings(k, out)
             _strings(v, out)
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         for name in field_names(type(value)):
@@ -287,15 +201,17 @@ def suspects(strings: Sequence[str]) -> set[str]:
             hit.add(bisect.bisect_right(starts, i) - 1)
             i = haystack.find(needle, i + 1)
 
-    for literal in (*_LITERALS, "t/"):
+    for literal in (*LITERALS, "t/"):
         mark_all(joined, literal)
     lower = joined.lower()
-    for word in _WORDS:
+    for word in WORDS:
         mark_all(lower, word)
-    for pattern in (_NAME_THEN_EQUALS, _LONG_RUN):  # _assignment's "=", a long run
+    for pattern in (_NAME_THEN_EQUALS, LONG_RUN):  # _assignment's "=", a long run
         for match in pattern.finditer(joined):
             hit.add(bisect.bisect_right(starts, match.start()) - 1)
-    found.update(plain[k] for k in hit if _may_hold_secret(plain[k]))
+    found.update(plain[k] for k in hit if _may_hold_shape(plain[k]))
+    forms = {bisect.bisect_right(starts, i) - 1 for i in _form_hits(joined, lower)}
+    found.update(t for t in (plain[k] for k in forms) if t not in found and may_hold_form(t))
     return found
 
 
@@ -305,13 +221,16 @@ def _scrub(value: T, masked: dict[str, str]) -> T:
     out: Any = value
     if isinstance(value, str):
         out = masked.get(value, value)
-    elif isinstance(value, list):
+    elif isinstance(value, (list, tuple)):
         scrubbed = [_scrub(v, masked) for v in value]
-        out = scrubbed if any(a is not b for a, b in zip(scrubbed, value, strict=True)) \
-            else value
+        if any(a is not b for a, b in zip(scrubbed, value, strict=True)):
+            out = scrubbed if isinstance(value, list) else tuple(scrubbed)
     elif isinstance(value, dict):
-        mapped = {k: _scrub(v, masked) for k, v in value.items()}
-        out = mapped if any(mapped[k] is not v for k, v in value.items()) else value
+        mapped = {_scrub(k, masked): _scrub(v, masked) for k, v in value.items()}
+        if len(mapped) < len(value):  # two keys masked alike: each keeps its entry
+            mapped = _numbered(value, masked)
+        out = mapped if any(k not in value or value[k] is not v for k, v in mapped.items()) \
+            else value
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         changed = {}
         for name in field_names(type(value)):
@@ -323,6 +242,19 @@ def _scrub(value: T, masked: dict[str, str]) -> T:
                 changed[name] = new
         out = dataclasses.replace(value, **changed) if changed else value
     return out  # type: ignore[no-any-return]
+
+
+def _numbered(value: dict[Any, Any], masked: dict[str, str]) -> dict[Any, Any]:
+    """``value`` scrubbed, a key that would repeat another one numbered (``***#2``)."""
+    out: dict[Any, Any] = {}
+    for k, v in value.items():
+        key = _scrub(k, masked)
+        n = 1
+        while key in out:
+            n += 1
+            key = f"{_scrub(k, masked)}#{n}"
+        out[key] = _scrub(v, masked)
+    return out
 
 
 def redact_data(value: T) -> T:
@@ -341,7 +273,48 @@ def redact_data(value: T) -> T:
     return _scrub(value, masked) if masked else value
 
 
+def redact_usage(message: str, argv: Sequence[str]) -> str:
+    """A usage error of the command line ``argv`` (argparse quotes the words it could not
+    use): :func:`redact_text`, and every word that :func:`redact_argv` masks by its place
+    (``-pX``, the value after ``--token``) replaced by its masked form."""
+    for word, safe in zip(argv, redact_argv(argv), strict=True):
+        if word != safe and len(word) > 2:
+            message = message.replace(word, safe)
+    return redact_text(message)
+
+
+Digester = Callable[[str, str], "str | None"]
+"""``(name, raw value) -> digest`` of a variable masked while a file is read (None: no
+digest can be made that compares with the file's own)."""
+
+
+def remask_environment(env: Environment, digest: Digester | None = None) -> Environment:
+    """``env`` as :func:`redact_env` would have recorded it: a variable that arrives with a
+    value although its name is secret, or with a credential in its value, is masked now
+    (a file written by an older envguard or by hand). A digest it already has is kept (it
+    is of the raw value, under the file's key); else ``digest`` makes one, when given."""
+    changed: dict[str, EnvValue] = {}
+    found = suspects([v.value for v in env.variables.values() if v.value is not None])
+    for name, v in env.variables.items():
+        if v.value is None:
+            continue
+        by_name = secret_name(name)
+        if not (by_name or v.value in found):
+            continue
+        redacted = None if by_name else redact_text(v.value)
+        if redacted == v.value:
+            continue
+        kept = v.digest if v.masked and v.digest else None
+        changed[name] = EnvValue(value=redacted, masked=True,
+                                 digest=kept or (digest(name, v.value) if digest else None))
+    if not changed:
+        return env
+    return dataclasses.replace(env, variables={**env.variables, **changed})
+
+
 def redact_snapshot(snapshot: Snapshot) -> Snapshot:
     """``snapshot`` with every credential in any of its strings masked (URLs in
-    ``direct_url.json``, paths, error messages, values in old snapshot files)."""
+    ``direct_url.json``, paths, error messages, dict keys, values in old snapshot files).
+    A snapshot read from a file also needs its variables masked by name
+    (:func:`envguard.snapshot_file.remask`, with :func:`remask_environment`)."""
     return redact_data(snapshot)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
 from envguard.errors import InputError, SnapshotValidationError, UnsupportedSchemaError
 from envguard.input_file import MAX_INPUT_BYTES, read_input_text
 from envguard.model import Integrity, IntegrityIssue, Snapshot, check_schema
-from envguard.redact import redact_data, redact_snapshot
+from envguard.redact import redact_data, redact_snapshot, remask_environment
 from envguard.validation import build, parse_json, type_name
 
 MAX_SNAPSHOT_BYTES = MAX_INPUT_BYTES
@@ -43,7 +44,43 @@ def read_snapshot(path: str | Path) -> Snapshot:
     that nothing built from it (a lock, a restore, a report) carries them on."""
     text = read_document(Path(path))
     with naming(str(path)):
-        return redact_snapshot(Snapshot.from_json(text))
+        return remask(Snapshot.from_json(text))
+
+
+def remask(snapshot: Snapshot) -> Snapshot:
+    """``snapshot`` as read from anywhere (a file, stdin, a fleet document) made what
+    envguard writes today: every string redacted (dict keys too), and every variable that
+    arrives unmasked although its name or value is secret masked.
+
+    Such a variable's digest is the HMAC under this user's mask key when the file was
+    made under that key or under none (then the file takes this key's id, unless it has
+    digests of its own): its changes compare with this user's snapshots and with other
+    files read here. A file made under another key gets no digest for it (none could
+    compare with that file's own); :func:`envguard.changes.diff` then compares the
+    visible (redacted) values only."""
+    env = snapshot.environment
+    local: list[tuple[bytes, str]] = []
+
+    def digest(name: str, value: str) -> str | None:
+        from envguard.probe.envvars import _digest, key_id, load_mask_key
+
+        if not local:
+            key = load_mask_key([])
+            local.append((key, key_id(key)))
+        key, ident = local[0]
+        if env.mask_key_id not in (None, ident):
+            return None
+        return _digest(key, name, value)
+
+    remasked = remask_environment(env, digest)
+    if remasked is not env:
+        snapshot = dataclasses.replace(snapshot, environment=remasked)
+    out = redact_snapshot(snapshot)
+    if local and env.mask_key_id is None \
+            and not any(v.digest for v in env.variables.values()):
+        out = dataclasses.replace(out, environment=dataclasses.replace(
+            out.environment, mask_key_id=local[0][1]))
+    return out
 
 
 def read_integrity_issues(path: str | Path) -> list[IntegrityIssue]:

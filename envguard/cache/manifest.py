@@ -14,6 +14,7 @@ from envguard.errors import InputError, SnapshotValidationError
 from envguard.frozen import frozen
 from envguard.input_file import read_input
 from envguard.model import Snapshot
+from envguard.redact import redact_data
 from envguard.validation import build
 
 SCHEMA_NAME = "envguard.cache-archive"
@@ -161,7 +162,7 @@ def parse_manifest(text: str, where: str) -> Manifest:
             raise InputError(f"{where}: malformed cache archive manifest: {problem}")
     if not manifest.archives:
         raise InputError(f"{where}: malformed cache archive manifest: no archives")
-    return manifest
+    return redact_data(manifest)  # one written by hand or an older envguard keeps no secret
 
 
 def read_manifest(folder: Path) -> Manifest:

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
+from envguard.cli._encoding import encodable
 from envguard.errors import EnvguardError, OutputError
 from envguard.exitcodes import ExitCode
 
@@ -30,9 +31,11 @@ class Parser(argparse.ArgumentParser):
     """argparse, but usage errors are one line and exit with ExitCode.USAGE."""
 
     def error(self, message: str) -> NoReturn:
+        from envguard.redact import redact_usage
         from envguard.render.sanitize import clean
 
-        sys.stderr.write(f"{self.prog}: error: {clean(message)} (see {self.prog} --help)\n")
+        line = clean(redact_usage(message, sys.argv[1:]))  # it may quote --token=X
+        sys.stderr.write(f"{self.prog}: error: {line} (see {self.prog} --help)\n")
         raise SystemExit(ExitCode.USAGE)
 
 
@@ -41,11 +44,13 @@ def write_stdout(text: str) -> None:
     (``> /dev/full``) or a pipe closed early is an OutputError (exit 5). On a stdout whose
     encoding lacks a character (``PYTHONIOENCODING=ascii``, a latin-1 locale), the text gets
     ASCII stand-ins (``->`` for ``→``) instead of failing."""
+    from envguard.render.sanitize import escape_invisible
+
     stream = sys.stdout
     if stream is None:
         raise OutputError("stdout is closed: nothing could be written")
     try:
-        stream.write(encodable(text, getattr(stream, "encoding", None)))
+        stream.write(encodable(escape_invisible(text), getattr(stream, "encoding", None)))
         stream.flush()
     except BrokenPipeError:
         _silence_stdout()
@@ -55,43 +60,6 @@ def write_stdout(text: str) -> None:
         raise OutputError(f"cannot write to stdout: {exc.strerror or exc}") from None
     except ValueError:  # the stream object was closed
         raise OutputError("stdout is closed: nothing could be written") from None
-
-
-_STAND_INS = {"→": "->", "←": "<-", "…": "...", "–": "-", "—": "--", "·": "-", "•": "*",
-              "×": "x", "≠": "!=", "≤": "<=", "≥": ">=", "▶": ">", "✓": "ok", "✗": "x",
-              "“": '"', "”": '"', "‘": "'", "’": "'", "🔴": "[!]", "🟡": "[~]", "🔵": "[i]"}
-
-
-@functools.cache
-def _ascii_table() -> dict[int, str]:
-    """ASCII stand-ins for envguard's own symbols and rich's box drawing (U+2500-U+257F)."""
-    import unicodedata
-
-    table = {ord(k): v for k, v in _STAND_INS.items()}
-    for code in range(0x2500, 0x2580):
-        name = unicodedata.name(chr(code), "")
-        if " AND " in name or " ARC " in name:
-            table[code] = "+"  # corners and junctions
-        elif "HORIZONTAL" in name or name.endswith(("LEFT", "RIGHT")):
-            table[code] = "-"
-        else:
-            table[code] = "|" if "VERTICAL" in name or name.endswith(("UP", "DOWN")) else "+"
-    table.update({0x2571: "/", 0x2572: "\\", 0x2573: "X"})  # the diagonals
-    return table
-
-
-def encodable(text: str, encoding: str | None) -> str:
-    """``text``, or where ``encoding`` cannot hold it, with ASCII stand-ins and ``?`` for
-    anything else (a package name in another script)."""
-    try:
-        text.encode(encoding or "utf-8")
-        return text
-    except UnicodeEncodeError:
-        pass
-    except LookupError:  # an encoding Python does not know: leave it to the stream
-        return text
-    enc = encoding or "utf-8"
-    return text.translate(_ascii_table()).encode(enc, errors="replace").decode(enc)
 
 
 def _silence_stdout() -> None:

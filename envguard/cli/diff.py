@@ -54,8 +54,7 @@ class Side:
 
 def _read_stdin() -> Snapshot:
     from envguard.model import Snapshot
-    from envguard.redact import redact_snapshot
-    from envguard.snapshot_file import MAX_SNAPSHOT_BYTES, naming
+    from envguard.snapshot_file import MAX_SNAPSHOT_BYTES, naming, remask
 
     data = sys.stdin.buffer.read(MAX_SNAPSHOT_BYTES + 1)
     if len(data) > MAX_SNAPSHOT_BYTES:
@@ -65,7 +64,7 @@ def _read_stdin() -> Snapshot:
     except UnicodeDecodeError:
         raise InputError("-: the snapshot on stdin is not UTF-8") from None
     with naming("-"):
-        return redact_snapshot(Snapshot.from_json(text))
+        return remask(Snapshot.from_json(text))
 
 
 def _load(ref: str) -> Side:
@@ -131,15 +130,17 @@ def load_pair(old_ref: str, new_ref: str) -> tuple[Side, Side]:
 
 def cmd_diff(args: argparse.Namespace) -> int:
     from envguard.changes import diff
-    from envguard.explain import explain
+    from envguard.explain import explain, symptom_text
+    from envguard.redact import redact_text
     from envguard.render.report import DiffReport
 
     old, new = load_pair(args.old, args.new)
+    symptom = symptom_text(args.symptom)
     changes = diff(old.snapshot, new.snapshot)
-    findings = explain(old.snapshot, new.snapshot, changes, args.symptom)
+    findings = explain(old.snapshot, new.snapshot, changes, symptom)
     if args.new == NOW:  # this machine, now: its disk says when things were installed
         findings = _with_install_times(findings, new.snapshot)
-    report = DiffReport(old_name=old.label, new_name=new.label, diff=changes,
-                        findings=tuple(findings), symptom=args.symptom)
+    report = DiffReport(old_name=redact_text(old.label), new_name=redact_text(new.label),
+                        diff=changes, findings=tuple(findings), symptom=symptom)
     show(report, args.format, show_all=args.all)
     return ExitCode.OK if report.equivalent else ExitCode.DRIFT

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from envguard.doctor import caches, cuda, packages
 from envguard.doctor.interface import DoctorRule, Scene
-from envguard.explain import symptom_score
+from envguard.explain import symptom_score, symptom_text
 from envguard.explain.interface import Finding, Severity
 from envguard.frozen import frozen
 from envguard.model import Snapshot
+from envguard.redact import redact_text
 
 __all__ = ["ALL_RULES", "DoctorReport", "DoctorRule", "Scene", "diagnose"]
 
@@ -51,7 +52,9 @@ class DoctorReport:
 
 def diagnose(scene: Scene, *, environment: str = "", symptom: str | None = None
              ) -> DoctorReport:
-    """Run every rule on ``scene``; findings by symptom match, then severity, then weight."""
+    """Run every rule on ``scene``; findings by symptom match, then severity, then weight.
+    The symptom and the environment's description enter the report redacted."""
+    symptom, environment = symptom_text(symptom), redact_text(environment)
     findings = [f for rule in ALL_RULES for f in rule.check(scene)]
 
     def rank(f: Finding) -> tuple[int, int, int, str]:

@@ -11,11 +11,11 @@ import re
 from envguard.changes import SnapshotDiff, diff
 from envguard.explain import caches, conda, environment, packages, torch
 from envguard.explain.interface import Context, Finding, Rule, Severity
-from envguard.explain.symptoms import table_score
+from envguard.explain.symptoms import symptom_text, table_score
 from envguard.model import Snapshot
 
 __all__ = ["ALL_RULES", "Finding", "Rule", "Severity", "explain", "matches_symptom",
-           "symptom_score"]
+           "symptom_score", "symptom_text"]
 
 ALL_RULES: tuple[Rule, ...] = (*torch.RULES, *caches.RULES, *packages.RULES,
                                *conda.RULES, *environment.RULES)

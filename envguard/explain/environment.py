@@ -128,7 +128,7 @@ def env_var_changed(ctx: Context) -> Iterator[Finding]:
         return "unset" if value is None else str(value)
 
     lines = []
-    for c in sorted(changes, key=lambda c: (c not in behaviour, c.key)):
+    for c in sorted(changes, key=lambda c: (not c.key.startswith(_BEHAVIOUR_VARS), c.key)):
         if c.kind == ADDED:
             lines.append(f"{c.key} set to {show(c.new)}")
         elif c.kind == REMOVED:

@@ -16,6 +16,7 @@ import re
 
 from envguard.explain.interface import Finding
 from envguard.frozen import frozen
+from envguard.redact import redact_text
 
 
 @frozen
@@ -75,6 +76,13 @@ SYMPTOMS: tuple[Symptom, ...] = (
 
 def _mentions(finding: Finding, key: str) -> bool:
     return key in finding.title or any(key in line for line in finding.evidence)
+
+
+def symptom_text(symptom: str | None) -> str | None:
+    """A pasted ``--symptom`` as it may enter a report or a record: credentials in it
+    masked (an error line may quote a URL with its password, a ``--token=`` flag, an
+    ``Authorization:`` header). Matching uses this text too."""
+    return redact_text(symptom) if symptom else symptom
 
 
 def table_score(finding: Finding, symptom: str) -> int:

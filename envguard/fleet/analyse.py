@@ -117,6 +117,18 @@ def member_from_snapshot(name: str, snapshot: Snapshot, *, rank: int | None = No
                   host=host or snapshot.system.hostname or None)
 
 
+def remasked(members: list[Member]) -> list[Member]:
+    """Members read from files (``fleet diff``'s inputs, perhaps written by an older
+    envguard or by hand) as envguard would write them today: each snapshot re-masked
+    (:func:`envguard.snapshot_file.remask`), names and hosts redacted."""
+    from envguard.redact import redact_text
+    from envguard.snapshot_file import remask
+
+    return [dataclasses.replace(m, name=redact_text(m.name), snapshot=remask(m.snapshot),
+                                host=redact_text(m.host) if m.host else m.host)
+            for m in members]
+
+
 def _relative_key(f: TrackedFile, raw_patterns: Sequence[str]) -> str:
     """A tracked file's path relative to the folder its relative ``--file`` pattern was
     resolved in; other files keep their absolute path."""

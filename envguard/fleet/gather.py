@@ -33,6 +33,7 @@ from envguard.fleet.analyse import (
     is_fleet_document,
     member_from_snapshot,
     members_from_document,
+    remasked,
 )
 from envguard.frozen import frozen
 from envguard.model import Snapshot
@@ -177,8 +178,8 @@ def read_members(path: str) -> list[Member]:
     data = _load_json(p)
     with naming(path):
         if is_fleet_document(data):
-            return members_from_document(p.name, data)
+            return remasked(members_from_document(p.name, data))
         snapshot = Snapshot.from_dict(data)
     match = RANK_FILE.fullmatch(p.name)
-    return [member_from_snapshot(p.name, snapshot,
-                                 rank=int(match.group(1)) if match else None)]
+    return remasked([member_from_snapshot(p.name, snapshot,
+                                          rank=int(match.group(1)) if match else None)])

@@ -19,26 +19,32 @@ from envguard.render.sanitize import clean, display_value
 _STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "bold yellow",
           Severity.INFO: "bold blue"}
 MAX_CHANGES = 40
+MAX_EVIDENCE = 40
+"""Evidence lines a finding shows in text (``--all``: every one; JSON has them all)."""
 
 
-def finding_view(f: Finding) -> RenderableType:
-    """One finding: severity, title and rule id, explanation, evidence, remedy."""
+def finding_view(f: Finding, *, show_all: bool = False) -> RenderableType:
+    """One finding: severity, title and rule id, explanation, evidence (the first
+    :data:`MAX_EVIDENCE` lines unless ``show_all``), remedy."""
     head = Text()
     head.append(f"{f.severity.value.upper():9}", style=_STYLE[f.severity])
     head.append(clean(f.title, 400), style="bold")
     head.append(f"  [{f.rule}]", style="dim")
     parts: list[RenderableType] = [head, Padding(Text(clean(f.explanation, 2000)), (0, 0, 0, 8))]
+    # One Text a line: rich renders one Text as one segment that it splits at each line
+    # break with str.partition, which is quadratic in the number of lines.
     if f.evidence:
-        ev = Text()
-        for i, line in enumerate(f.evidence):
-            ev.append(("\n" if i else "") + "• " + clean(line, 400))
-        parts.append(Padding(ev, (0, 0, 0, 8)))
+        shown = f.evidence if show_all else f.evidence[:MAX_EVIDENCE]
+        lines = [Text("• " + clean(line, 400)) for line in shown]
+        if len(shown) < len(f.evidence):
+            lines.append(Text(f"… {len(f.evidence) - len(shown)} more (--all for every one)",
+                              style="dim"))
+        parts.append(Padding(Group(*lines), (0, 0, 0, 8)))
     if f.remedy:
-        fix = Text("Remedy:", style="bold green")
+        steps = [Text("Remedy:", style="bold green")]
         for i, step in enumerate(f.remedy, 1):
-            fix.append(f"\n{i}. ", style="green")
-            fix.append(clean(step, 500))
-        parts.append(Padding(fix, (0, 0, 0, 8)))
+            steps.append(Text.assemble((f"{i}. ", "green"), clean(step, 500)))
+        parts.append(Padding(Group(*steps), (0, 0, 0, 8)))
     return Group(*parts, Text(""))
 
 
@@ -64,7 +70,7 @@ def render(report: DiffReport, *, show_all: bool = False) -> RenderableType:
     parts: list[RenderableType] = [verdict, Text("")]
     if report.symptom:
         parts.insert(1, Text(f"symptom: {clean(report.symptom, 300)}", style="dim"))
-    parts += [finding_view(f) for f in report.findings]
+    parts += [finding_view(f, show_all=show_all) for f in report.findings]
     pool = report.diff.changes if show_all else report.diff.material
     if pool:
         shown = pool if show_all else pool[:MAX_CHANGES]

@@ -10,12 +10,36 @@ from __future__ import annotations
 import re
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_INVISIBLE = re.compile("[\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
+"""Characters that change how the text around them reads without being seen: the bidi
+embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069), the direction marks
+(U+200E, U+200F, U+061C) and the zero-width ones (U+200B-U+200D, U+2060, U+FEFF); with
+the invisible operators U+2061-U+2064 in the range between."""
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with every control character shown as ``\\xNN`` and every bidi or
+    zero-width character as ``\\uNNNN``: what every renderer and every CLI line does to
+    text from the environment (line breaks and tabs are the caller's to decide)."""
+    text = _CONTROL.sub(_escape, text)
+    return _INVISIBLE.sub(_escape, text) if not text.isascii() else text
+
+
+def escape_invisible(text: str) -> str:
+    """``text`` with only its bidi and zero-width characters escaped: the last net of
+    the CLI over a whole rendered output (whose colours are control characters)."""
+    return text if text.isascii() else _INVISIBLE.sub(_escape, text)
 
 
 def clean(value: object, limit: int = 500) -> str:
-    """One printable line: control characters shown as ``\\xNN``, long values cut."""
-    text = str(value).replace("\n", "\\n").replace("\t", " ")
-    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    """One printable line: control, bidi and zero-width characters shown as ``\\xNN`` or
+    ``\\uNNNN`` (:func:`escape_controls`), long values cut."""
+    text = escape_controls(str(value).replace("\n", "\\n").replace("\t", " "))
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from envguard.model import Snapshot
+from envguard.redact import redact_text
 from envguard.render.sanitize import clean, clean_path
 from envguard.units import human_bytes
 
@@ -103,5 +104,5 @@ def snapshot_summary(s: Snapshot, destination: str | None) -> RenderableType:
         table.add_row("errors", err)
     footer = Text(f"snapshot taken in {s.duration_s:.2f} s", style="dim")
     if destination:
-        footer.append(f" → {clean_path(destination)}", style="dim")
+        footer.append(f" → {clean_path(redact_text(destination))}", style="dim")
     return Group(table, footer)

@@ -41,7 +41,7 @@ from envguard.paths import (
     SNAPSHOT_BY_DIGEST_DIR,
     SNAPSHOT_DIR,
 )
-from envguard.redact import redact_argv
+from envguard.redact import redact_argv, redact_data
 
 RUN_SCHEMA = "envguard.run/2"
 POINTER_SCHEMA = "envguard.last-good/1"
@@ -201,13 +201,14 @@ def parse_record(record_id: str, text: str) -> RunRecord:
             and (code is None or (isinstance(code, int) and not isinstance(code, bool)))):
         raise InputError(f"run record {record_id}: malformed")
     started = _text(data.get("started_at")) or ""
-    return RunRecord(
-        id=record_id, argv=tuple(str(a) for a in argv), lock=_text(data.get("lock")),
+    # Redacted again: a record written by an older envguard or by hand keeps no secret.
+    return redact_data(RunRecord(
+        id=record_id, argv=tuple(redact_argv([str(a) for a in argv])), lock=_text(data.get("lock")),
         lockfile=_text(data.get("lockfile")), entry=_text(data.get("entry")),
         started_at=started, ended_at=_text(data.get("ended_at")) or started,
         exit_code=code, signal=_text(data.get("signal")), passed=data.get("passed") is True,
         forced=data.get("forced") is True, findings=tuple(str(f) for f in findings),
-        snapshot=snap)
+        snapshot=snap))
 
 
 def read_record(cwd: Path, record_id: str) -> RunRecord:

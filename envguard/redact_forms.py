@@ -1,0 +1,176 @@
+"""Credentials recognised by the *form* around them rather than by their shape: a secret
+name, then its value, as command lines, HTTP headers, JSON, YAML, INI and netrc write it.
+
+* a flag and the word after it: ``--password X``, ``--hf-token "X Y"``;
+* a header: ``Authorization: token X``, ``Proxy-Authorization: Basic X``,
+  ``Cookie: a=1; b=2`` (the whole rest of the header), ``X-Api-Key: X``;
+* a key and its value: ``"password": "X"``, ``password: X``, ``secret = X``,
+  ``{'api_key': 'X'}``, ``\\"token\\": \\"X\\"`` (JSON inside a JSON string);
+* a netrc entry: ``machine h login u password X``;
+* credentials of ``curl -u`` and ``docker --user``: ``--user=u:X``, ``-u u:X``.
+
+A name is secret by :func:`envguard.redact_names.secret_name`; a flag or key that names
+where a secret is kept (``--password-file PATH``) is not (:func:`secret_flag`). What is
+masked becomes ``***``; a value already masked (``***``, ``<masked>``) is left as it is.
+
+:func:`may_hold_form` is the quick test: every form starts with a credential word of a
+name followed by its separator (``token:``, ``password "``, ``key =``, ``password X``) or
+with ``-u``/``--user``; text without one (nearly every version, path and package name,
+``tokenizers``, ``hf_transfer``, ``keyring/``) skips the patterns.
+"""
+
+from __future__ import annotations
+
+import re
+
+from envguard.redact_names import secret_flag
+
+MASK = "***"
+
+STEMS = ("token", "secret", "pass", "pwd", "key", "cred", "cookie", "sign", "auth",
+         "bearer", "jwt", "private", "sess", "sas", "sig", "dsn", "webhook", "pat")
+"""Lower-case pieces, one of which is in every secret name (``password`` has ``pass``,
+``x-api-key`` has ``key``, ``authorization`` has ``auth``)."""
+STEM_TAIL = re.compile(r"[A-Za-z0-9_.-]*\\{0,3}[\"']?[ \t]*[:=\s]")
+"""What follows a stem in a form: the rest of the name, a closing quote, the separator."""
+USER_FLAG = re.compile(r"(?<![A-Za-z0-9_-])(?:--user|-u)(?:=|\s)")
+MAYBE = re.compile(r"(?i:" + "|".join(STEMS) + r")" + STEM_TAIL.pattern + "|" + USER_FLAG.pattern)
+"""A necessary condition for every pattern of :data:`FORMS`."""
+
+_VALUE = (r"(?P<s>\\{0,3}\"[^\"\r\n]*\"|'[^'\r\n]*'"
+          r"|[^\s\"',;}\]&](?:[^\r\n\"',;}\]&]*[^\s\"',;}\]&])?)")
+"""A value: a quoted string (also one whose quotes are escaped), else the rest of the line
+up to a quote or a delimiter of JSON, a cookie or a query (``password: two words``)."""
+_HEADER_REST = r"(?P<s>[^\s\"'](?:[^\r\n\"']*[^\s\"'])?)"
+"""The rest of a header line, up to a quote."""
+
+FLAG = re.compile(r"(?<![A-Za-z0-9_.-])--(?P<name>[A-Za-z][A-Za-z0-9_.-]{0,63})[ \t]+"
+                  r"(?P<s>\"[^\"\r\n]*\"|'[^'\r\n]*'|(?![-\"'])\S+)")
+"""``--password X``: masked when the flag is secret."""
+HEADER = re.compile(r"(?i)(?:(?:proxy-)?authorization[ \t]*:[ \t]*(?:(?:bearer|basic|token|"
+                    r"digest|negotiate|ntlm|bot|apikey|aws4-hmac-sha256)[ \t]+)?"
+                    r"|(?:set-)?cookie[ \t]*:[ \t]*)" + _HEADER_REST)
+"""``Authorization: token X``, ``Cookie: …``: the whole value after the scheme word (every
+cookie), also inside one argv word (``-HAuthorization: Bearer X``)."""
+KEY_VALUE = re.compile(r"(?<![A-Za-z0-9_.\\-])(?P<q>\\{0,3}[\"']|)"
+                       r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,63})(?P=q)[ \t]*(?::(?!//)|=(?!=))"
+                       r"[ \t]*" + _VALUE)
+"""``"password": "X"``, ``password: X``, ``secret = X``, ``X-Api-Key: X``: masked when
+the key is secret (``name=value`` without spaces is :data:`envguard.redact._ASSIGNMENT`)."""
+NETRC = re.compile(r"(?<![A-Za-z0-9_-])(?:machine|default|login)\s+(?:\S+\s+)??"
+                   r"(?:(?:login|account|port)\s+\S+\s+){0,3}(?:password|passwd)\s+(?P<s>\S+)")
+"""``machine h login u password X`` (one line or several), ``default login u password X``."""
+USER = re.compile(USER_FLAG.pattern + r"[ \t]*(?P<u>[^\s:\"']+):(?P<s>[^\s\"']+)")
+"""``--user=alice:X``, ``-u alice:X``: the password after the colon (a ``uid:gid`` pair of
+numbers is left alone)."""
+
+_MASKED_ALREADY = (MASK, "<masked")
+
+
+def _done(value: str) -> bool:
+    return value.strip("\"'\\").startswith(_MASKED_ALREADY)
+
+
+_QUOTED = re.compile(r"(\\{0,3}[\"'])(.*)\1", re.DOTALL)
+
+
+def _mask(match: re.Match[str]) -> str:
+    start, end = match.span("s")
+    whole = match.string
+    value = whole[start:end]
+    if _done(value):
+        return match.group()
+    quoted = _QUOTED.fullmatch(value)
+    masked = quoted.group(1) + MASK + quoted.group(1) if quoted else MASK
+    return whole[match.start():start] + masked + whole[end:match.end()]
+
+
+def _mask_named(match: re.Match[str]) -> str:
+    return _mask(match) if secret_flag(match.group("name")) else match.group()
+
+
+_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie"})
+
+
+def _mask_key(match: re.Match[str]) -> str:
+    """A key's value; the headers of :data:`HEADER` are masked there (after their scheme
+    word), not here."""
+    header = not match.group("q") and match.group("name").lower() in _HEADERS
+    return match.group() if header else _mask_named(match)
+
+
+def _mask_user(match: re.Match[str]) -> str:
+    if match.group("u").isdigit() and match.group("s").isdigit():
+        return match.group()
+    return _mask(match)
+
+
+FORMS = ((HEADER, _mask), (FLAG, _mask_named), (KEY_VALUE, _mask_key), (NETRC, _mask),
+         (USER, _mask_user))
+
+
+def may_hold_form(text: str) -> bool:
+    """Exactly whether :data:`MAYBE` matches ``text`` (ASCII text: each stem found with
+    ``str.find`` and its tail matched there)."""
+    if not text.isascii():
+        return MAYBE.search(text) is not None
+    if "-u" in text and USER_FLAG.search(text) is not None:
+        return True
+    lower = text.lower()
+    for stem in STEMS:
+        i = lower.find(stem)
+        while i != -1:
+            if STEM_TAIL.match(lower, i + len(stem)):
+                return True
+            i = lower.find(stem, i + 1)
+    return False
+
+
+def form_hits(joined: str, lower: str) -> list[int]:
+    """Offsets in ``joined`` (many strings joined by a character no pattern matches;
+    ``lower`` is it lower-cased) where :data:`MAYBE` matches."""
+    hits = []
+    i = joined.find("-u")
+    while i != -1:  # "-u" or the "-u" of "--user"
+        if USER_FLAG.match(joined, i) or (i and USER_FLAG.match(joined, i - 1)):
+            hits.append(i)
+        i = joined.find("-u", i + 1)
+    for stem in STEMS:
+        i = lower.find(stem)
+        while i != -1:
+            if STEM_TAIL.match(lower, i + len(stem)):
+                hits.append(i)
+            i = lower.find(stem, i + 1)
+    return hits
+
+
+def redact_forms(text: str) -> str:
+    """``text`` with the value of every form above masked."""
+    for pattern, mask in FORMS:
+        text = pattern.sub(mask, text)
+    return text
+
+
+SHORT_PASSWORD_FLAGS = frozenset({"-p"})
+"""Short flags whose next argument is a password (mysql, sshpass, docker login), also
+glued to it (``-pX``, mysql's own form)."""
+USER_FLAGS = frozenset({"-u", "--user"})
+"""Flags whose next argument may be ``user:password`` (curl, docker)."""
+
+
+def redact_argv_word(word: str, previous: str) -> str | None:
+    """The masked form of one argv ``word`` that only its place in the command line shows
+    to be secret (after ``--token``, after ``-p``, ``-pX``, ``-uuser:X``, ``-H<header>``),
+    or None when its place says nothing."""
+    flag = previous.split("=", 1)[0]
+    if (flag.startswith("-") and "=" not in previous and not word.startswith("--")
+            and (flag in SHORT_PASSWORD_FLAGS or secret_flag(flag.lstrip("-")))):
+        return MASK
+    if previous in USER_FLAGS and ":" in word:
+        return word.split(":", 1)[0] + ":" + MASK
+    if word.startswith("-p") and len(word) > 2 and not word.startswith("--"):
+        return "-p" + MASK
+    if word.startswith("-u") and ":" in word and not word.startswith("--"):
+        return word.split(":", 1)[0] + ":" + MASK
+    return None
+

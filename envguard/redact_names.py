@@ -1,0 +1,58 @@
+"""Which names are secret: a variable, a ``--flag``, the ``NAME`` of ``NAME=value``, a JSON
+or YAML key, an HTTP header. Data (:data:`SECRET_NAME_WORDS`, :data:`NOT_SECRET_NAMES`)
+and two questions about it (:func:`secret_name`, :func:`secret_flag`); the rest of the
+redaction rules are in :mod:`envguard.redact` and :mod:`envguard.redact_forms`.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+SECRET_NAME_WORDS: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
+    # A word that is, or ends in, a credential noun: HF_TOKEN, GITHUBTOKEN, CLIENTSECRET,
+    # WANDB_API_KEY, SIGNINGKEY, DB_PASSWORD, GPG_PASSPHRASE, AWS_SHARED_CREDENTIALS.
+    r"[A-Z0-9]*(?:TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|KEY|CREDENTIAL|COOKIE|SIGNATURE)S?",
+    # Words that are credentials on their own.
+    r"PASS|PWD|PAT|PATS|CRED|CREDS|AUTH|AUTHORIZATION|AUTHTOKEN|OAUTH|BEARER|JWT|PRIVATE",
+    r"SESSION|SESSIONID|SESSID|SAS|SIG|DSN|WEBHOOK|WEBHOOKS|APIKEY|ACCESSKEY|PRIVKEY",
+))
+"""Patterns over the words of an upper-cased name (split at anything but A-Z and 0-9,
+trailing digits dropped: ``HF_TOKEN2`` has the word ``TOKEN``)."""
+
+NOT_SECRET_NAMES: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
+    r"PWD|OLDPWD|PATH",
+    r"TORCH_COMPILE_CACHE_KEY_TAG",
+    r"HF_HUB_DISABLE_IMPLICIT_TOKEN",
+))
+"""Whole (upper-cased) names that match a secret word but hold no secret."""
+
+FLAG_NAMES_A_PLACE = frozenset({"FILE", "FILES", "PATH", "DIR", "FD", "ENV"})
+"""A flag whose last word is one of these names where a secret is kept, not the secret:
+``--password-file /run/secrets/pw``, ``--token-path …``, ``--password-fd 3``. Its value
+is searched by shape only."""
+
+_WORD_SPLIT = re.compile(r"[^A-Z0-9]+")
+_ANY_WORD = re.compile("TOKEN|SECRET|PASS|PWD|KEY|CRED|COOKIE|AUTH|BEARER|JWT|PRIVATE|SESS|SAS"
+                       "|SIG|DSN|WEBHOOK|PAT")
+"""A piece of every word of :data:`SECRET_NAME_WORDS`: most names (``TORCH_CUDA_ARCH_LIST``)
+have none, and skip the words."""
+
+
+@functools.lru_cache(maxsize=4096)
+def secret_name(name: str) -> bool:
+    """``HF_TOKEN``, ``WANDB_API_KEY``, ``GH_PAT``, ``hf-token``: yes. ``PATH``,
+    ``KEYBOARD_LAYOUT``, ``TOKENIZERS_PARALLELISM``: no."""
+    upper = name.upper()
+    if _ANY_WORD.search(upper) is None or any(p.fullmatch(upper) for p in NOT_SECRET_NAMES):
+        return False
+    words = (w.rstrip("0123456789") for w in _WORD_SPLIT.split(upper))
+    return any(p.fullmatch(w) for w in words if w for p in SECRET_NAME_WORDS)
+
+
+@functools.lru_cache(maxsize=4096)
+def secret_flag(name: str) -> bool:
+    """A secret name (``password``, ``x-api-key``, ``hf_token``) that does not name where a
+    secret is kept (``password-file``: :data:`FLAG_NAMES_A_PLACE`)."""
+    words = [w for w in _WORD_SPLIT.split(name.upper()) if w]
+    return bool(words) and words[-1] not in FLAG_NAMES_A_PLACE and secret_name(name)
