@@ -25,7 +25,7 @@ from pathlib import Path
 
 from envguard.errors import InputError
 
-__all__ = ["MAX_INPUT_BYTES", "METADATA_BYTES", "RECORD_BYTES", "SMALL_FILE_BYTES",
+__all__ = ["LINK_REFUSAL", "MAX_INPUT_BYTES", "METADATA_BYTES", "RECORD_BYTES", "SMALL_FILE_BYTES",
            "NotReadable", "oserror_reason", "read_bounded", "read_bounded_text", "read_head",
            "read_input", "read_input_text"]
 
@@ -41,6 +41,9 @@ SMALL_FILE_BYTES = 1 << 20
 """1 MiB: INSTALLER, WHEEL, direct_url.json, ``torch/version.py`` (each a few hundred bytes)."""
 
 _CHUNK = 1 << 20
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+LINK_REFUSAL = ("is a symbolic link; envguard does not follow links in its own state "
+                "(.envguard/, a lock's snapshots): remove it")
 _OPEN = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
          | getattr(os, "O_NOCTTY", 0))
 
@@ -104,9 +107,12 @@ def _read_fd(fd: int, name: str, what: str, limit: int) -> bytes:
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def read_bounded(path: str | os.PathLike[str], *, limit: int, what: str = "file") -> bytes:
+def read_bounded(path: str | os.PathLike[str], *, limit: int, what: str = "file",
+                 follow: bool = True) -> bytes:
     """The bytes of the regular file ``path`` (symlinks followed), at most ``limit``: for a
-    file inside an environment, a cache or envguard's memo folder.
+    file inside an environment, a cache or envguard's memo folder. ``follow=False``: a
+    symlink as the last component is refused (:data:`LINK_REFUSAL`), for envguard's own
+    state, where a planted link could point anywhere.
 
     One ``open`` with ``O_NONBLOCK`` (a FIFO with no writer does not block it), one ``fstat``
     of the descriptor, the reads. FileNotFoundError when ``path`` (or a folder on the way)
@@ -115,10 +121,12 @@ def read_bounded(path: str | os.PathLike[str], *, limit: int, what: str = "file"
     """
     name = os.fspath(path)
     try:
-        fd = os.open(name, _OPEN)
+        fd = os.open(name, _OPEN if follow else _OPEN | _NOFOLLOW)
     except (FileNotFoundError, NotADirectoryError):
         raise FileNotFoundError(errno.ENOENT, "no such file", name) from None
     except OSError as exc:
+        if not follow and exc.errno == errno.ELOOP and os.path.islink(name):
+            raise NotReadable(name, LINK_REFUSAL) from None
         raise NotReadable(name, oserror_reason(exc)) from None
     try:
         return _read_fd(fd, name, what, limit)
@@ -155,7 +163,7 @@ def read_bounded_text(path: str | os.PathLike[str], *, limit: int,
 
 
 def read_input(path: str | os.PathLike[str], *, what: str = "file",
-               limit: int = MAX_INPUT_BYTES) -> bytes:
+               limit: int = MAX_INPUT_BYTES, follow: bool = True) -> bytes:
     """The bytes of the regular file ``path``, at most ``limit`` of them.
 
     ``what`` names the document in errors (``snapshot``, ``lockfile``). InputError when it
@@ -166,10 +174,13 @@ def read_input(path: str | os.PathLike[str], *, what: str = "file",
     """
     name = str(path)
     try:
-        reason = _refusal(os.stat(path), what, limit)
+        st = os.stat(path) if follow else os.lstat(path)
+        if stat.S_ISLNK(st.st_mode):
+            raise NotReadable(name, LINK_REFUSAL)
+        reason = _refusal(st, what, limit)
         if reason is not None:
             raise NotReadable(name, reason)
-        return read_bounded(path, limit=limit, what=what)
+        return read_bounded(path, limit=limit, what=what, follow=follow)
     except FileNotFoundError:
         raise InputError(f"{name}: no such file") from None
     except OSError as exc:
@@ -177,9 +188,9 @@ def read_input(path: str | os.PathLike[str], *, what: str = "file",
 
 
 def read_input_text(path: str | os.PathLike[str] | Path, *, what: str = "file",
-                    limit: int = MAX_INPUT_BYTES) -> str:
+                    limit: int = MAX_INPUT_BYTES, follow: bool = True) -> str:
     """:func:`read_input` decoded as UTF-8; InputError naming the file when it is not."""
-    raw = read_input(path, what=what, limit=limit)
+    raw = read_input(path, what=what, limit=limit, follow=follow)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:

@@ -16,11 +16,11 @@ from envguard.validation import build, parse_json, type_name
 MAX_SNAPSHOT_BYTES = MAX_INPUT_BYTES
 
 
-def read_document(path: Path, *, limit: int = MAX_SNAPSHOT_BYTES) -> str:
+def read_document(path: Path, *, limit: int = MAX_SNAPSHOT_BYTES, follow: bool = True) -> str:
     """The text of a snapshot-like file; InputError (exit 2) naming it when it is a folder,
     not a regular file (a FIFO, a device), larger than ``limit`` bytes, missing, unreadable
     or not UTF-8 (:func:`envguard.input_file.read_input`)."""
-    return read_input_text(path, what="snapshot", limit=limit)
+    return read_input_text(path, what="snapshot", limit=limit, follow=follow)
 
 
 @contextlib.contextmanager
@@ -37,12 +37,14 @@ def naming(name: str) -> Iterator[None]:
         raise InputError(f"{name}: not a snapshot (nested too deeply)") from None
 
 
-def read_snapshot(path: str | Path) -> Snapshot:
+def read_snapshot(path: str | Path, *, follow: bool = True) -> Snapshot:
     """Load and validate a snapshot; InputError (exit 2) naming the file on any problem.
+    ``follow=False`` for envguard's own state (a recorded run's snapshot, a lock's
+    snapshots): a symlink there is refused, never read.
 
     Credentials in it (a file written before envguard redacted them) are masked here, so
     that nothing built from it (a lock, a restore, a report) carries them on."""
-    text = read_document(Path(path))
+    text = read_document(Path(path), follow=follow)
     with naming(str(path)):
         return remask(Snapshot.from_json(text))
 

@@ -75,7 +75,8 @@ def _load(ref: str) -> Side:
         return Side(snapshot=_read_stdin(), label="stdin")
     if is_alias(ref):
         found = resolve(ref, Path.cwd())
-        return Side(snapshot=read_snapshot(found.path), label=found.label, run=found.run)
+        return Side(snapshot=read_snapshot(found.path, follow=False), label=found.label,
+                    run=found.run)
     return Side(snapshot=read_snapshot(ref), label=ref)
 
 

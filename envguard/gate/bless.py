@@ -138,8 +138,10 @@ def bless(request: LockRequest) -> Blessed:
         validate_name(request.entry_id, "entry id")
     path = Path(request.lock_path) if request.lock_path else Path("lockfiles") / f"{name}.toml"
     root = project_root_of(path)
-    check_state_path(path, path.parent)  # a planted link: refused before the long probe
-    existing = read_lock(path) if path.exists() else None
+    # An existing lock that is a FIFO or a device: the reader's one line (exit 2); a link
+    # (a planted one can point anywhere) is never read, and refused before the long probe.
+    existing = read_lock(path) if path.exists() and not path.is_symlink() else None
+    check_state_path(path, path.parent)
     snapshot = _snapshot(request, _merged(request, name, existing), root)
     with exclusive(path):
         # Read again: another envguard lock may have added its entry while this one probed.

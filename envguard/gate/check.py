@@ -267,7 +267,7 @@ def _strict_entry(entry: LockEntry, lock_dir: Path) -> LockEntry:
     if not entry.snapshot_file:
         raise InputError(f"--strict needs the full snapshot of entry {entry.id}, and the lock "
                          "does not name one")
-    full = read_snapshot(lock_dir / entry.snapshot_file)
+    full = read_snapshot(lock_dir / entry.snapshot_file, follow=False)
     pinned = tuple(LockedPackage(name=p.name, version=p.version or "", fingerprint=p.fingerprint)
                    for p in full.packages if not p.editable)
     return dataclasses.replace(entry, packages=pinned)

@@ -165,6 +165,19 @@ def build_entry(snapshot: Snapshot, lock: Lock, *, entry_id: str | None,
 
 # ---------------------------------------------------------------------------- TOML
 
+def _snapshot_file(value: str | None, ctx: str) -> str | None:
+    """An entry's ``snapshot_file``: a path inside the lock's folder (``NAME.snapshots/ID.json``
+    as ``envguard lock`` writes it), never an absolute path or one climbing out with ``..``."""
+    if value is None:
+        return None
+    parts = value.split("/")
+    if (not value or value.startswith("/") or "\\" in value or "\x00" in value
+            or any(p in ("", ".", "..") for p in parts)):
+        raise InputError(f"{ctx}.snapshot_file: {value[:80]!r} is not a path inside the "
+                         "lock's folder")
+    return value
+
+
 def _get(data: dict[str, Any], key: str, tp: type, ctx: str, default: Any = ...) -> Any:
     if key not in data:
         if default is ...:
@@ -222,7 +235,7 @@ def parse_lock(text: str, source: str) -> Lock:
             triton_version=_get(raw, "triton_version", str, ctx, None),
             packages=packages,
             snapshot_digest=_get(raw, "snapshot_digest", str, ctx, None),
-            snapshot_file=_get(raw, "snapshot_file", str, ctx, None)))
+            snapshot_file=_snapshot_file(_get(raw, "snapshot_file", str, ctx, None), ctx)))
     return Lock(name=_get(data, "name", str, source), command=_get(data, "command", str, source),
                 distribution=_get(data, "distribution", str, source),
                 extras=_str_list(data, "extras", source), cache_policy=policy,

@@ -82,7 +82,7 @@ def of_entry(entry: LockEntry, lock_dir: Path) -> Machine:
         from envguard.snapshot_file import read_snapshot
 
         try:
-            reference = read_snapshot(lock_dir / entry.snapshot_file)
+            reference = read_snapshot(lock_dir / entry.snapshot_file, follow=False)
         except InputError:
             pass
         else:

@@ -205,7 +205,7 @@ def _runs(cwd: Path) -> tuple[list[Event], Snapshot | None]:
     try:
         records = list_runs(cwd)
         good = last_good(cwd)
-        recorded = read_snapshot(snapshot_path(cwd, good.snapshot)) if good else None
+        recorded = read_snapshot(snapshot_path(cwd, good.snapshot), follow=False) if good else None
     except (EnvguardError, OSError):
         return [], None
     events = []

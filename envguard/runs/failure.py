@@ -57,7 +57,7 @@ def explain_failure(cwd: Path, snapshot: Snapshot) -> FailureNote:
     if good is None:
         return FailureNote(last_good=None, lines=(), more=0)
     try:
-        old = read_snapshot(snapshot_path(cwd, good.snapshot))
+        old = read_snapshot(snapshot_path(cwd, good.snapshot), follow=False)
     except InputError as exc:
         return FailureNote(last_good=good, lines=(), more=0, problem=str(exc))
     changes = diff(old, snapshot)

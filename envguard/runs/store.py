@@ -214,7 +214,7 @@ def parse_record(record_id: str, text: str) -> RunRecord:
 def read_record(cwd: Path, record_id: str) -> RunRecord:
     path = runs_dir(cwd) / f"{os.path.basename(record_id)}{RECORD_SUFFIX}"
     return parse_record(record_id, read_input_text(path, what="run record",
-                                                   limit=MAX_RECORD_BYTES))
+                                                   limit=MAX_RECORD_BYTES, follow=False))
 
 
 def list_runs(cwd: Path) -> list[RunRecord]:
@@ -236,11 +236,11 @@ def list_runs(cwd: Path) -> list[RunRecord]:
 def last_good(cwd: Path) -> RunRecord | None:
     """The run ``last-good`` points at, or None (no pointer, or a stale one)."""
     path = runs_dir(cwd) / LAST_GOOD
-    if not path.is_file():
+    if not path.is_file() or path.is_symlink():
         return None
     try:
         data = json.loads(read_input_text(path, what="last-good pointer",
-                                          limit=MAX_RECORD_BYTES))
+                                          limit=MAX_RECORD_BYTES, follow=False))
     except (InputError, ValueError):
         return None
     if not isinstance(data, dict) or data.get("schema") != POINTER_SCHEMA:
