@@ -27,6 +27,13 @@ NOT_SECRET_NAMES: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
 ))
 """Whole (upper-cased) names that match a secret word but hold no secret."""
 
+TOKEN_COUNT_WORDS = frozenset({"MAX", "MIN", "NUM", "N", "TOTAL", "COUNT", "LIMIT", "BUDGET",
+                               "PER"})
+"""Words that make ``TOKEN(S)`` a count of text tokens, not a credential: ``--max-tokens``,
+``max_new_tokens``, ``NUM_TOKENS``, ``tokens_per_batch``. Only in a name whose one secret
+word is a plain ``TOKEN``/``TOKENS`` and that has no ``HF`` word (``MAX_HF_TOKEN`` stays
+secret)."""
+
 FLAG_NAMES_A_PLACE = frozenset({"FILE", "FILES", "PATH", "DIR", "FD", "ENV"})
 """A flag whose last word is one of these names where a secret is kept, not the secret:
 ``--password-file /run/secrets/pw``, ``--token-path …``, ``--password-fd 3``. Its value
@@ -46,8 +53,12 @@ def secret_name(name: str) -> bool:
     upper = name.upper()
     if _ANY_WORD.search(upper) is None or any(p.fullmatch(upper) for p in NOT_SECRET_NAMES):
         return False
-    words = (w.rstrip("0123456789") for w in _WORD_SPLIT.split(upper))
-    return any(p.fullmatch(w) for w in words if w for p in SECRET_NAME_WORDS)
+    words = [w.rstrip("0123456789") for w in _WORD_SPLIT.split(upper)]
+    hits = [w for w in words if w and any(p.fullmatch(w) for p in SECRET_NAME_WORDS)]
+    if hits and all(w in ("TOKEN", "TOKENS") for w in hits) \
+            and not TOKEN_COUNT_WORDS.isdisjoint(words) and "HF" not in words:
+        return False  # a count of text tokens
+    return bool(hits)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -147,7 +147,8 @@ def test_no_file_or_folder_named_utils(package: str) -> None:
 LOWER = ("envguard.errors", "envguard.exitcodes", "envguard.paths", "envguard.atomic",
          "envguard.validation", "envguard.model", "envguard.units", "envguard.snapshot_file",
          "envguard.toml_write", "envguard.changes", "envguard.probe", "envguard.explain",
-         "envguard.input_file", "envguard.redact")
+         "envguard.input_file", "envguard.redact", "envguard.redact_forms",
+         "envguard.redact_names", "envguard.redact_shapes")
 UPPER = ("envguard.cli", "envguard.api", "envguard.integrations", "envguard.doctor",
          "envguard.history", "envguard.gate",
          "envguard.restore", "envguard.bisection", "envguard.cache",

@@ -312,8 +312,8 @@ def test_a_recorded_exchange_replayed_is_refused(tmp_path: Path) -> None:
     from envguard.fleet.wire import HELLO, MAGIC, REPLY, Status
 
     master = _free_port_pair()
-    rank0 = _rank(tmp_path, 0, 3, master, "--timeout", "90", "--format", "json",
-                  "--ignore-env", "ENVGUARD_FLEET_PORT")  # rank 1's differs: the relay's
+    rank0 = _rank(tmp_path, 0, 3, master, "--timeout", "90", "--format", "json")
+    # rank 1's ENVGUARD_FLEET_PORT is the relay's: a per-launch variable, not a difference
     _wait_listening(rank0, master + 1)
     relay = _Relay(master + 1)
     one = _rank(tmp_path, 1, 3, master, "--timeout", "90",

@@ -468,6 +468,16 @@ def test_argv_forms() -> None:
         "-H", "Authorization: token ***", "-HCookie: ***", "--lr", "3e-4"]
 
 
+def test_token_counts_are_not_credentials() -> None:
+    """``--max-tokens`` and friends are how many text tokens, in nearly every ML command
+    line: kept. A credential that happens to sit beside them still goes."""
+    assert redact.redact_argv(["serve", "--max-tokens", "512", "--max-new-tokens=64",
+                               "--num-tokens", "8", "--hf-token", "pw7", "--token", "pw8",
+                               "MAX_HF_TOKEN=pw9"]) == [
+        "serve", "--max-tokens", "512", "--max-new-tokens=64", "--num-tokens", "8",
+        "--hf-token", "***", "--token", "***", "MAX_HF_TOKEN=***"]
+
+
 def test_dict_keys_are_scrubbed_and_never_merged() -> None:
     a, b = padded("ghp_", 36, "S3cr3tKeyA1"), padded("ghp_", 36, "S3cr3tKeyB2")
     out = redact.redact_data({"entries": {a: 1, b: 2, "plain": 3}})
