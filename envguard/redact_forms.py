@@ -44,9 +44,11 @@ up to a quote or a delimiter of JSON, a cookie or a query (``password: two words
 _HEADER_REST = r"(?P<s>[^\s\"'](?:[^\r\n\"']*[^\s\"'])?)"
 """The rest of a header line, up to a quote."""
 
-FLAG = re.compile(r"(?<![A-Za-z0-9_.-])--(?P<name>[A-Za-z][A-Za-z0-9_.-]{0,63})[ \t]+"
+FLAG = re.compile(r"(?<![A-Za-z0-9_.-])(?:--|-(?=[A-Za-z]{2}))"
+                  r"(?P<name>[A-Za-z][A-Za-z0-9_.-]{0,63})[ \t]+"
                   r"(?P<s>\"[^\"\r\n]*\"|'[^'\r\n]*'|(?![-\"'])\S+)")
-"""``--password X``: masked when the flag is secret."""
+"""``--password X``, also a single-dash long flag (``-token X``, Go and openssl style):
+masked when the flag is secret."""
 HEADER = re.compile(r"(?i)(?:(?:proxy-)?authorization[ \t]*:[ \t]*(?:(?:bearer|basic|token|"
                     r"digest|negotiate|ntlm|bot|apikey|aws4-hmac-sha256)[ \t]+)?"
                     r"|(?:set-)?cookie[ \t]*:[ \t]*)" + _HEADER_REST)

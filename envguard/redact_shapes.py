@@ -43,6 +43,9 @@ SECRET_VALUES: tuple[re.Pattern[str], ...] = tuple(re.compile(p, flags) for p, f
     (r"(?<![A-Za-z0-9])(?P<s>pypi-[A-Za-z0-9_-]{50,})", 0),
     (r"(?<![A-Za-z0-9])(?P<s>npm_[A-Za-z0-9]{36,})", 0),
     (r"(?<![A-Za-z0-9])(?P<s>AIza[0-9A-Za-z_-]{35})", 0),
+    # Google OAuth access tokens (``ya29.…``) and refresh tokens (``1//0…``).
+    (r"(?<![A-Za-z0-9])(?P<s>ya29\.[0-9A-Za-z_-]{20,})", 0),
+    (r"(?<![A-Za-z0-9/])(?P<s>1//0[0-9A-Za-z_-]{20,})", 0),
     # anaconda.org channel tokens: ``https://conda.anaconda.org/t/<token>/channel`` (and a
     # conda record's channel, ``t/<token>/channel``).
     (r"(?<![^/])t/(?P<s>[A-Za-z0-9_-]{16,})(?=/)", 0),
@@ -68,13 +71,13 @@ SECRET_VALUES: tuple[re.Pattern[str], ...] = tuple(re.compile(p, flags) for p, f
 
 SHAPES = re.compile(
     r"://|@|-----BEGIN|gh[pousr]_|github_pat_|glpat-|hf_|sk-|[sr]k_|xox|xapp-|pypi-|npm_|AIza"
-    r"|hooks\.slack|AKIA|ASIA|eyJ|(?<![^/])t/|[?&;][\w-]+=|[\w-]=(?!=)"
+    r"|ya29\.|1//0|hooks\.slack|AKIA|ASIA|eyJ|(?<![^/])t/|[?&;][\w-]+=|[\w-]=(?!=)"
     r"|(?i:bearer|basic|accountkey|sharedaccess)"
     r"|(?<![A-Za-z0-9/+])(?=[A-Za-z0-9/+]{40})(?![0-9a-f]{40})")
 """A necessary condition for any of :data:`SECRET_VALUES` and :data:`_ASSIGNMENT`."""
 LITERALS = ("://", "@", "xox", "AIza", "AKIA", "ASIA", "eyJ", "hooks.slack", "/t/", "-----BEGIN",
              "glpat-", "sk-", "xapp-", "pypi-", "github_pat_", "hf_", "k_", "npm_", "ghp_", "gho_",
-             "ghu_", "ghs_", "ghr_")
+             "ghu_", "ghs_", "ghr_", "ya29.", "1//0")
 WORDS = ("bearer", "basic", "accountkey", "sharedaccess")
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 LONG_RUN = re.compile(r"[A-Za-z0-9/+]{40}")

@@ -141,7 +141,10 @@ def cache_states(snapshot: Snapshot, state_root: Path | None = None) -> list[Cac
 
 def status(snapshot: Snapshot, store: Path, now: float) -> CacheStatus:
     build_ = Build.of(snapshot)
-    return CacheStatus(build=build_, caches=cache_states(snapshot), store=str(store),
+    from envguard.redact import redact_text
+
+    # the store is a path the user named: it never passed through a snapshot
+    return CacheStatus(build=build_, caches=cache_states(snapshot), store=redact_text(str(store)),
                        archives=list_archives(store, build_.compat_key), now=now)
 
 

@@ -211,7 +211,9 @@ class StderrProgress:
              rp.DownloadColumn(), rp.TransferSpeedColumn(), rp.TimeRemainingColumn()))
         self._live = rp.Progress(*columns, console=stderr_console(), transient=True)
         self._live.start()
-        self._task = self._live.add_task(clean(description, 300), total=total)
+        from envguard.redact import redact_text
+
+        self._task = self._live.add_task(clean(redact_text(description), 300), total=total)
 
 
 def add_probe_options(parser: argparse.ArgumentParser) -> None:

@@ -185,7 +185,8 @@ def cmd_fleet_snapshot(args: argparse.Namespace) -> int:
         destination = _default_fleet_path()
     write_text_atomic(destination, json.dumps(doc, sort_keys=True, indent=2,
                                               ensure_ascii=True) + "\n",
-                      state_root=None if args.output or args.dir else Path.cwd())
+                      state_root=None if args.output else Path(args.dir) if args.dir
+                      else Path.cwd())
     if not args.output:
         note(f"fleet document written to {destination}")
     members = members_from_document(destination.name, doc)

@@ -127,7 +127,10 @@ def cmd_lock(args: argparse.Namespace) -> int:
                          "a lock (UTF-8 TOML) cannot hold: rename it or narrow the "
                          "pattern") from None
     lock, entry = done.lock, done.entry
-    write_stdout(f"{clean(done.path, 4000)}: {'replaced' if done.replaced else 'added'} entry "
+    from envguard.redact import redact_text
+
+    shown = clean(redact_text(str(done.path)), 4000)
+    write_stdout(f"{shown}: {'replaced' if done.replaced else 'added'} entry "
                  f"{clean(entry.id)} "
                  f"({len(entry.packages)} packages; {len(lock.entries)} entries in all; "
                  f"{len(lock.files)} files pinned)\n")

@@ -106,7 +106,8 @@ def gather_dir(snapshot: Snapshot, launch: Launch, folder: Path, timeout_s: floa
                *, clock: Callable[[], float] = time.time) -> list[dict[str, Any]] | None:
     """Write this rank's snapshot to ``folder``; on rank 0, wait for all and read them."""
     started = clock()
-    write_text_atomic(rank_file(folder, launch.rank), snapshot.to_json())
+    # A shared folder: a link or FIFO another user planted is refused, never written through.
+    write_text_atomic(rank_file(folder, launch.rank), snapshot.to_json(), state_root=folder)
     if launch.rank != 0:
         return None
     deadline = time.monotonic() + timeout_s

@@ -35,6 +35,7 @@ from envguard.gate.lockfile import (
     build_entry,
     dump_lock,
     hash_files,
+    refuse_credential,
     script_owner,
     validate_name,
 )
@@ -166,6 +167,7 @@ def _write(request: LockRequest, name: str, path: Path, root: Path, existing: Lo
                          f"{', '.join(forbidden)} (uninstall them, or change --forbid)")
     entry = build_entry(snapshot, lock, entry_id=request.entry_id, project_root=root)
     lock = dataclasses.replace(lock, files=hash_files(lock, root))
+    _refuse_credentials(lock, entry)
     snap_rel = f"{name}.snapshots/{entry.id}.json"
     check_state_path(path, path.parent)  # both refused before either is written
     check_state_path(path.parent / snap_rel, path.parent)
@@ -175,6 +177,18 @@ def _write(request: LockRequest, name: str, path: Path, root: Path, existing: Lo
     write_text_atomic(path, dump_lock(lock), state_root=path.parent)
     replaced = existing is not None and any(e.id == entry.id for e in existing.entries)
     return Blessed(path=path, lock=lock, entry=entry, replaced=replaced)
+
+
+def _refuse_credentials(lock: Lock, entry: LockEntry) -> None:
+    """Every name the lock would record (and ``check`` would show), credential-free."""
+    fields = [("entry id", entry.id), ("command", lock.command),
+              ("--distribution", lock.distribution)]
+    fields += [("--extra", x) for x in lock.extras]
+    fields += [("--forbid", x) for x in lock.forbidden]
+    fields += [("--file", x) for x in lock.file_patterns]
+    fields += [("a pinned file", f.path) for f in lock.files]
+    for what, text in fields:
+        refuse_credential(text, what)
 
 
 def _project_of(root: Path) -> tuple[str, tuple[str, ...]] | None:

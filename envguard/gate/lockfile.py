@@ -198,8 +198,10 @@ def _str_list(data: dict[str, Any], key: str, ctx: str) -> tuple[str, ...]:
 
 def parse_lock(text: str, source: str) -> Lock:
     """A Lock from TOML text; InputError (exit 2) naming ``source`` for any problem."""
-    try:
-        data = tomllib.loads(text)
+    from envguard.redact import redact_data
+
+    try:  # a lock from a cloned repository shows no credential in any report
+        data = redact_data(tomllib.loads(text))
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{source}: not valid TOML: {exc}") from None
     except ValueError as exc:  # an integer longer than int() converts (4300 digits)
@@ -302,10 +304,24 @@ def validate_name(name: str, what: str = "lock name") -> str:
     """``name`` when it is safe as a file name (a lock's name, an entry id): 1-128 letters,
     digits, '.', '_' or '-', starting with a letter or digit (no '/', no '..' on its own, no
     control characters); else InputError (exit 2)."""
+    from envguard.redact import redact_text
+
     if not _NAME_RE.fullmatch(name):
-        raise InputError(f"{what} {name[:200]!r} must be 1-128 letters, digits, '.', '_' or "
-                         "'-', starting with a letter or digit")
+        raise InputError(f"{what} {redact_text(name[:200])!r} must be 1-128 letters, digits, "
+                         "'.', '_' or '-', starting with a letter or digit")
+    refuse_credential(name, what)
     return name
+
+
+def refuse_credential(text: str, what: str) -> None:
+    """InputError (exit 2) when ``text`` holds something shaped like a credential: a lock
+    is committed and reviewed, so it never holds one (nor a name the check would show)."""
+    from envguard.redact import redact_text
+
+    masked = redact_text(text)
+    if masked != text:
+        raise InputError(f"{what} {masked[:200]!r} holds something shaped like a credential; "
+                         "a lock never records one (rename it, or leave it out)")
 
 
 def script_owner(snapshot: Snapshot, script: str) -> tuple[str, tuple[str, ...]] | None:

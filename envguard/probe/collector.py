@@ -57,6 +57,14 @@ def _project_config(options: SnapshotOptions, issues: list[ProbeIssue]) -> tuple
         return [], []
 
 
+GIT = ("git", "-c", "safe.bareRepository=explicit", "-c", "core.fsmonitor=false",
+       "--no-optional-locks")
+"""git as the probe runs it in a folder it did not make: a repository may carry a bare
+repository as plain files (``HEAD``, ``objects/``, a ``config`` whose ``core.fsmonitor``
+is a command ``git status`` runs), so one is used only when ``GIT_DIR`` names it; no
+fsmonitor hook runs, and the index is not rewritten (no ``post-index-change`` hook)."""
+
+
 @frozen(kw_only=False, slots=False)
 class _Commands:
     """External commands started first, so they overlap with the file work."""
@@ -71,11 +79,11 @@ class _Commands:
               git: bool = True) -> _Commands:
         nvcc_cmd = system.nvcc_command(env)
         git = git and files.may_be_in_git_repo(cwd, env)
-        git_status = ["git", "status", "--porcelain=v2", "--branch", "-z"]
+        git_status = [*GIT, "status", "--porcelain=v2", "--branch", "-z"]
         return cls(
             gpus=Task(lambda: gpu_memo.query(env, COMMAND_TIMEOUT_S, memo_root)),
             nvcc=Task(lambda: run(nvcc_cmd, timeout=COMMAND_TIMEOUT_S)) if nvcc_cmd else None,
-            git_root=Task(lambda: run(["git", "rev-parse", "--show-toplevel"], cwd=cwd,
+            git_root=Task(lambda: run([*GIT, "rev-parse", "--show-toplevel"], cwd=cwd,
                                       env=env, timeout=COMMAND_TIMEOUT_S)) if git else None,
             git_status=Task(lambda: run(git_status, cwd=cwd, env=env,
                                         timeout=COMMAND_TIMEOUT_S)) if git else None,

@@ -44,8 +44,12 @@ def clean(value: object, limit: int = 500) -> str:
 
 
 def clean_path(value: object, limit: int = 120) -> str:
-    """Like :func:`clean`, but a long path keeps its informative end: ``…/site-packages/x``."""
-    text = clean(value, limit=10_000)
+    """Like :func:`clean`, but a long path keeps its informative end: ``…/site-packages/x``.
+    A path the user named (``--store``, ``--into``) is redacted here too: it never passed
+    through a snapshot."""
+    from envguard.redact import redact_text
+
+    text = clean(redact_text(str(value)), limit=10_000)
     return text if len(text) <= limit else "…" + text[-(limit - 1):]
 
 
