@@ -150,13 +150,13 @@ def check(lock: str | os.PathLike[str], *, python: str | os.PathLike[str] | None
     in ``cwd`` or a parent, else the bundled one) or a path (it has a ``/`` or ends in
     ``.toml``). ``python`` as for :func:`snapshot`. ``GateResult.passed`` is the verdict,
     ``GateResult.findings`` the reasons; :func:`format_report` renders it."""
+    from envguard.explain.tables import is_lock_path
     from envguard.gate.command import check_command
     from envguard.probe.discovery import discover
 
     where = Path(cwd) if cwd is not None else Path.cwd()
     text = os.fspath(lock)
-    is_path = isinstance(lock, os.PathLike) or "/" in text or os.sep in text \
-        or text.endswith(".toml")
+    is_path = isinstance(lock, os.PathLike) or is_lock_path(text)
     name = Path(text).stem if is_path else text
     selection = discover(os.fspath(python) if python is not None else None,
                          env=os.environ, cwd=where)

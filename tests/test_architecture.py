@@ -199,3 +199,32 @@ def test_records_are_frozen_not_frozen_dataclasses(tmp_path: Path) -> None:
     planted.write_text("import dataclasses\n\n@dataclasses.dataclass(frozen=True)\n"
                        "class Late:\n    x: int\n", encoding="utf-8")
     assert _frozen_dataclasses(tmp_path) == ["envguard.planted:Late"]
+
+
+def explain_rule_modules(root: Path) -> set[str]:
+    """The modules of ``envguard.explain`` that hold diff rules: those with a top-level
+    ``RULES`` (what ``envguard.explain.engine`` collects into ``ALL_RULES``)."""
+    found = set()
+    for name, path in modules_of(root, "envguard").items():
+        if not name.startswith("envguard.explain."):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if any(isinstance(n, (ast.Assign, ast.AnnAssign))
+               and any(isinstance(t, ast.Name) and t.id == "RULES"
+                       for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))
+               for n in tree.body):
+            found.add(name)
+    return found
+
+
+def test_the_doctor_never_imports_a_diff_rule_module() -> None:
+    """What the doctor shares with the diff rules lives in neutral modules
+    (``explain.tables``: data; ``explain.queries``: facts and findings both build;
+    ``explain.remedies``: commands); a rule module is the diff's own."""
+    rules = explain_rule_modules(ROOT)
+    assert rules == {f"envguard.explain.{m}"
+                     for m in ("caches", "conda", "environment", "packages", "torch")}
+    graph = import_graph(ROOT, ["envguard"])
+    direct = sorted(f"{m} -> {t}" for m, targets in graph.items()
+                    if _within(m, ("envguard.doctor",)) for t in targets if t in rules)
+    assert not direct, direct

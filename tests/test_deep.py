@@ -29,7 +29,7 @@ def test_import_error_is_recorded_and_the_snapshot_completes(
     env = _venv_with_torch(venvs, wheel_dir, "raise ImportError('libcudart.so.12: cannot open "
                            "shared object file: No such file or directory')\n")
     snapshot = collect(SnapshotOptions(python=str(env.python), deep=True, cwd=clean_cwd,
-                                       verify="none", write_cache_marker=False))
+                                       verify="none"))
     assert snapshot.deep is not None
     assert snapshot.deep.ok is False
     assert snapshot.deep.error is not None
@@ -122,7 +122,7 @@ def test_real_torch(clean_cwd: Path) -> None:
     assert result.config is not None and "PyTorch built with" in result.config
     assert not Path(os.environ["TORCHINDUCTOR_CACHE_DIR"]).exists()
 
-    snapshot = collect(SnapshotOptions(cwd=clean_cwd, verify="none", write_cache_marker=False))
+    snapshot = collect(SnapshotOptions(cwd=clean_cwd, verify="none"))
     assert snapshot.torch.present and snapshot.deep is None
     assert snapshot.torch.version == real_version
     assert snapshot.torch.git_version == real_git_version

@@ -173,8 +173,7 @@ def test_masked_values_appear_nowhere_in_the_snapshot(clean_cwd: Path) -> None:
            "PIP_INDEX_URL": PIP_URL, "PIP_EXTRA_INDEX_URL": "https://u:hunter2@other/simple",
            "TORCH_SECRET_THING": OPENAI}
     (clean_cwd / "pyproject.toml").write_text('[tool.envguard]\nenv = ["OPENAI_*"]\n')
-    snapshot = collect(SnapshotOptions(cwd=clean_cwd, env=env, verify="none",
-                                       write_cache_marker=False))
+    snapshot = collect(SnapshotOptions(cwd=clean_cwd, env=env, verify="none"))
     text = snapshot.to_json()
     for secret in (HF, OPENAI, "hunter2"):
         assert secret not in text

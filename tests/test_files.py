@@ -55,7 +55,7 @@ def test_globs_record_real_size_md5_and_sha256(clean_cwd: Path) -> None:
 def test_file_option_through_the_snapshot(clean_cwd: Path) -> None:
     (clean_cwd / "run.sh").write_text("torchrun train.py\n")
     snapshot = collect(SnapshotOptions(cwd=clean_cwd, file_patterns=("*.sh", "gone.txt"),
-                                       verify="none", write_cache_marker=False))
+                                       verify="none"))
     by_path = {f.path: f for f in snapshot.files.files}
     assert by_path[str(clean_cwd / "run.sh")].sha256 == hashlib.sha256(
         b"torchrun train.py\n").hexdigest()
@@ -102,7 +102,7 @@ def test_project_config_found_by_walking_up(clean_cwd: Path) -> None:
     assert patterns == [str(clean_cwd / "configs/*.yaml"), str(clean_cwd / "train.py")]
     assert env == ["WANDB_*", "SLURM_JOB_ID"]
 
-    snapshot = collect(SnapshotOptions(cwd=deeper, verify="none", write_cache_marker=False,
+    snapshot = collect(SnapshotOptions(cwd=deeper, verify="none",
                                        env={**os.environ, "WANDB_PROJECT": "dflash",
                                             "SLURM_JOB_ID": "42", "SLURM_NODEID": "0"}))
     assert snapshot.errors == []
@@ -112,8 +112,7 @@ def test_project_config_found_by_walking_up(clean_cwd: Path) -> None:
     assert variables["WANDB_PROJECT"].value == "dflash"
     assert variables["SLURM_JOB_ID"].value == "42"
     assert "SLURM_NODEID" not in variables
-    ignored = collect(SnapshotOptions(cwd=deeper, verify="none", use_project_config=False,
-                                      write_cache_marker=False))
+    ignored = collect(SnapshotOptions(cwd=deeper, verify="none", use_project_config=False))
     assert ignored.files.files == []
 
 
@@ -131,7 +130,7 @@ def test_malformed_project_config(clean_cwd: Path, text: str, needle: str) -> No
         files.project_config(pyproject)
     assert str(pyproject) in str(caught.value)
     # The snapshot still completes and says what was wrong.
-    snapshot = collect(SnapshotOptions(cwd=clean_cwd, verify="none", write_cache_marker=False))
+    snapshot = collect(SnapshotOptions(cwd=clean_cwd, verify="none"))
     assert [(e.section, e.path) for e in snapshot.errors] == [("files", str(pyproject))]
     assert needle in snapshot.errors[0].message
     assert snapshot.validate() == snapshot
@@ -197,8 +196,7 @@ def test_git_commit_branch_dirty_and_untracked(tmp_path: Path) -> None:
 
     _git(repo, "checkout", "-q", "--detach")
     (repo / "sub").mkdir()
-    detached = collect(SnapshotOptions(cwd=repo / "sub", verify="none",
-                                       write_cache_marker=False)).files.git
+    detached = collect(SnapshotOptions(cwd=repo / "sub", verify="none")).files.git
     assert detached is not None
     assert (detached.commit, detached.branch, detached.root) == (head, None, str(repo))
 

@@ -107,11 +107,11 @@ def test_gate_snapshot_options_are_the_fast_gate_scope(tmp_path: Path) -> None:
 
     lock, _ = _lock(tmp_path)
     fast = gate_snapshot_options(lock, tmp_path)  # type: ignore[arg-type]
-    assert fast.git is False and fast.write_cache_marker is False
+    assert fast.git is False
     assert fast.integrity_only is not None and "envguard" in fast.integrity_only
     assert fast.cwd == tmp_path and fast.use_project_config is False
-    full = gate_snapshot_options(lock, tmp_path, fast=False, for_lock=True)  # type: ignore[arg-type]
-    assert full.git is True and full.integrity_only is None and full.write_cache_marker
+    full = gate_snapshot_options(lock, tmp_path, fast=False)  # type: ignore[arg-type]
+    assert full.git is True and full.integrity_only is None
 
 
 # ---------------------------------------------------------------------------- new machines

@@ -266,7 +266,7 @@ def test_special_files_are_explained_in_the_diff(torch_env: Venv) -> None:
     from envguard.probe import SnapshotOptions, collect
 
     options = SnapshotOptions(python=str(torch_env.python), verify="size",
-                              write_cache_marker=False, use_project_config=False)
+                              use_project_config=False)
     good = collect(options)
     target = torch_env.site_packages() / "torch" / "version.py"
     target.unlink()

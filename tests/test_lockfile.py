@@ -233,8 +233,7 @@ def marker_snapshot(venvs: VenvFactory) -> Snapshot:
         wheels.append(build_wheel(w, name, "1.0", {f"{name}/__init__.py": ""}))
     env = venvs.create()
     venvs.uv_install(env, *wheels)
-    snap = collect(SnapshotOptions(python=str(env.python), use_project_config=False,
-                                   write_cache_marker=False))
+    snap = collect(SnapshotOptions(python=str(env.python), use_project_config=False))
     assert {"app", "lib", "old", "winonly", "deep"} <= {p.name for p in snap.packages}
     return snap
 

@@ -13,7 +13,7 @@ from envguard.probe import SnapshotOptions, collect
 
 @pytest.fixture(scope="module")
 def snapshot() -> Snapshot:
-    return collect(SnapshotOptions(use_project_config=False, write_cache_marker=False))
+    return collect(SnapshotOptions(use_project_config=False))
 
 
 def test_round_trip_is_identity(snapshot: Snapshot) -> None:

@@ -365,7 +365,7 @@ def _env_snapshot(cwd: Path, env: dict[str, str]) -> Snapshot:
     from envguard.probe import SnapshotOptions, collect
 
     return collect(SnapshotOptions(cwd=cwd, env=env, verify="none", git=False,
-                                   use_project_config=False, write_cache_marker=False))
+                                   use_project_config=False))
 
 
 def _env_remedy(old: Snapshot, new: Snapshot) -> str:

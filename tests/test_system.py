@@ -68,7 +68,7 @@ def test_two_fake_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         (0, "NVIDIA H200", 143771, "9.0"), (1, "NVIDIA H200", 143771, "9.0")]
     assert sysinfo.cuda_driver_version is None  # no libcuda.so.1 on this machine
     # The whole snapshot runs the same query through PATH.
-    snapshot = collect(SnapshotOptions(cwd=tmp_path, verify="none", write_cache_marker=False))
+    snapshot = collect(SnapshotOptions(cwd=tmp_path, verify="none"))
     assert snapshot.system.gpu_probe == "ok"
     assert [g.name for g in snapshot.system.gpus] == ["NVIDIA H200", "NVIDIA H200"]
 
@@ -227,7 +227,7 @@ def _snapshot_with_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: st
     monkeypatch.setenv("PATH", os.pathsep.join([str(folder), *rest]))
     if body is None:
         assert shutil.which("nvidia-smi") is None
-    return collect(SnapshotOptions(cwd=tmp_path, verify="none", write_cache_marker=False,
+    return collect(SnapshotOptions(cwd=tmp_path, verify="none",
                                    memo_root=tmp_path / f"memo-{name}"))
 
 

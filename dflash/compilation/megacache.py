@@ -38,8 +38,7 @@ def current_compat_key() -> str | None:
     """This interpreter's compile-compat key, read from files (no extra torch work)."""
     from envguard.probe import SnapshotOptions, collect
 
-    snapshot = collect(SnapshotOptions(verify="none", use_project_config=False,
-                                       write_cache_marker=False))
+    snapshot = collect(SnapshotOptions(verify="none", use_project_config=False))
     return snapshot.torch.compat_key
 
 

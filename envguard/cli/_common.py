@@ -288,7 +288,6 @@ def probe_options(args: argparse.Namespace, selection: Selection) -> SnapshotOpt
         verify=args.verify,
         deep=args.deep,
         file_patterns=tuple(args.files),
-        write_cache_marker=not args.no_cache_marker,
         use_project_config=not args.no_project_config,
     )
 

@@ -91,8 +91,7 @@ def _now(other: Side | None) -> Side:
         options = gate_options_for(other.run, other.snapshot)
     if options is None:
         selection = select_environment(None)
-        options = SnapshotOptions(python=selection.python, selected_by=selection.selected_by,
-                                  write_cache_marker=False)
+        options = SnapshotOptions(python=selection.python, selected_by=selection.selected_by)
     with StderrProgress() as progress:
         snapshot = collect(options, progress)
     return Side(snapshot=snapshot, label="@now (this environment)")

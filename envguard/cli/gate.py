@@ -24,6 +24,10 @@ from envguard.cli._common import (
 )
 from envguard.errors import InputError
 from envguard.exitcodes import ExitCode
+
+# The tables, not envguard.gate.lockfile: building the parser must import nothing heavy
+# (the lockfile needs packaging.markers: 20-60 ms on every command otherwise).
+from envguard.explain.tables import CACHE_POLICIES, is_lock_path
 from envguard.render.formats import OutputFormat
 
 if TYPE_CHECKING:
@@ -31,9 +35,6 @@ if TYPE_CHECKING:
     from envguard.model import Snapshot
     from envguard.runs.store import RunRecord
 
-# The policies, repeated here so that building the parser imports nothing heavy
-# (envguard.gate.lockfile needs packaging.markers: 20-60 ms on every command otherwise).
-CACHE_POLICIES = ("require-warm", "warn-if-cold", "ignore")
 LOCK_HELP = ("the lockfile, or a lock's name (default: lockfiles/NAME.toml here or in a "
              "parent folder, NAME the command's basename, else the one bundled with envguard)")
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from envguard.doctor.interface import DoctorRule, Scene, ago
-from envguard.explain.caches import COLD_REMEDY, cold_story
 from envguard.explain.interface import Finding, Severity, short
+from envguard.explain.queries import cold_story
+from envguard.explain.tables import COLD_REMEDY
 from envguard.history import CACHE_CREATED, GAP_S, REINSTALLED, parse_iso
 from envguard.model import CacheDir
 from envguard.units import human_bytes

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from envguard.doctor.interface import DoctorRule, Scene
-from envguard.explain.conda import conda_cuda_families
+from envguard.explain.queries import conda_cuda_families
 from envguard.explain.remedies import index_url_for, remedy, uv_pip_install
 from envguard.findings import Finding, Severity
 

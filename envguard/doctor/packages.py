@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from envguard.doctor.interface import DoctorRule, Scene, ago
 from envguard.explain.interface import Finding, Severity
-from envguard.explain.packages import FOREIGN_STACKS, VERIFY_HASH_HINT, conda_reinstall
+from envguard.explain.queries import conda_reinstall, overlap_finding
 from envguard.explain.remedies import (
     UnsafeValue,
     check_requirement,
@@ -17,9 +17,10 @@ from envguard.explain.remedies import (
     uv_pip_install,
     uv_pip_uninstall,
 )
+from envguard.explain.tables import TORCH_OWNED, VERIFY_HASH_HINT, is_serving_stack
 from envguard.model import Distribution, Snapshot
 
-_TORCH_OWNED = frozenset({"torch", "triton", "pytorch-triton", "numpy"})
+_TORCH_OWNED_AND_NUMPY = TORCH_OWNED | {"numpy"}
 _LABEL_TORCH = (re.compile(r"(?:^|[^a-z])pt(\d)(\d{1,2})(?![0-9])"),
                 re.compile(r"torch-?(\d+)\.?(\d+)"))
 """Local version labels that name the torch an extension was built for: ``+pt210cu128``
@@ -89,7 +90,7 @@ def requirements_unsatisfied(scene: Scene) -> Iterator[Finding]:
     if not found:
         return
     core = any(req.split("=")[0].split("<")[0].split(">")[0].split("~")[0].strip().lower()
-               in _TORCH_OWNED or why == "not installed" for _, req, why in found)
+               in _TORCH_OWNED_AND_NUMPY or why == "not installed" for _, req, why in found)
     requirers = sorted({d.name for d, _, _ in found})
     yield Finding(
         rule="requirements-unsatisfied",
@@ -141,7 +142,7 @@ def extension_built_for_other_torch(scene: Scene) -> Iterator[Finding]:
     evidence: list[str] = []
     names: list[Distribution] = []
     for dist in scene.snapshot.packages:
-        if dist.name in ("torch", "triton", "pytorch-triton") or not dist.version:
+        if dist.name in TORCH_OWNED or not dist.version:
             continue
         pins = [r for r in dist.requires if re.match(r"^\s*torch\s*===?\s*[0-9]", r)]
         pinned = [p for p in pins if p.split("=")[-1].split(";")[0].strip()
@@ -185,7 +186,7 @@ def duplicate_distribution(scene: Scene) -> Iterator[Finding]:
     dupes = [d for d in scene.snapshot.packages if d.shadowed]
     if not dupes:
         return
-    core = any(d.name in _TORCH_OWNED for d in dupes)
+    core = any(d.name in _TORCH_OWNED_AND_NUMPY for d in dupes)
     yield Finding(
         rule="duplicate-distribution", severity=Severity.CRITICAL if core else Severity.WARNING,
         title=f"{len(dupes)} distribution(s) installed twice on sys.path: "
@@ -206,7 +207,7 @@ def duplicate_distribution(scene: Scene) -> Iterator[Finding]:
 
 def foreign_stack_installed(scene: Scene) -> Iterator[Finding]:
     snap = scene.snapshot
-    foreign = sorted(d.name for d in snap.packages if FOREIGN_STACKS.match(d.name))
+    foreign = sorted(d.name for d in snap.packages if is_serving_stack(d.name))
     if not foreign or snap.package("torch") is None:
         return
     evidence = [f"installed: {', '.join(foreign)}"]
@@ -281,8 +282,6 @@ def _reinstall(scene: Scene, name: str) -> str:
 
 
 def conda_pip_overlap(scene: Scene) -> Iterator[Finding]:
-    from envguard.explain.conda import overlap_finding
-
     overlap = [p for p in scene.snapshot.conda if p.pip_also]
     if overlap:
         yield overlap_finding([f"{p.name} {p.version} ({p.channel}): a {p.pip_also} install "

@@ -2,53 +2,36 @@
 
 Rules are listed explicitly in ``ALL_RULES`` (no registry). Their ids are a public
 contract (docs/DIFF.md).
+
+This face of the package loads nothing: its names come from their modules on first use
+(:mod:`envguard.explain.engine` runs the rules), so that importing
+:mod:`envguard.explain.tables` or :mod:`envguard.explain.remedies` does not load every rule
+(the gate in front of a launch reads the lock's tables and loads a rule only to explain a
+mismatch).
 """
 
 from __future__ import annotations
 
-import re
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from envguard.changes import SnapshotDiff, diff
-from envguard.explain import caches, conda, environment, packages, torch
-from envguard.explain.interface import Context, Finding, Rule, Severity
-from envguard.explain.symptoms import symptom_text, table_score
-from envguard.model import Snapshot
+if TYPE_CHECKING:
+    from envguard.explain.engine import ALL_RULES, explain, matches_symptom, symptom_score
+    from envguard.explain.interface import Finding, Rule, Severity
+    from envguard.explain.symptoms import symptom_text
 
 __all__ = ["ALL_RULES", "Finding", "Rule", "Severity", "explain", "matches_symptom",
            "symptom_score", "symptom_text"]
 
-ALL_RULES: tuple[Rule, ...] = (*torch.RULES, *caches.RULES, *packages.RULES,
-                               *conda.RULES, *environment.RULES)
-_RULES_BY_ID = {rule.id: rule for rule in ALL_RULES}
+_HOME = {"ALL_RULES": "engine", "explain": "engine", "matches_symptom": "engine",
+         "symptom_score": "engine", "Finding": "interface", "Rule": "interface",
+         "Severity": "interface", "symptom_text": "symptoms"}
 
 
-def symptom_score(finding: Finding, symptom: str) -> int:
-    """How strongly ``symptom`` points at the finding: the weight of the rows of the
-    symptom table (:mod:`envguard.explain.symptoms`) that name its rule, plus one for each
-    distinct keyword of the finding (and its rule) that occurs in ``symptom``."""
-    text = re.sub(r"\s+", " ", symptom.lower())
-    rule = _RULES_BY_ID.get(finding.rule)
-    words = {w.lower() for w in (*(rule.keywords if rule else ()), *finding.keywords) if w}
-    return table_score(finding, symptom) + sum(1 for w in words if w in text)
-
-
-def matches_symptom(finding: Finding, symptom: str) -> bool:
-    """Whether any keyword of the finding's rule, or of the finding itself, is in ``symptom``."""
-    return symptom_score(finding, symptom) > 0
-
-
-def explain(old: Snapshot, new: Snapshot, changes: SnapshotDiff | None = None,
-            symptom: str | None = None) -> list[Finding]:
-    """Findings, most likely cause first.
-
-    Without a symptom: by severity, then by how directly the rule explains a breakage.
-    With one: findings whose keywords the symptom mentions come first, more matches first.
-    """
-    ctx = Context(old=old, new=new, diff=changes if changes is not None else diff(old, new))
-    findings = [f for rule in ALL_RULES for f in rule.check(ctx)]
-
-    def rank(f: Finding) -> tuple[int, int, int, str]:
-        score = symptom_score(f, symptom) if symptom else 0
-        return (-score, f.severity.rank, -f.weight, f.rule)
-
-    return sorted(findings, key=rank)
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value

@@ -9,29 +9,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from envguard.explain.interface import Context, Finding, Rule, Severity, short
-from envguard.model import CacheDir, Snapshot
+from envguard.explain.queries import cold_story
+from envguard.explain.tables import COLD_REMEDY
+from envguard.model import CacheDir
 from envguard.units import human_bytes
 
 _COMPILED = ("inductor", "triton")
 _VOLATILE_FS = ("tmpfs", "ramfs")
 _PERSISTENT = {"inductor": "torchinductor", "triton": "triton"}
 _VOLATILE_DIRS = ("/tmp/", "/var/tmp/", "/dev/shm/")  # noqa: S108 - names, not used for files
-
-COLD_REMEDY = (
-    "warm the cache single-threaded first: run one full training step (forward and backward, "
-    "every bucketed shape) on the main thread before any worker thread or process starts",
-    "or restore the cache you had: envguard cache restore (an archive made by envguard "
-    "cache save under this build), or a torch.compiler.save_cache_artifacts() Mega-Cache "
-    "loaded with load_cache_artifacts() before the first compile (dflash-train does this "
-    "itself)",
-    "dflash-train --warmup-only fills the cache in one process; then envguard cache save "
-    "keeps a copy that survives the next cleanup of /tmp",
-    "in threaded code, compile once before starting threads and then set "
-    "torch.compiler.set_stance(\"fail_on_recompile\") so no thread compiles later",
-    "best: one process per device (torchrun) instead of one thread per device; processes "
-    "share no tracing state",
-)
-
 
 def _describe(c: CacheDir | None) -> str:
     if c is None or not c.exists:
@@ -79,43 +65,6 @@ def compile_cache_cold(ctx: Context) -> Iterator[Finding]:
         changes=tuple(changes),
         weight=98,
     )
-
-
-def _has_flex(snapshot: Snapshot) -> bool:
-    """flex_attention is in torch from 2.5, and the bundled trainer uses it."""
-    if snapshot.package("envguard") is not None and snapshot.package("torch") is not None:
-        return True
-    version = (snapshot.torch.version or "").split("+")[0].split(".")
-    return len(version) >= 2 and version[0].isdigit() and version[1].isdigit() \
-        and (int(version[0]), int(version[1])) >= (2, 5)
-
-
-def cold_story(snapshot: Snapshot) -> tuple[str, str]:
-    """(title tail, explanation) of a cold compile cache, quoting only facts that apply
-    here: flex_attention's figures where torch has it, GPU timings only on a GPU host."""
-    if not snapshot.torch.present:
-        return (", so the next torch.compile starts cold",
-                "With a warm cache, compiles hit the FX-graph and AOTAutograd caches and skip "
-                "tracing; cold, every graph is traced and compiled again. (torch is not "
-                "installed in this environment, so nothing here compiles today.)")
-    flex = _has_flex(snapshot)
-    gpu = bool(snapshot.system.gpus)
-    parts = ["With a warm cache, compiles hit the FX-graph and AOTAutograd caches and skip "
-             "tracing. Cold, every graph is traced again"
-             + (": the first flex_attention forward and backward took 8.3 s on the H200."
-                if flex and gpu else ".")]
-    parts.append("Tracing sets a process-wide flag (torch.fx._symbolic_trace."
-                 "_is_fx_tracing_flag), so first-time compiles in several threads of one "
-                 "process can hang or fail"
-                 + (": measured, 3 threads compiling flex_attention at once on an empty "
-                    "cache hung (> 110 s, 2 of 2 processes), and threads that compile while "
-                    "another calls a compiled function raise 'Detected that you are using FX "
-                    "to symbolically trace a dynamo-optimized function'." if flex else "."))
-    parts.append("A warm cache hid this race for days in the incident; deleting the cache "
-                 "exposed it.")
-    tail = (", so every process compiles flex_attention cold at its first step" if flex
-            else ", so every process compiles cold at its first step")
-    return tail, " ".join(parts)
 
 
 def compile_cache_stale(ctx: Context) -> Iterator[Finding]:

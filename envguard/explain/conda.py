@@ -3,42 +3,13 @@ channel, or installed over by pip/uv."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
 from envguard.changes import ADDED, REMOVED, Change
 from envguard.explain.interface import Context, Finding, Rule, Severity
+from envguard.explain.queries import overlap_finding
 from envguard.explain.remedies import conda_command, remedy
-from envguard.model import Snapshot
-
-CORE = re.compile(
-    r"^(cuda(-.*)?|cudatoolkit|libcu\w*(-dev)?|cudnn|libcudnn\w*|nccl|libnccl|nvidia-.*|"
-    r"mkl(-.*)?|intel-openmp|llvm-openmp|_openmp_mutex|libblas|libcblas|liblapack|blas|"
-    r"openblas|libopenblas|gcc(_.*)?|gxx(_.*)?|libgcc(-ng)?|libstdcxx(-ng)?|clangxx|"
-    r"pytorch(-.*)?|torch(vision|audio)?|magma(-.*)?|triton)$")
-"""CUDA, cuDNN, NCCL, MKL/BLAS, OpenMP, compilers and the pytorch package itself: what
-changes kernels and linkage, not only Python code."""
-
-
-CONDA_CUDA = frozenset({
-    "cudatoolkit", "cuda-version", "cuda-runtime", "cuda-cudart", "cuda-libraries",
-    "cuda-nvrtc", "cuda-nvcc", "libcublas", "libcusparse", "libcufft", "libcurand",
-    "libcusolver", "libnvjitlink"})
-"""Conda packages whose version starts with the CUDA version they carry."""
-
-
-def conda_cuda_families(snapshot: Snapshot) -> dict[str, list[str]]:
-    """``{"cu12": ["cuda-runtime=12.4.1 (conda)", ...]}``: the CUDA majors conda brought."""
-    out: dict[str, list[str]] = {}
-    for pkg in snapshot.conda:
-        major = pkg.version.split(".")[0]
-        if pkg.name in CONDA_CUDA and major.isdigit() and int(major) >= 10:
-            out.setdefault(f"cu{major}", []).append(f"{pkg.name}={pkg.version} (conda)")
-    return out
-
-
-def _core(name: str) -> bool:
-    return bool(CORE.match(name))
+from envguard.explain.tables import is_conda_core
 
 
 def _by_key(ctx: Context) -> dict[str, list[Change]]:
@@ -53,7 +24,7 @@ def conda_package_changed(ctx: Context) -> Iterator[Finding]:
                if any(c.field in ("version", "build", "fingerprint") for c in v)}
     if not changed:
         return
-    core = sorted(k for k in changed if _core(k))
+    core = sorted(k for k in changed if is_conda_core(k))
     lines = []
     for name, cs in sorted(changed.items()):
         for c in cs:
@@ -84,7 +55,7 @@ def conda_package_added(ctx: Context) -> Iterator[Finding]:
     added = [c for c in ctx.diff.find("conda") if c.kind == ADDED]
     if not added:
         return
-    core = [c.key for c in added if _core(c.key)]
+    core = [c.key for c in added if is_conda_core(c.key)]
     yield Finding(
         rule="conda-package-added",
         severity=Severity.WARNING if core else Severity.INFO,
@@ -101,7 +72,7 @@ def conda_package_removed(ctx: Context) -> Iterator[Finding]:
     removed = [c for c in ctx.diff.find("conda") if c.kind == REMOVED]
     if not removed:
         return
-    core = [c.key for c in removed if _core(c.key)]
+    core = [c.key for c in removed if is_conda_core(c.key)]
     old = {p.name: p for p in ctx.old.conda}
     yield Finding(
         rule="conda-package-removed",
@@ -133,23 +104,6 @@ def conda_channel_changed(ctx: Context) -> Iterator[Finding]:
         remedy=("pin the channel (conda config --set channel_priority strict, or "
                 "`channel::name` in the spec) and install the old channel's build again",),
         changes=tuple(moved), weight=70, keywords=tuple(c.key for c in moved))
-
-
-def overlap_finding(evidence: list[str], names: list[str],
-                    changes: tuple[Change, ...] = ()) -> Finding:
-    """pip or uv installed over conda packages: for the diff (it happened since) and for
-    the doctor (it is so now)."""
-    return Finding(
-        rule="conda-pip-overlap", severity=Severity.CRITICAL,
-        title=f"pip or uv installed over conda packages: {', '.join(names[:6])}",
-        explanation="Both conda and pip think they own the package: the files on disk are "
-                    "the last installer's, conda's record says otherwise, and the next "
-                    "conda transaction may overwrite or remove them (torch from both is "
-                    "the usual case).",
-        evidence=tuple(evidence),
-        remedy=("keep one owner: pip uninstall the package and conda install it again, or "
-                "remove the conda package and keep pip's",),
-        changes=changes, weight=85, keywords=tuple(names))
 
 
 def conda_pip_overlap(ctx: Context) -> Iterator[Finding]:

@@ -14,9 +14,9 @@ from envguard.explain.interface import (
     Severity,
     short,
 )
+from envguard.explain.queries import conda_reinstall
 from envguard.explain.remedies import (
     UnsafeValue,
-    conda_command,
     field_key,
     pin,
     reinstall_source,
@@ -24,33 +24,24 @@ from envguard.explain.remedies import (
     uv_pip_install,
     uv_pip_uninstall,
 )
-from envguard.model import Distribution, Snapshot
-
-# Serving and inference stacks: each pins its own torch/CUDA/triton and JIT-builds kernels.
-FOREIGN_STACKS = re.compile(
-    r"^(sglang(-.*)?|vllm(-.*)?|flashinfer(-.*)?|tilelang|xformers|tensorrt(-.*)?|"
-    r"tensorrt-llm|lmdeploy|text-generation(-server)?|exllamav2|llama-cpp-python|mlc-llm(-.*)?|"
-    r"sgl-kernel|outlines(-core)?|xgrammar|vllm-flash-attn|decord|torchao|triton-kernels)$"
+from envguard.explain.tables import (
+    CORE_PACKAGES,
+    TORCH_OWNED,
+    VERIFY_HASH_HINT,
+    is_cuda_wheel,
+    is_serving_stack,
 )
-# Checked first when versions move: what the trainer imports directly.
-CORE = frozenset({"torch", "triton", "numpy", "transformers", "accelerate", "safetensors",
-                  "tokenizers", "huggingface-hub", "datasets", "sympy", "networkx", "jinja2",
-                  "fsspec", "filelock", "typing-extensions", "setuptools", "packaging"})
-_TORCH_OWNED = frozenset({"torch", "triton", "pytorch-triton"})
-
-
-def _is_cuda_wheel(name: str) -> bool:
-    return name.startswith("nvidia-") or name.startswith("cuda-")
+from envguard.model import Distribution
 
 
 def foreign_stack_installed(ctx: Context) -> Iterator[Finding]:
     added = [c for c in ctx.diff.find("packages") if c.kind == ADDED and c.field is None]
-    foreign = [c for c in added if FOREIGN_STACKS.match(c.key)]
+    foreign = [c for c in added if is_serving_stack(c.key)]
     if not foreign:
         return
     dragged = [c for c in ctx.diff.find("torch") if c.key in ("version", "git_version", "cuda",
                                                                "cuda_wheel_family")]
-    cuda_added = [c.key for c in added if _is_cuda_wheel(c.key)]
+    cuda_added = [c.key for c in added if is_cuda_wheel(c.key)]
     evidence = ["added: " + ", ".join(f"{c.key} {c.new}" for c in foreign)]
     if dragged:
         evidence.append("in the same change: " + "; ".join(
@@ -88,7 +79,7 @@ def _version(ctx: Context, name: str) -> str | None:
 
 def _others(ctx: Context, field: str) -> list[Change]:
     return [c for c in ctx.diff.find("packages") if c.field == field
-            and c.key not in _TORCH_OWNED]
+            and c.key not in TORCH_OWNED]
 
 
 def package_build_changed(ctx: Context) -> Iterator[Finding]:
@@ -170,10 +161,10 @@ def package_version_changed(ctx: Context) -> Iterator[Finding]:
 
     torch_deps = {re.split(r"[ ;<>=!~\[(]", r, maxsplit=1)[0].lower().replace("_", "-")
                   for p in (ctx.old.package("torch"),) if p for r in p.requires}
-    core = CORE | torch_deps
+    core = CORE_PACKAGES | torch_deps
 
     def order(c: Change) -> tuple[int, str]:
-        return (0 if c.key in core or _is_cuda_wheel(c.key) else 1, c.key)
+        return (0 if c.key in core or is_cuda_wheel(c.key) else 1, c.key)
 
     changed.sort(key=order)
     lines, serious = [], False
@@ -208,7 +199,7 @@ def package_version_changed(ctx: Context) -> Iterator[Finding]:
 
 def package_added(ctx: Context) -> Iterator[Finding]:
     added = [c for c in ctx.diff.find("packages") if c.kind == ADDED and c.field is None
-             and not FOREIGN_STACKS.match(c.key)]
+             and not is_serving_stack(c.key)]
     if not added:
         return
     yield Finding(
@@ -247,19 +238,6 @@ _SPECIAL_FILES = (
     "envguard did not read them (a FIFO blocks a reader forever, /dev/zero never ends); "
     "nor should anything else: reinstall the package and look for who put them there."
 )
-
-
-VERIFY_HASH_HINT = ("envguard snapshot --verify hash confirms an edit (content against "
-                    "RECORD's hash) and clears a file copied back byte for byte")
-"""What to say where only a file's time shows it was written after install."""
-
-
-def conda_reinstall(snapshot: Snapshot, owner: str) -> str:
-    """``conda install --force-reinstall "nccl=2.18.5.1=h6103f9b_0"`` for ``conda:nccl``."""
-    name = owner.removeprefix("conda:")
-    pkg = next((p for p in snapshot.conda if p.name == name), None)
-    spec = f"{name}={pkg.version}={pkg.build}" if pkg is not None else name
-    return remedy(lambda: conda_command("install", [spec], options=["--force-reinstall"]))
 
 
 def installed_files_modified(ctx: Context) -> Iterator[Finding]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from envguard.explain.conda import CONDA_CUDA, conda_cuda_families
 from envguard.explain.interface import (
     Context,
     Finding,
@@ -13,6 +12,7 @@ from envguard.explain.interface import (
     Severity,
     short,
 )
+from envguard.explain.queries import conda_cuda_families
 from envguard.explain.remedies import (
     index_url_for,
     pin,
@@ -20,6 +20,7 @@ from envguard.explain.remedies import (
     uv_pip_install,
     uv_pip_uninstall,
 )
+from envguard.explain.tables import CONDA_CUDA
 from envguard.model import TorchIdentity
 
 _LOCAL_CUDA = re.compile(r"\+cu(\d+)")

@@ -26,10 +26,10 @@ from pathlib import Path
 
 from envguard.atomic import check_state_path, write_text_atomic
 from envguard.errors import InputError, OutputError
+from envguard.explain.tables import DEFAULT_FORBIDDEN
 from envguard.frozen import frozen
 from envguard.gate.command import gate_snapshot_options
 from envguard.gate.lockfile import (
-    DEFAULT_FORBIDDEN,
     Lock,
     LockEntry,
     build_entry,

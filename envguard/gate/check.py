@@ -199,11 +199,11 @@ def _explained(entry: LockEntry, lock: Lock, current: Snapshot, sides: _Sides) -
     if sides.changes.equivalent:  # a match's findings are never shown
         return EntryComparison(entry=entry, diff=sides.changes, findings=())
     from envguard.explain import explain
-    from envguard.explain.packages import FOREIGN_STACKS
     from envguard.explain.remedies import remedy, uv_pip_uninstall
+    from envguard.explain.tables import is_serving_stack
 
     findings = explain(sides.reference, sides.now, sides.changes)
-    custom = [n for n in lock.forbidden_installed(current) if not FOREIGN_STACKS.match(n)]
+    custom = [n for n in lock.forbidden_installed(current) if not is_serving_stack(n)]
     if custom:
         findings.insert(0, Finding(
             rule="forbidden-package-installed", severity=Severity.CRITICAL,

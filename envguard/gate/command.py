@@ -23,16 +23,15 @@ child ends) holding the snapshot the gate took, whose sha256 is the digest in
 
 
 def gate_snapshot_options(lock: Lock, project_root: Path, *, python: str | None = None,
-                          fast: bool = True, for_lock: bool = False) -> SnapshotOptions:
+                          fast: bool = True) -> SnapshotOptions:
     """What the gate records. ``fast``: RECORD checks for the locked packages and the
     command's own distribution only, and no git. Nothing is written into the compile
-    caches (``write_cache_marker`` is ignored: docs/CACHE.md, Provenance)."""
+    caches (docs/CACHE.md, Provenance)."""
     patterns = tuple(str(project_root / p) for p in lock.file_patterns)
     names = {p.name for e in lock.entries for p in e.packages} | {lock.distribution}
     return SnapshotOptions(
         python=python, file_patterns=patterns, cwd=project_root, use_project_config=False,
-        write_cache_marker=for_lock, git=not fast,
-        integrity_only=frozenset(names) if fast and lock.entries else None)
+        git=not fast, integrity_only=frozenset(names) if fast and lock.entries else None)
 
 
 def check_command(name: str, *, lock: str | Path | None = None, python: str | None = None,

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from envguard.errors import InputError, UnsupportedSchemaError
+from envguard.explain.tables import CACHE_POLICIES, DEFAULT_FORBIDDEN
 from envguard.frozen import frozen
 from envguard.gate.closure import closure, marker_environment, project_requires
 from envguard.input_file import METADATA_BYTES, NotReadable, read_bounded_text
@@ -39,10 +40,6 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 LOCK_SCHEMA = "envguard.lock/1"
-CACHE_POLICIES = ("require-warm", "warn-if-cold", "ignore")
-DEFAULT_FORBIDDEN = ("sglang*", "vllm*", "flashinfer*", "tilelang", "xformers", "tensorrt*",
-                     "lmdeploy", "sgl-kernel", "text-generation*", "exllamav2",
-                     "llama-cpp-python", "mlc-llm*")
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
@@ -108,10 +105,6 @@ class Lock:
 
 # ---------------------------------------------------------------------------- build
 
-def snapshot_digest(snapshot: Snapshot) -> str:
-    return snapshot.sha256
-
-
 def default_entry_id(snapshot: Snapshot) -> str:
     build = (snapshot.torch.cuda and "cu" + snapshot.torch.cuda.replace(".", "")) or "cpu"
     host = re.sub(r"[^A-Za-z0-9_-]+", "-", snapshot.system.hostname) or "host"
@@ -159,7 +152,7 @@ def build_entry(snapshot: Snapshot, lock: Lock, *, entry_id: str | None,
         torch_cuda=t.cuda if t.present else None,
         triton_version=t.triton_version,
         packages=packages,
-        snapshot_digest=snapshot_digest(snapshot),
+        snapshot_digest=snapshot.sha256,
     )
 
 

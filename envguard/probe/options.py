@@ -22,9 +22,6 @@ class SnapshotOptions:
     cwd: Path = field(default_factory=Path.cwd)
     use_project_config: bool = True
     """Read ``[tool.envguard]`` from the nearest pyproject.toml."""
-    write_cache_marker: bool = True
-    """Ignored, kept for compatibility: a snapshot never writes into a compile cache
-    (provenance is written by :mod:`envguard.cache.provenance` only)."""
     remember_caches: bool = True
     """Note in envguard's own state which build saw each non-empty compile cache
     (:mod:`envguard.probe.sightings`); ``envguard cache status`` calls it ``seen``."""
@@ -44,4 +41,4 @@ def locations_only(python: str | None) -> SnapshotOptions:
     """The build and the cache locations only: no integrity check, no git, no project
     config, no sighting remembered (``envguard cache`` and ``envguard restore``)."""
     return SnapshotOptions(python=python, verify="none", use_project_config=False,
-                           write_cache_marker=False, remember_caches=False, git=False)
+                           remember_caches=False, git=False)

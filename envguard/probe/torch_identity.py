@@ -10,28 +10,12 @@ from __future__ import annotations
 import ast
 import hashlib
 import os
-import re
 
+from envguard.explain.tables import CUDA_SUFFIX, TRACKS_CUDA_MAJOR, UNSUFFIXED_CUDA
 from envguard.input_file import SMALL_FILE_BYTES, NotReadable, read_bounded
 from envguard.model import Distribution, ProbeIssue, TorchIdentity
 from envguard.probe.distributions import InstalledDist
 
-_CUDA_SUFFIX_RE = re.compile(r"^nvidia-.+-cu(\d+)$")
-# CUDA 13 wheels dropped the -cuXX suffix (CUDA 11 and 12 wheels always carried it).
-# These unsuffixed names version with the CUDA release, so their major is the CUDA
-# major; the other unsuffixed libraries (cufft 12.x, curand 10.x, ...) version on
-# their own and only say "13 or later".
-_TRACKS_CUDA_MAJOR = frozenset(
-    {
-        "cuda-toolkit", "nvidia-cublas", "nvidia-cuda-runtime", "nvidia-cuda-nvrtc",
-        "nvidia-cuda-cupti", "nvidia-nvjitlink", "nvidia-nvtx", "nvidia-cuda-cccl",
-        "nvidia-cuda-nvcc",
-    }
-)
-_UNSUFFIXED_CUDA = _TRACKS_CUDA_MAJOR | frozenset(
-    {"nvidia-cufft", "nvidia-curand", "nvidia-cusolver", "nvidia-cusparse", "nvidia-cufile",
-     "nvidia-npp", "nvidia-nvjpeg"}
-)
 _TRITON_NAMES = ("triton", "pytorch-triton", "pytorch-triton-rocm", "triton-rocm")
 
 
@@ -67,12 +51,12 @@ def cuda_wheels(dists: list[Distribution]) -> tuple[str | None, list[str]]:
     names: list[str] = []
     for dist in dists:
         family = None
-        match = _CUDA_SUFFIX_RE.match(dist.name)
+        match = CUDA_SUFFIX.match(dist.name)
         if match:
             family = f"cu{match.group(1)}"
-        elif dist.name in _UNSUFFIXED_CUDA:
+        elif dist.name in UNSUFFIXED_CUDA:
             major = (dist.version or "").split(".", 1)[0]
-            tracked = dist.name in _TRACKS_CUDA_MAJOR and major.isdigit() and int(major) >= 13
+            tracked = dist.name in TRACKS_CUDA_MAJOR and major.isdigit() and int(major) >= 13
             family = f"cu{major}" if tracked else "cu13"
         if family:
             families.add(family)

@@ -1,0 +1,87 @@
+"""What the diff rules and the doctor both read off a snapshot, and the findings and
+remedies they both build from it. A neutral module: the doctor imports these from here,
+never from a rule module (``tests/test_architecture.py``); the tables themselves are in
+:mod:`envguard.explain.tables`.
+"""
+
+from __future__ import annotations
+
+from envguard.changes import Change
+from envguard.explain.remedies import conda_command, remedy
+from envguard.explain.tables import CONDA_CUDA
+from envguard.findings import Finding, Severity
+from envguard.model import Snapshot
+
+__all__ = ["cold_story", "conda_cuda_families", "conda_reinstall", "overlap_finding"]
+
+
+def conda_cuda_families(snapshot: Snapshot) -> dict[str, list[str]]:
+    """``{"cu12": ["cuda-runtime=12.4.1 (conda)", ...]}``: the CUDA majors conda brought."""
+    out: dict[str, list[str]] = {}
+    for pkg in snapshot.conda:
+        major = pkg.version.split(".")[0]
+        if pkg.name in CONDA_CUDA and major.isdigit() and int(major) >= 10:
+            out.setdefault(f"cu{major}", []).append(f"{pkg.name}={pkg.version} (conda)")
+    return out
+
+
+def conda_reinstall(snapshot: Snapshot, owner: str) -> str:
+    """``conda install --force-reinstall "nccl=2.18.5.1=h6103f9b_0"`` for ``conda:nccl``."""
+    name = owner.removeprefix("conda:")
+    pkg = next((p for p in snapshot.conda if p.name == name), None)
+    spec = f"{name}={pkg.version}={pkg.build}" if pkg is not None else name
+    return remedy(lambda: conda_command("install", [spec], options=["--force-reinstall"]))
+
+
+def overlap_finding(evidence: list[str], names: list[str],
+                    changes: tuple[Change, ...] = ()) -> Finding:
+    """pip or uv installed over conda packages: for the diff (it happened since) and for
+    the doctor (it is so now)."""
+    return Finding(
+        rule="conda-pip-overlap", severity=Severity.CRITICAL,
+        title=f"pip or uv installed over conda packages: {', '.join(names[:6])}",
+        explanation="Both conda and pip think they own the package: the files on disk are "
+                    "the last installer's, conda's record says otherwise, and the next "
+                    "conda transaction may overwrite or remove them (torch from both is "
+                    "the usual case).",
+        evidence=tuple(evidence),
+        remedy=("keep one owner: pip uninstall the package and conda install it again, or "
+                "remove the conda package and keep pip's",),
+        changes=changes, weight=85, keywords=tuple(names))
+
+
+def _has_flex(snapshot: Snapshot) -> bool:
+    """flex_attention is in torch from 2.5, and the bundled trainer uses it."""
+    if snapshot.package("envguard") is not None and snapshot.package("torch") is not None:
+        return True
+    version = (snapshot.torch.version or "").split("+")[0].split(".")
+    return len(version) >= 2 and version[0].isdigit() and version[1].isdigit() \
+        and (int(version[0]), int(version[1])) >= (2, 5)
+
+
+def cold_story(snapshot: Snapshot) -> tuple[str, str]:
+    """(title tail, explanation) of a cold compile cache, quoting only facts that apply
+    here: flex_attention's figures where torch has it, GPU timings only on a GPU host."""
+    if not snapshot.torch.present:
+        return (", so the next torch.compile starts cold",
+                "With a warm cache, compiles hit the FX-graph and AOTAutograd caches and skip "
+                "tracing; cold, every graph is traced and compiled again. (torch is not "
+                "installed in this environment, so nothing here compiles today.)")
+    flex = _has_flex(snapshot)
+    gpu = bool(snapshot.system.gpus)
+    parts = ["With a warm cache, compiles hit the FX-graph and AOTAutograd caches and skip "
+             "tracing. Cold, every graph is traced again"
+             + (": the first flex_attention forward and backward took 8.3 s on the H200."
+                if flex and gpu else ".")]
+    parts.append("Tracing sets a process-wide flag (torch.fx._symbolic_trace."
+                 "_is_fx_tracing_flag), so first-time compiles in several threads of one "
+                 "process can hang or fail"
+                 + (": measured, 3 threads compiling flex_attention at once on an empty "
+                    "cache hung (> 110 s, 2 of 2 processes), and threads that compile while "
+                    "another calls a compiled function raise 'Detected that you are using FX "
+                    "to symbolically trace a dynamo-optimized function'." if flex else "."))
+    parts.append("A warm cache hid this race for days in the incident; deleting the cache "
+                 "exposed it.")
+    tail = (", so every process compiles flex_attention cold at its first step" if flex
+            else ", so every process compiles cold at its first step")
+    return tail, " ".join(parts)
