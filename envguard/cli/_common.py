@@ -227,9 +227,9 @@ def add_probe_options(parser: argparse.ArgumentParser) -> None:
                         help="check installed files against RECORD by size (default) or hash")
     parser.add_argument("--deep", action="store_true",
                         help="also import torch in a crash-isolated subprocess")
-    parser.add_argument("--no-cache-marker", action="store_true",
-                        help="accepted for compatibility; does nothing (snapshots never "
-                        "write into compile caches)")
+    # Accepted, hidden, for the scripts that pass it: it never did anything (snapshots
+    # never write into compile caches; docs/CLI.md).
+    parser.add_argument("--no-cache-marker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--no-project-config", action="store_true",
                         help="ignore [tool.envguard] in the nearest pyproject.toml")
 

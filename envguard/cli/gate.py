@@ -166,7 +166,7 @@ def _check_runnable(command: str) -> None:
 def lock_choice(name: str, lock: str | None) -> tuple[str, str | None]:
     """``--lock`` is a path when it has a ``/`` or ends in ``.toml``, else a lock name
     (looked up like a command's): returns (name, path or None)."""
-    if lock is None or os.sep in lock or "/" in lock or lock.endswith(".toml"):
+    if lock is None or is_lock_path(lock):
         return name, lock
     return lock, None
 

@@ -88,8 +88,7 @@ def _snapshot(request: LockRequest, lock: Lock, root: Path) -> Snapshot:
         return read_snapshot(request.from_snapshot)
     from envguard.probe import collect
 
-    return collect(gate_snapshot_options(lock, root, python=request.python, fast=False,
-                                         for_lock=True))
+    return collect(gate_snapshot_options(lock, root, python=request.python, fast=False))
 
 
 LOCK_WAIT_S = 120.0
