@@ -1,4 +1,5 @@
-"""nox sessions: tests, lint, typecheck, bench. Run with `uv run nox -s NAME`.
+"""nox sessions: tests, lint, typecheck, typecheck-newest-torch, bench. Run with
+`uv run nox -s NAME`.
 
 Sessions use uv to build their venvs. Set ENVGUARD_TORCH_FIND_LINKS to a folder
 of torch wheels (CI sets it to the machine's local CPU wheel) to avoid a
@@ -8,8 +9,14 @@ multi-GB CUDA download.
 from __future__ import annotations
 
 import os
+import sys
 
 import nox
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # envguard itself depends on tomli there
+    import tomli as tomllib
 
 nox.options.default_venv_backend = "uv"
 nox.options.sessions = ["lint", "typecheck", "tests"]
@@ -47,10 +54,37 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", "envguard", "dflash", "tests", "benchmarks", "noxfile.py")
 
 
+# What mypy needs besides the project: envguard/restore/build.py imports the uv package.
+TYPECHECK_TOOLS = ("mypy", "uv")
+# torch's own requirements that are plain Python; its CUDA libraries are left out.
+TORCH_PYTHON_DEPS = ("typing-extensions", "sympy", "networkx", "jinja2", "filelock", "fsspec")
+
+
 @nox.session
 def typecheck(session: nox.Session) -> None:
     _install_project(session, with_torch=True)  # dflash is type-checked against torch
-    session.install("mypy")
+    session.install(*TYPECHECK_TOOLS)
+    session.run("mypy", "envguard", "dflash")
+
+
+def _dflash_extra_without_torch() -> list[str]:
+    with open("pyproject.toml", "rb") as f:
+        extra: list[str] = tomllib.load(f)["project"]["optional-dependencies"]["dflash"]
+    return [req for req in extra if not req.startswith("torch")]
+
+
+@nox.session(name="typecheck-newest-torch")
+def typecheck_newest_torch(session: nox.Session) -> None:
+    """mypy against the newest torch on PyPI (`typecheck` uses CI's pinned one): torch's
+    type hints change between releases, and dflash must check under both. The torch wheel
+    comes without its CUDA dependencies: it is read by mypy, never imported.
+    `uv run nox -s typecheck-newest-torch -- torch==X.Y.Z` checks another release.
+    """
+    session.install("-e", ".", *_dflash_extra_without_torch(), *TORCH_PYTHON_DEPS,
+                    *TYPECHECK_TOOLS)
+    session.install("--no-deps", "--upgrade", *(session.posargs or ["torch"]))
+    session.run("python", "-c", "from importlib.metadata import version; "
+                "print('type-checking against torch', version('torch'))")
     session.run("mypy", "envguard", "dflash")
 
 

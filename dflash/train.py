@@ -31,13 +31,12 @@ from torch import Tensor
 from dflash.batching import BatchLoader, Prefetcher, RankSlice
 from dflash.checkpoint import resume as checkpoint
 from dflash.compilation.kernels import require_main_thread, seal
-from dflash.compilation.megacache import for_setting
+from dflash.compilation.megacache import before_warmup
 from dflash.config import DrafterConfig, TrainConfig
 from dflash.data import Example
-from dflash.distributed.roles import FeatureClient
+from dflash.distributed.roles import FeatureClient, Lookahead
 from dflash.distributed.stop import StopVote
 from dflash.distributed.world import World
-from dflash.errors import MegaCacheError
 from dflash.flops import count_params, flop_model, visible_pairs
 from dflash.loss import LossOutput, block_inputs, block_targets, dflash_loss, sample_anchors
 from dflash.masks import (
@@ -157,8 +156,6 @@ class Trainer:
         self.mega_cache_saved = 0
         self.warnings: list[str] = []
         self.remote: FeatureClient | None = None
-        self._ahead: tuple[tuple[Tensor, Tensor, dict[str, Any]], Callable[[], Tensor]
-                           ] | None = None
         if feature_server is not None:
             self.remote = FeatureClient(feature_server, self.target.feature_dim,
                                         self.target.dtype, self.rt.device)
@@ -223,16 +220,11 @@ class Trainer:
 
     def _warm_up(self) -> float:
         start = time.perf_counter()
-        mega = None
-        if self.kernels.compiled:
-            mega = for_setting(self.cfg.mega_cache)
-            if mega is not None and mega.local_is_warm():
-                mega = None  # this machine's inductor folder holds it already
-            if mega is not None:
-                try:
-                    self.mega_cache_loaded = mega.load()
-                except MegaCacheError as exc:  # compile cold instead, and say so
-                    self.warnings.append(str(exc))
+        mega = before_warmup(self.cfg.mega_cache) if self.kernels.compiled else None
+        if mega is not None:
+            self.mega_cache_loaded = mega.loaded_seconds
+            if mega.problem is not None:
+                self.warnings.append(mega.problem)
         gen = torch.Generator(device=self.rt.device).manual_seed(self.cfg.seed + 1)
         phases = dict.fromkeys(("forward", "backward", "no_grad_forward"), 0.0)
 
@@ -260,10 +252,8 @@ class Trainer:
         sync_device(self.rt.device)
         if self.kernels.compiled:
             seal()
-        if mega is not None and self.mega_cache_loaded is None:
-            self.mega_cache_saved = mega.save()
-        if mega is not None and (self.mega_cache_loaded is not None or self.mega_cache_saved):
-            mega.mark_local()
+        if mega is not None:
+            self.mega_cache_saved = mega.after_warmup()
         self.warmup_seconds = time.perf_counter() - start
         return self.warmup_seconds
 
@@ -330,6 +320,7 @@ class Trainer:
         log = MetricsLog(self.out / "metrics.jsonl") if main else None
         state = self.state
         prefetch = Prefetcher(state.loader, self.rt.device).start()
+        ahead = Lookahead(self.remote) if self.remote is not None else None
         meter = Meter()
         last: dict[str, Any] = {}
         saved: Path | None = None
@@ -342,7 +333,7 @@ class Trainer:
                         cfg.stop_after and state.step >= cfg.stop_after):
                     stopped = True
                     break
-                ids_BS, mask_BS, loader_state, feats_BSF = self._next(prefetch)
+                ids_BS, mask_BS, loader_state, feats_BSF = self._next(prefetch, ahead)
                 step = self.train_step(ids_BS, mask_BS, feats_BSF)
                 state.loader_state = loader_state
                 meter.add(step.out, step.pairs, step.grad_norm, step.lr, ids_BS.numel(),
@@ -365,9 +356,8 @@ class Trainer:
                     saved = self.save()
             vote.close()
         finally:
-            if self._ahead is not None:  # an answer asked for ahead must still be taken
-                self._ahead[1]()
-                self._ahead = None
+            if ahead is not None:  # an answer asked for ahead must still be taken
+                ahead.drain()
             prefetch.close()
             if log is not None:
                 log.close()
@@ -380,20 +370,13 @@ class Trainer:
                            warmup_seconds=self.warmup_seconds, checkpoint=saved, export=export,
                            last=last)
 
-    def _next(self, prefetch: Prefetcher
+    def _next(self, prefetch: Prefetcher, ahead: Lookahead | None
               ) -> tuple[Tensor, Tensor, dict[str, Any], Tensor | None]:
-        """The next batch. With remote features, also ask for the batch after it now, so
-        the target ranks compute it while this rank trains."""
-        if self.remote is None:
+        """The next batch, and its features when they come from a target rank (split
+        roles: asked for one batch ahead, unless this is the last step)."""
+        if ahead is None:
             return (*prefetch.get(), None)
-        if self._ahead is None:
-            batch = prefetch.get()
-            self._ahead = (batch, self.remote.request(batch[0]))
-        batch, current = self._ahead
-        self._ahead = None
         last = min(self.cfg.steps, self.cfg.stop_after or self.cfg.steps)
-        if self.state.step + 1 < last:
-            upcoming = prefetch.get()
-            self._ahead = (upcoming, self.remote.request(upcoming[0]))
-        return (*batch, current())
+        batch, feats_BSF = ahead.next(prefetch.get, more=self.state.step + 1 < last)
+        return (*batch, feats_BSF)
 

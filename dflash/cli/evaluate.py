@@ -37,7 +37,7 @@ from dflash.exitcodes import ExitCode
 from dflash.ngram import NgramSpec
 
 if TYPE_CHECKING:
-    from dflash.decoding.speculative import EvalReport
+    from dflash.decoding.evaluate import EvalReport
     from dflash.target import TargetModel
 
 PROG = "dflash-eval"
@@ -133,15 +133,16 @@ def check_pair(drafter_cfg: DrafterConfig, target: TargetModel) -> None:
 
 def _main(args: argparse.Namespace) -> int:
     choice = check_inputs(args)
-    from dflash.decoding.progress import Progress
+    from dflash.cli.progress import Progress
 
     progress = Progress(PROG, quiet=args.quiet)
     progress.phase("importing torch")
     import torch
 
     from dflash.checkpoint.export import load_drafter
+    from dflash.decoding.evaluate import evaluate
     from dflash.decoding.generate import device_and_dtype, prompts_for, stop_ids_of
-    from dflash.decoding.speculative import Decoder, dflash_decoder, evaluate, ngram_decoder
+    from dflash.decoding.speculative import Decoder, dflash_decoder, ngram_decoder
     from dflash.model import DFlashDrafter
     from dflash.target import load_target
 

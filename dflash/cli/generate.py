@@ -51,7 +51,7 @@ def check_inputs(args: argparse.Namespace) -> None:
 
 def _main(args: argparse.Namespace) -> int:
     check_inputs(args)
-    from dflash.decoding.progress import Progress
+    from dflash.cli.progress import Progress
 
     progress = Progress(PROG, quiet=args.quiet)
     progress.phase("importing torch")

@@ -11,7 +11,8 @@ Loading an artifact costs seconds (6.6 s for the 8B trainer's), which a machine 
 own inductor folder already holds those kernels need not pay: after a save or a load,
 a marker named after the key is left in the inductor folder, and the trainer skips the
 Mega-Cache where it finds one (:meth:`MegaCache.local_is_warm`). Deleting the folder
-deletes the marker with it.
+deletes the marker with it. :func:`before_warmup` and :meth:`WarmUpCache.after_warmup`
+are the trainer's two calls around its warm-up.
 """
 
 from __future__ import annotations
@@ -107,3 +108,37 @@ def for_setting(setting: str) -> MegaCache | None:
     if key is None:
         return None
     return MegaCache(default_store() if setting == "auto" else Path(setting), key)
+
+
+@dataclass(slots=True)
+class WarmUpCache:
+    """The Mega-Cache around one warm-up of the trainer (:func:`before_warmup`)."""
+
+    mega: MegaCache
+    loaded_seconds: float | None = None
+    """Seconds the matching artifact took to load; None when there was none to load."""
+    problem: str | None = None
+    """Why an artifact that was there could not be loaded (the warm-up compiles cold)."""
+
+    def after_warmup(self) -> int:
+        """After the seal: save what a cold warm-up compiled, and leave the marker once this
+        machine's inductor folder holds the kernels. Bytes saved (0 after a load)."""
+        saved = self.mega.save() if self.loaded_seconds is None else 0
+        if self.loaded_seconds is not None or saved:
+            self.mega.mark_local()
+        return saved
+
+
+def before_warmup(setting: str) -> WarmUpCache | None:
+    """Before the warm-up: load the artifact of this environment's key. None when the
+    setting is ``off``, the key cannot be computed, or this machine's inductor folder
+    holds the kernels already; an artifact that cannot be loaded is a ``problem``."""
+    mega = for_setting(setting)
+    if mega is None or mega.local_is_warm():
+        return None
+    cache = WarmUpCache(mega)
+    try:
+        cache.loaded_seconds = mega.load()
+    except MegaCacheError as exc:  # compile cold instead, and say so
+        cache.problem = str(exc)
+    return cache

@@ -1,2 +1,3 @@
 """Decoding with the frozen target: its own responses, the training data
-(:mod:`.generate`), and speculative decoding with a drafter (:mod:`.speculative`)."""
+(:mod:`.generate`), speculative decoding with a drafter (:mod:`.speculative`), and how a
+speculative decoder compares with the target alone (:mod:`.evaluate`)."""

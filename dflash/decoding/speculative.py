@@ -18,17 +18,17 @@ greedy decoding token for token (lossless); tau is the mean number of tokens per
 Batch size 1, as in the published DFlash inference code.
 
 :func:`ngram_greedy` is the same loop with the prompt-lookup drafter of :mod:`dflash.ngram`
-(the baseline with no model). :func:`evaluate` takes any such decoder: it times the
-target-only reference and the speculative decoder on the same prompts and compares their
-tokens.
+(the baseline with no model). :func:`dflash.decoding.evaluate.evaluate` takes any such
+decoder: it times the target-only reference and the speculative decoder on the same
+prompts and compares their tokens.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -127,7 +127,8 @@ def target_greedy(target: TargetModel, prompt: Sequence[int], *, max_new_tokens:
                         time.perf_counter() - t0)
 
 
-def _check_max_draft(max_draft: int | None, block_size: int) -> int:
+def check_max_draft(max_draft: int | None, block_size: int) -> int:
+    """The drafts a cycle verifies: ``max_draft``, or all B-1 of a block when None."""
     if max_draft is None:
         return block_size - 1
     if not 0 <= max_draft <= block_size - 1:
@@ -143,7 +144,7 @@ def speculative_greedy(target: TargetModel, drafter: DFlashDrafter, prompt: Sequ
     """Greedy speculative decoding with the DFlash drafter; each cycle verifies at most
     ``max_draft`` drafts (default: all B-1 of a block), never more than the tokens still
     to generate."""
-    max_draft = _check_max_draft(max_draft, drafter.cfg.block_size)
+    max_draft = check_max_draft(max_draft, drafter.cfg.block_size)
     device = target.device
     sync_device(device)
     t0 = time.perf_counter()
@@ -202,7 +203,7 @@ class Decoder(Protocol):
 
 def dflash_decoder(target: TargetModel, drafter: DFlashDrafter,
                    max_draft: int | None = None) -> Decoder:
-    max_draft = _check_max_draft(max_draft, drafter.cfg.block_size)
+    max_draft = check_max_draft(max_draft, drafter.cfg.block_size)
 
     def decode(prompt: Sequence[int], *, max_new_tokens: int,
                stop_ids: Sequence[int] = ()) -> DecodeResult:
@@ -221,162 +222,3 @@ def ngram_decoder(target: TargetModel, *, max_draft: int, n_max: int = DEFAULT_N
         return ngram_greedy(target, prompt, max_new_tokens=max_new_tokens, stop_ids=stop_ids,
                             max_draft=max_draft, n_max=n_max, n_min=n_min)
     return decode
-
-
-@dataclass(frozen=True, slots=True)
-class Mismatch:
-    prompt: int
-    position: int
-    target_token: int | None
-    speculative_token: int | None
-    logit_gap: float | None = None
-    """The target's logit of its own token minus that of the speculative one, at the
-    differing position (full-sequence forward): near 0 means a near-tie that a change of
-    kernel (one token vs a block) can flip in low precision; large means a bug."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"prompt": self.prompt, "position": self.position,
-                "target_token": self.target_token, "speculative_token": self.speculative_token,
-                "logit_gap": self.logit_gap}
-
-
-@dataclass(frozen=True, slots=True)
-class EvalReport:
-    prompts: int
-    tokens: int
-    """Tokens the speculative decoder emitted (all prompts)."""
-    tau: float
-    """Mean tokens per verify cycle (accepted drafts + bonus)."""
-    target_seconds: float
-    speculative_seconds: float
-    lossless: bool
-    mismatches: tuple[Mismatch, ...] = field(default=())
-    acceptance_histogram: tuple[int, ...] = ()
-    """Cycles that emitted 1, 2, ..., max_draft + 1 tokens."""
-    target_tokens: int = 0
-    """Tokens the target-only reference emitted (equal to ``tokens`` when lossless)."""
-    drafted: int = 0
-    """Draft tokens verified, all cycles."""
-    max_draft: int = 0
-    warmup_seconds: float = 0.0
-    per_prompt: tuple[dict[str, Any], ...] = ()
-    """Per prompt: tokens, cycles, tau, target and speculative seconds."""
-
-    @property
-    def speedup(self) -> float:
-        return self.target_seconds / self.speculative_seconds if self.speculative_seconds else 0.0
-
-    @property
-    def cycles(self) -> int:
-        return sum(self.acceptance_histogram)
-
-    @property
-    def draft_acceptance(self) -> float:
-        """Accepted drafts / verified drafts."""
-        return (self.tokens_from_drafts / self.drafted) if self.drafted else 0.0
-
-    @property
-    def tokens_from_drafts(self) -> int:
-        return sum(i * n for i, n in enumerate(self.acceptance_histogram))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"prompts": self.prompts, "tokens": self.tokens, "tau": self.tau,
-                "cycles": self.cycles, "max_draft": self.max_draft,
-                "target_seconds": self.target_seconds,
-                "speculative_seconds": self.speculative_seconds, "speedup": self.speedup,
-                "target_tokens_per_s": _rate(self.target_tokens, self.target_seconds),
-                "speculative_tokens_per_s": _rate(self.tokens, self.speculative_seconds),
-                "drafted": self.drafted, "draft_acceptance": self.draft_acceptance,
-                "lossless": self.lossless,
-                "mismatches": [m.to_dict() for m in self.mismatches],
-                "acceptance_histogram": list(self.acceptance_histogram),
-                "warmup_seconds": self.warmup_seconds,
-                "per_prompt": list(self.per_prompt)}
-
-
-def _rate(tokens: int, seconds: float) -> float:
-    return tokens / seconds if seconds else 0.0
-
-
-def _first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
-    for i in range(max(len(a), len(b))):
-        if i >= len(a) or i >= len(b) or a[i] != b[i]:
-            return i
-    return None
-
-
-@torch.no_grad()
-def _logit_gap(target: TargetModel, prompt: Sequence[int], before: Sequence[int],
-               want: int, got: int) -> float:
-    """logit(want) - logit(got) after prompt + before, in one uncached forward."""
-    ids = torch.tensor([[*prompt, *before]], device=target.device)
-    logits, _ = target.forward_cached(ids, target.new_cache(), 0)
-    return float(logits[0, -1, want] - logits[0, -1, got])
-
-
-def evaluate(target: TargetModel, decode: Decoder | DFlashDrafter,
-             prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
-             stop_ids: Sequence[int] = (), warmup: bool = True,
-             max_draft: int | None = None,
-             on_phase: Callable[[str], None] | None = None,
-             on_prompt: Callable[[int, int], None] | None = None) -> EvalReport:
-    """Decode every prompt both ways: tau, wall-clock speedup, and token-level equality.
-
-    ``decode`` is a :class:`Decoder` (:func:`dflash_decoder`, :func:`ngram_decoder`) or a
-    DFlash drafter; ``max_draft`` sizes the acceptance histogram (default: the drafter's
-    block size minus one; required for another decoder). ``on_phase`` hears "warming up"
-    and "decoding"; ``on_prompt(done, total)`` after each prompt.
-    """
-    if not prompts:
-        raise ValueError("no prompts to evaluate")
-    if isinstance(decode, DFlashDrafter):
-        max_draft = _check_max_draft(max_draft, decode.cfg.block_size)
-        decode = dflash_decoder(target, decode, max_draft)
-    if max_draft is None:
-        raise ValueError("max_draft is needed to size the acceptance histogram")
-    warm_s = 0.0
-    if warmup:  # first calls allocate and pick kernels; keep them out of the timings
-        if on_phase is not None:
-            on_phase("warming up")
-        t0 = time.perf_counter()
-        target_greedy(target, prompts[0], max_new_tokens=min(8, max_new_tokens))
-        decode(prompts[0], max_new_tokens=min(8, max_new_tokens))
-        warm_s = time.perf_counter() - t0
-    if on_phase is not None:
-        on_phase(f"decoding {len(prompts)} prompt(s), target-only and speculative")
-    t_sec = s_sec = 0.0
-    tokens = ref_tokens = drafted = 0
-    cycles: list[int] = []
-    mismatches = []
-    per_prompt = []
-    for i, prompt in enumerate(prompts):
-        ref = target_greedy(target, prompt, max_new_tokens=max_new_tokens, stop_ids=stop_ids)
-        spec = decode(prompt, max_new_tokens=max_new_tokens, stop_ids=stop_ids)
-        t_sec += ref.seconds
-        s_sec += spec.seconds
-        tokens += len(spec.tokens)
-        ref_tokens += len(ref.tokens)
-        drafted += sum(spec.drafted)
-        cycles.extend(spec.accepted)
-        per_prompt.append({"tokens": len(spec.tokens), "cycles": len(spec.accepted),
-                           "tau": _rate(sum(spec.accepted), len(spec.accepted)),
-                           "target_seconds": ref.seconds, "speculative_seconds": spec.seconds})
-        at = _first_difference(ref.tokens, spec.tokens)
-        if at is not None:
-            want = ref.tokens[at] if at < len(ref.tokens) else None
-            got = spec.tokens[at] if at < len(spec.tokens) else None
-            gap = (None if want is None or got is None
-                   else _logit_gap(target, prompt, ref.tokens[:at], want, got))
-            mismatches.append(Mismatch(i, at, want, got, gap))
-        if on_prompt is not None:
-            on_prompt(i + 1, len(prompts))
-    histogram = [0] * (max_draft + 1)
-    for n in cycles:
-        histogram[n - 1] += 1
-    return EvalReport(prompts=len(prompts), tokens=tokens,
-                      tau=sum(cycles) / len(cycles) if cycles else 0.0,
-                      target_seconds=t_sec, speculative_seconds=s_sec,
-                      lossless=not mismatches, mismatches=tuple(mismatches),
-                      acceptance_histogram=tuple(histogram), target_tokens=ref_tokens,
-                      drafted=drafted, max_draft=max_draft, warmup_seconds=warm_s,
-                      per_prompt=tuple(per_prompt))

@@ -12,8 +12,9 @@ Protocol, per drafter rank d and its server t = D + d % K, in order on one chann
 A server answers its clients round-robin, one request each per turn. Every drafter rank
 makes the same requests in the same order (warm-up, steps, evaluations), so the turns
 line up. A drafter asks for the next batch's features before it trains on the current
-one (:meth:`FeatureClient.request` returns a future), so the target's forward runs while
-the drafter computes: that overlap is the only way split roles can beat colocated ones.
+one (:meth:`FeatureClient.request` returns a future; :class:`Lookahead` keeps the
+trainer one batch ahead), so the target's forward runs while the drafter computes: that
+overlap is the only way split roles can beat colocated ones.
 
 If any process dies, torchrun stops the others; the process group's timeout bounds a
 wait otherwise.
@@ -23,14 +24,21 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import Tensor
 
 from dflash.distributed.world import Roles, World
 
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+
 OP_DONE, OP_FEATURES = 0, 1
+
+Batch = tuple[Tensor, Tensor, dict[str, Any]]
+"""A training batch as the prefetcher gives it: input ids [B, S], loss mask [B, S], and
+the loader's state after it."""
 
 
 def split(world: World, target_ranks: int) -> tuple[Roles, World]:
@@ -41,11 +49,14 @@ def split(world: World, target_ranks: int) -> tuple[Roles, World]:
     roles = Roles(world.size, target_ranks)
     drafters = list(range(roles.drafter_ranks))
     group = dist.new_group(drafters)  # every rank must take part in new_group
-    if roles.is_target(world.rank):
+    if roles.is_target(world.rank):  # not a member: new_group gave it NON_GROUP_MEMBER
         return roles, World(rank=world.rank - roles.drafter_ranks, size=target_ranks,
                             local_rank=world.local_rank, devices=world.size)
+    # A member's group is a ProcessGroup. torch 2.15 types new_group's result as
+    # ``ProcessGroup | Literal[-100]`` (-100 for a non-member), older torch leaves it untyped.
     return roles, World(rank=world.rank, size=roles.drafter_ranks,
-                        local_rank=world.local_rank, group=group, devices=world.size)
+                        local_rank=world.local_rank, group=cast("ProcessGroup", group),
+                        devices=world.size)
 
 
 class FeatureClient:
@@ -87,6 +98,36 @@ class FeatureClient:
         dist.send(torch.tensor([OP_DONE, 0, 0], dtype=torch.int64, device=self.device),
                   self.server)
         self.closed = True
+
+
+class Lookahead:
+    """A drafter rank's training batches with their features, one batch ahead: when the
+    loop takes a batch, the features of the batch after it are already asked for, so the
+    target rank computes them while this rank trains."""
+
+    def __init__(self, client: FeatureClient) -> None:
+        self.client = client
+        self._ahead: tuple[Batch, Callable[[], Tensor]] | None = None
+
+    def _ask(self, batch: Batch) -> tuple[Batch, Callable[[], Tensor]]:
+        return batch, self.client.request(batch[0])
+
+    def next(self, take: Callable[[], Batch], *, more: bool) -> tuple[Batch, Tensor]:
+        """The next batch (from ``take`` unless asked for ahead) and its features; with
+        ``more`` (another step follows), ask for the batch after it before waiting."""
+        if self._ahead is None:
+            self._ahead = self._ask(take())
+        (batch, answer), self._ahead = self._ahead, None
+        if more:
+            self._ahead = self._ask(take())
+        return batch, answer()
+
+    def drain(self) -> None:
+        """Take an answer asked for ahead that no step used (the loop stopped early): the
+        target rank sends it anyway, and the stream must stay in step."""
+        if self._ahead is not None:
+            self._ahead[1]()
+            self._ahead = None
 
 
 class _Pending:

@@ -149,7 +149,7 @@ def test_cli_progress_goes_to_stderr(tmp_path: Path, capsys):
 def test_progress_lines_every_tenth_when_piped():
     import io
 
-    from dflash.decoding.progress import Progress
+    from dflash.cli.progress import Progress
 
     stream = io.StringIO()
     progress = Progress("prog", stream=stream, terminal=False)
@@ -166,7 +166,7 @@ def test_progress_lines_every_tenth_when_piped():
 def test_progress_bar_on_a_terminal_and_quiet():
     import io
 
-    from dflash.decoding.progress import Progress
+    from dflash.cli.progress import Progress
 
     stream = io.StringIO()
     with Progress("prog", stream=stream, terminal=True) as progress:

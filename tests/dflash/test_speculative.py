@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from dflash.decoding.evaluate import evaluate
 from dflash.decoding.generate import synthetic_prompts
 from dflash.decoding.speculative import (
     DraftStream,
-    evaluate,
     ngram_decoder,
     ngram_greedy,
     speculative_greedy,
@@ -101,6 +101,7 @@ def test_stop_ids_cut_both_paths_identically(tiny_target, untrained):
 
 def test_a_broken_verifier_is_caught(tiny_target, trained_tiny, monkeypatch):
     """The lossless check can fail: accept one draft too many and it must notice."""
+    import dflash.decoding.evaluate as ev
     import dflash.decoding.speculative as spec
 
     real = spec.target_greedy
@@ -113,7 +114,7 @@ def test_a_broken_verifier_is_caught(tiny_target, trained_tiny, monkeypatch):
         return spec.DecodeResult((*r.tokens[:5], (r.tokens[5] + 1) % 511, *r.tokens[6:]),
                                  r.target_forwards, r.seconds)
 
-    monkeypatch.setattr(spec, "target_greedy", off_by_one)
+    monkeypatch.setattr(ev, "target_greedy", off_by_one)  # the reference evaluate() runs
     bad = evaluate(tiny_target, trained_tiny.drafter, prompts, max_new_tokens=32, warmup=False)
     assert not bad.lossless and bad.mismatches[0].position == 5
     # The speculative token is the target's true argmax there: the corrupted reference
