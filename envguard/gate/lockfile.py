@@ -161,10 +161,10 @@ def build_entry(snapshot: Snapshot, lock: Lock, *, entry_id: str | None,
 def _snapshot_file(value: str | None, ctx: str) -> str | None:
     """An entry's ``snapshot_file``: a path inside the lock's folder (``NAME.snapshots/ID.json``
     as ``envguard lock`` writes it), never an absolute path or one climbing out with ``..``."""
-    if value is None:
-        return None
+    if not value:
+        return value  # none recorded (an empty string is read as written)
     parts = value.split("/")
-    if (not value or value.startswith("/") or "\\" in value or "\x00" in value
+    if (value.startswith("/") or "\\" in value or "\x00" in value
             or any(p in ("", ".", "..") for p in parts)):
         raise InputError(f"{ctx}.snapshot_file: {value[:80]!r} is not a path inside the "
                          "lock's folder")
