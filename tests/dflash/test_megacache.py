@@ -9,7 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from dflash.compilation.megacache import MegaCache, current_compat_key
+from dflash.compilation.megacache import (
+    MegaCache,
+    WarmUpCache,
+    before_warmup,
+    current_compat_key,
+)
 from dflash.errors import MegaCacheError
 from tests.dflash import launch
 from tests.dflash.conftest import ColdRace
@@ -56,3 +61,32 @@ def test_a_folder_that_took_the_artifact_in_is_marked_warm(tmp_path: Path, monke
     assert not MegaCache(tmp_path / "store", "sha256:" + "ef" * 32).local_is_warm()
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "another"))
     assert not mega.local_is_warm()  # a fresh folder: load again
+
+
+def test_the_trainers_warm_up_loads_before_and_saves_after(tmp_path: Path, monkeypatch):
+    """before_warmup and after_warmup, the trainer's two calls around its warm-up."""
+    import torch
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    store = tmp_path / "store"
+    assert before_warmup("off") is None
+    cold = before_warmup(str(store))
+    assert cold is not None and cold.loaded_seconds is None and cold.problem is None
+    # What this process compiled (stand-in bytes: a real compile is the slow test's).
+    monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (b"compiled", None))
+    assert cold.after_warmup() == len(b"compiled")
+    assert cold.mega.path.read_bytes() == b"compiled" and cold.mega.local_is_warm()
+    assert before_warmup(str(store)) is None  # this inductor folder holds the kernels
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "fresh"))
+    broken = before_warmup(str(store))  # those bytes are no artifact torch can load
+    assert broken is not None and broken.loaded_seconds is None
+    assert broken.problem is not None and str(cold.mega.path) in broken.problem
+    assert not broken.mega.local_is_warm()
+
+    def no_save() -> None:
+        raise AssertionError("a warm-up that loaded the artifact saves nothing")
+
+    monkeypatch.setattr(torch.compiler, "save_cache_artifacts", no_save)
+    loaded = WarmUpCache(cold.mega, loaded_seconds=0.5)
+    assert loaded.after_warmup() == 0 and loaded.mega.local_is_warm()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from dflash.distributed.roles import Lookahead
 from dflash.distributed.world import Roles
 from tests.dflash.launch import GLOO_TRANSPORT_FAILURES, REPO, SMALL, STEPS, env, losses, run
 
@@ -30,6 +31,48 @@ def test_roles_put_drafters_first_and_spread_clients_over_target_ranks():
     for bad in (0, 8, -1):
         with pytest.raises(ValueError, match="--target-ranks must be between 1 and"):
             Roles(world_size=8, target_ranks=bad)
+
+
+
+class _Client:
+    """A FeatureClient's request/answer protocol, recorded: batch n's features are n * 10."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def request(self, input_ids_BS):
+        n = int(input_ids_BS[0, 0])
+        self.events.append(f"ask {n}")
+
+        def wait():
+            self.events.append(f"wait {n}")
+            return input_ids_BS * 10
+        return wait
+
+
+def _batches(count: int):
+    import torch
+
+    return iter([(torch.full((1, 2), i), torch.ones(1, 2), {"batch": i}) for i in range(count)])
+
+
+def test_the_lookahead_asks_for_the_next_batch_before_waiting_for_this_one():
+    client = _Client()
+    batches = _batches(4)
+    ahead = Lookahead(client)
+    (ids, _, state), feats = ahead.next(lambda: next(batches), more=True)
+    assert state == {"batch": 0} and int(ids[0, 0]) == 0 and int(feats[0, 0]) == 0
+    assert client.events == ["ask 0", "ask 1", "wait 0"]
+    (ids, _, state), feats = ahead.next(lambda: next(batches), more=False)  # the last step
+    assert state == {"batch": 1} and int(ids[0, 0]) == 1 and int(feats[0, 0]) == 10
+    assert client.events[3:] == ["wait 1"]
+    ahead.drain()  # nothing asked for ahead
+    assert client.events[4:] == []
+    # Stopped early: the answer asked for ahead is still taken, once.
+    ahead.next(lambda: next(batches), more=True)
+    ahead.drain()
+    ahead.drain()
+    assert client.events[4:] == ["ask 2", "ask 3", "wait 2", "wait 3"]
 
 
 @pytest.mark.slow
