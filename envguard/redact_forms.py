@@ -6,6 +6,7 @@ name, then its value, as command lines, HTTP headers, JSON, YAML, INI and netrc 
   ``Cookie: a=1; b=2`` (the whole rest of the header), ``X-Api-Key: X``;
 * a key and its value: ``"password": "X"``, ``password: X``, ``secret = X``,
   ``{'api_key': 'X'}``, ``\\"token\\": \\"X\\"`` (JSON inside a JSON string);
+* a flag and its value as items of a list: ``["--token", "X"]``;
 * a netrc entry: ``machine h login u password X``;
 * credentials of ``curl -u`` and ``docker --user``: ``--user=u:X``, ``-u u:X``.
 
@@ -31,7 +32,7 @@ STEMS = ("token", "secret", "pass", "pwd", "key", "cred", "cookie", "sign", "aut
          "bearer", "jwt", "private", "sess", "sas", "sig", "dsn", "webhook", "pat")
 """Lower-case pieces, one of which is in every secret name (``password`` has ``pass``,
 ``x-api-key`` has ``key``, ``authorization`` has ``auth``)."""
-STEM_TAIL = re.compile(r"[A-Za-z0-9_.-]*\\{0,3}[\"']?[ \t]*[:=\s]")
+STEM_TAIL = re.compile(r"[A-Za-z0-9_.-]*\\{0,3}[\"']?[ \t]*[:=\s,]")
 """What follows a stem in a form: the rest of the name, a closing quote, the separator."""
 USER_FLAG = re.compile(r"(?<![A-Za-z0-9_-])(?:--user|-u)(?:=|\s)")
 MAYBE = re.compile(r"(?i:" + "|".join(STEMS) + r")" + STEM_TAIL.pattern + "|" + USER_FLAG.pattern)
@@ -59,6 +60,10 @@ KEY_VALUE = re.compile(r"(?<![A-Za-z0-9_.\\-])(?P<q>\\{0,3}[\"']|)"
                        r"[ \t]*" + _VALUE)
 """``"password": "X"``, ``password: X``, ``secret = X``, ``X-Api-Key: X``: masked when
 the key is secret (``name=value`` without spaces is :data:`envguard.redact._ASSIGNMENT`)."""
+FLAG_IN_LIST = re.compile(r"(?P<q>\\{0,3}[\"'])--?(?P<name>[A-Za-z][A-Za-z0-9_.-]{0,63})(?P=q)"
+                          r"[ \t]*,[ \t]*(?P<s>\\{0,3}\"[^\"\r\n]*\"|'[^'\r\n]*')")
+"""A secret flag and its value as items of a JSON or Python list of arguments
+(``["--token", "X"]``, ``['-password', 'X']``, an argv logged as a list)."""
 NETRC = re.compile(r"(?<![A-Za-z0-9_-])(?:machine|default|login)\s+(?:\S+\s+)??"
                    r"(?:(?:login|account|port)\s+\S+\s+){0,3}(?:password|passwd)\s+(?P<s>\S+)")
 """``machine h login u password X`` (one line or several), ``default login u password X``."""
@@ -107,8 +112,8 @@ def _mask_user(match: re.Match[str]) -> str:
     return _mask(match)
 
 
-FORMS = ((HEADER, _mask), (FLAG, _mask_named), (KEY_VALUE, _mask_key), (NETRC, _mask),
-         (USER, _mask_user))
+FORMS = ((HEADER, _mask), (FLAG, _mask_named), (FLAG_IN_LIST, _mask_named),
+         (KEY_VALUE, _mask_key), (NETRC, _mask), (USER, _mask_user))
 
 
 def may_hold_form(text: str) -> bool:

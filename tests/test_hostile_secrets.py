@@ -468,6 +468,16 @@ def test_argv_forms() -> None:
         "-H", "Authorization: token ***", "-HCookie: ***", "--lr", "3e-4"]
 
 
+def test_a_flag_and_its_value_as_list_items() -> None:
+    """An argv logged as a JSON or Python list: the item after a secret flag goes."""
+    assert redact.redact_text('{"argv": ["train", "--hf-token", "pw10", "--lr", "3e-4"]}') \
+        == '{"argv": ["train", "--hf-token", "***", "--lr", "3e-4"]}'
+    assert redact.redact_text("['-password', 'pw11', '--password-file', '/run/pw']") \
+        == "['-password', '***', '--password-file', '/run/pw']"
+    assert redact.redact_text('["--max-tokens", "512", "tokens, more"]') \
+        == '["--max-tokens", "512", "tokens, more"]'
+
+
 def test_token_counts_are_not_credentials() -> None:
     """``--max-tokens`` and friends are how many text tokens, in nearly every ML command
     line: kept. A credential that happens to sit beside them still goes."""
