@@ -87,6 +87,9 @@ def closure(snapshot: Snapshot, root: str, extras: tuple[str, ...] = (),
         pass  # absent, not a regular file (a FIFO would block), damaged: no memo
     names = _closure(snapshot, root, extras, root_requires, env)
     if trusted:
+        from envguard.probe.memo.prune import prune
+
+        prune(folder)  # at most once a day: memo files unused for a month go
         with contextlib.suppress(EnvguardError):
             write_text_atomic(memo, json.dumps(names), state_root=folder)
     return names

@@ -10,5 +10,7 @@ stale, so deleting one only costs time. They live in :func:`envguard.paths.memo_
   rows kept as :mod:`~envguard.probe.memo.rows`;
 - :mod:`~envguard.probe.memo.gpu`: ``nvidia-smi``'s answer, keyed by the driver's state;
 - :mod:`~envguard.probe.memo.facts`: the interpreter probe's answer, keyed by everything it
-  depends on.
+  depends on;
+- :mod:`~envguard.probe.memo.prune`: memo files unused for a month removed, at most once a
+  day, where memo files are written.
 """

@@ -65,6 +65,9 @@ def query(
     result = system.query_gpus(env, timeout)
     cuda = system.cuda_driver_version() if result.ok else None
     if result.ok and path is not None and system.readable(result.stdout):
+        from envguard.probe.memo.prune import prune
+
+        prune(memo_root)  # at most once a day: memo files unused for a month go
         with contextlib.suppress(OutputError):  # unwritable: only a slower next snapshot
             write_text_atomic(path, json.dumps({"stdout": result.stdout, "cuda_driver": cuda}),
                               state_root=memo_root)

@@ -75,6 +75,9 @@ def save(path: Path, tag: tuple[Any, ...], entries: dict[Any, Any]) -> str | Non
     is written into a folder that is not private, nor through a link."""
     if not private_folder(path.parent):
         return None
+    from envguard.probe.memo.prune import prune
+
+    prune(path.parent)  # at most once a day: memo files unused for a month go
     try:
         write_bytes_atomic(path, marshal.dumps(((*tag, marshal.version), entries)),
                            mode=0o600, durable=False, state_root=path.parent)
