@@ -33,10 +33,10 @@ from envguard.changes import SnapshotDiff
 from envguard.doctor import DoctorReport
 from envguard.errors import InputError
 from envguard.explain.interface import Finding
+from envguard.explain.report import DiffReport
 from envguard.frozen import frozen
 from envguard.gate.check import GateResult
 from envguard.model import Snapshot
-from envguard.render.report import DiffReport
 
 Verify = Literal["none", "size", "hash"]
 Format = Literal["text", "json", "markdown"]

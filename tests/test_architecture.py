@@ -228,3 +228,61 @@ def test_the_doctor_never_imports_a_diff_rule_module() -> None:
     direct = sorted(f"{m} -> {t}" for m, targets in graph.items()
                     if _within(m, ("envguard.doctor",)) for t in targets if t in rules)
     assert not direct, direct
+
+
+def test_every_report_in_the_render_table_has_text_markdown_and_json() -> None:
+    """One table from report type to module (``envguard.render.MODULES``); every module of
+    it renders all three formats, so a new format cannot silently fall back to text."""
+    import importlib
+
+    from envguard.render import MODULES, OutputFormat, renderer
+
+    assert len(set(MODULES.values())) == 9
+    for kind, name in MODULES.items():
+        module = importlib.import_module(f"envguard.render.{name}")
+        for fmt in OutputFormat:
+            chosen = renderer(module, fmt)  # type: ignore[arg-type]
+            assert callable(chosen), (kind, fmt)
+            assert chosen.__module__ == module.__name__, (kind, fmt)
+            assert chosen.__name__ == fmt.name.lower(), (kind, fmt)
+
+
+def _output_format_branches(root: Path) -> list[str]:
+    """``module:function`` of every place in ``envguard.render`` that names a member of
+    ``OutputFormat`` (``OutputFormat.JSON``) or compares with a format's name (``"json"``)."""
+    names = {f.lower() for f in ("TEXT", "JSON", "MARKDOWN")}
+    found: set[str] = set()
+
+    def visit(node: ast.AST, where: str) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            where = f"{where.split(':')[0]}:{node.name}"
+        if ((isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+             and node.value.id == "OutputFormat")
+                or (isinstance(node, ast.Compare)
+                    and any(isinstance(c, ast.Constant) and c.value in names
+                            for c in (node.left, *node.comparators)))):
+            found.add(where)
+        for child in ast.iter_child_nodes(node):
+            visit(child, where)
+
+    for name, path in modules_of(root, "envguard").items():
+        if name == "envguard.render" or name.startswith("envguard.render."):
+            visit(ast.parse(path.read_text(encoding="utf-8")), f"{name}:<module>")
+    return sorted(found)
+
+
+def test_the_dispatch_is_the_only_branch_on_output_format_in_render(tmp_path: Path) -> None:
+    """``envguard.render.renderer`` is the one place that chooses by format: a ``match`` over
+    ``OutputFormat`` that ends in ``assert_never``, so mypy proves it exhaustive."""
+    found = _output_format_branches(ROOT)
+    assert found == ["envguard.render:renderer"], found
+    init = (ROOT / "envguard" / "render" / "__init__.py").read_text(encoding="utf-8")
+    func = next(n for n in ast.walk(ast.parse(init))
+                if isinstance(n, ast.FunctionDef) and n.name == "renderer")
+    assert any(isinstance(n, ast.Call) and ast.unparse(n.func) == "assert_never"
+               for n in ast.walk(func))
+    planted = tmp_path / "envguard" / "render" / "late.py"
+    planted.parent.mkdir(parents=True)
+    planted.write_text('def json_or_text(fmt: str) -> str:\n'
+                       '    return "{}" if fmt == "json" else ""\n', encoding="utf-8")
+    assert _output_format_branches(tmp_path) == ["envguard.render.late:json_or_text"]

@@ -13,8 +13,8 @@ import pytest
 from envguard.changes import diff
 from envguard.exitcodes import ExitCode
 from envguard.explain import explain
-from envguard.render import diff_json, diff_markdown
-from envguard.render.report import DiffReport
+from envguard.explain.report import DiffReport
+from envguard.render import diff as diff_view
 from tests.incident import incident_pair, real_h200
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -56,7 +56,7 @@ def test_symptom_reranks_to_the_compile_cache() -> None:
 
 
 def test_json_golden() -> None:
-    text = diff_json.render(_report())
+    text = diff_view.json(_report())
     doc = json.loads(text)
     assert doc["schema"] == "envguard.diff/1"
     assert set(doc["findings"][0]) == {"rule", "severity", "title", "explanation", "evidence",
@@ -65,7 +65,7 @@ def test_json_golden() -> None:
 
 
 def test_markdown_golden() -> None:
-    _check_golden("incident.md", diff_markdown.render(_report()))
+    _check_golden("incident.md", diff_view.markdown(_report()))
 
 
 def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -6,11 +6,11 @@ import dataclasses
 import json
 from pathlib import Path
 
+from envguard.explain.report import DiffReport
 from envguard.gate import check
 from envguard.gate.lockfile import Lock, build_entry
 from envguard.model import Distribution, Snapshot
 from envguard.render import OutputFormat, PlainScreen, render
-from envguard.render.report import DiffReport
 from tests.incident import real_h200
 
 

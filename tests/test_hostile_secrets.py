@@ -29,9 +29,9 @@ import pytest
 from envguard import redact
 from envguard.changes import diff
 from envguard.explain import explain
+from envguard.explain.report import DiffReport
 from envguard.model import Environment, EnvValue, Snapshot
 from envguard.render import render
-from envguard.render.report import DiffReport
 
 PY = sys.executable
 SOURCE = str(Path(redact.__file__).resolve().parent.parent)

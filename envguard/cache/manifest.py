@@ -125,6 +125,30 @@ def build_label(b: Build) -> str:
 
 # -- reading the store ------------------------------------------------------------------
 
+def short_key(key: str | None) -> str:
+    """A compat key's first 12 hex digits; ``none`` when unknown."""
+    return (key or "none").removeprefix("sha256:")[:12]
+
+
+def build_differences(saved: Build, current: Build) -> str:
+    """What separates two builds, most telling first (not yet cleaned for a screen)."""
+    if (saved.torch_version, saved.torch_git_version) != (current.torch_version,
+                                                          current.torch_git_version):
+        text = (f"it was saved under {build_label(saved)}, this environment has "
+                f"{build_label(current)}")
+    else:
+        diffs = []
+        if saved.triton_version != current.triton_version:
+            diffs.append(f"triton {saved.triton_version} ≠ {current.triton_version}")
+        if sorted(saved.gpus) != sorted(current.gpus):
+            diffs.append(f"GPUs {', '.join(saved.gpus) or 'none'} ≠ "
+                         f"{', '.join(current.gpus) or 'none'}")
+        text = (f"both have {build_label(current)}, but "
+                + (", ".join(diffs) or "torch's sources or triton's build differ"))
+    return (f"{text} (compat key {short_key(saved.compat_key)} ≠ "
+            f"{short_key(current.compat_key)})")
+
+
 def parse_manifest(text: str, where: str) -> Manifest:
     """Validate a manifest; InputError (exit 2) naming ``where`` for anything unusable."""
     try:

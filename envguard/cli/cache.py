@@ -1,7 +1,7 @@
 """``envguard cache status|save|restore|mark``: the command-line side of compile-cache archives.
 
 Part of the CLI layer (it prints and picks exit codes); the work is done by
-:mod:`envguard.cache.store` and the text by :mod:`envguard.render.cache_text`.
+:mod:`envguard.cache.store` and the text by :mod:`envguard.render.cache`.
 A stale archive (saved under another build) is refused with ExitCode.REFUSED.
 """
 
@@ -108,7 +108,7 @@ def _sizes(snapshot: Snapshot) -> str:
 
 
 def _note(text: str) -> None:
-    """The texts are made safe by cache_text already; some are longer than a usual note."""
+    """The texts are made safe by render.cache already; some are longer than a usual note."""
     note(text, limit=2000)
 
 
@@ -123,7 +123,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_save(args: argparse.Namespace) -> int:
     from envguard.cache import manifest as cache_manifest
     from envguard.cache import store as cache_store
-    from envguard.render import cache_text
+    from envguard.render import cache as cache_view
     from envguard.render.sanitize import clean
 
     started = time.perf_counter()
@@ -144,10 +144,10 @@ def cmd_save(args: argparse.Namespace) -> int:
         progress.step(f"archiving {_sizes(snapshot)} of compile caches into {store}")
         manifest = cache_store.save(store, snapshot, name=args.name, compress=args.gzip,
                                     snapshot_ref=ref)
-    for line in cache_text.save_warnings(manifest):
+    for line in cache_view.save_warnings(manifest):
         _note(f"warning: {line}")
     _mark(lambda: cache_store.mark_saved(snapshot))
-    write_stdout("\n".join(cache_text.saved_lines(manifest, str(store / manifest.name),
+    write_stdout("\n".join(cache_view.saved_lines(manifest, str(store / manifest.name),
                                           time.perf_counter() - started)) + "\n")
     return ExitCode.OK
 
@@ -155,7 +155,7 @@ def cmd_save(args: argparse.Namespace) -> int:
 def cmd_restore(args: argparse.Namespace) -> int:
     from envguard.cache import manifest as cache_manifest
     from envguard.cache import store as cache_store
-    from envguard.render import cache_text
+    from envguard.render import cache as cache_view
     from envguard.render.sanitize import clean
 
     started = time.perf_counter()
@@ -169,17 +169,17 @@ def cmd_restore(args: argparse.Namespace) -> int:
         raise AssertionError(chosen.problem)
     if not chosen.matches:
         if not args.force:
-            _note(cache_text.refusal(chosen.name, manifest.build, current,
+            _note(cache_view.refusal(chosen.name, manifest.build, current,
                                      named=args.name is not None))
             return ExitCode.REFUSED
         _note(f"--force: restoring {clean(chosen.name)} of another build: "
-              f"{cache_text.differences(manifest.build, current)}")
+              f"{cache_view.differences(manifest.build, current)}")
     with StderrProgress() as progress:
         progress.step(f"verifying and restoring {chosen.name}")
         done = cache_store.restore(Path(chosen.path), manifest,
                                    cache_store.targets_of(snapshot, args.into))
     _mark(lambda: cache_store.mark_restored(done, manifest))
-    write_stdout("\n".join(cache_text.restored_lines(chosen.name, done,
+    write_stdout("\n".join(cache_view.restored_lines(chosen.name, done,
                                              time.perf_counter() - started)) + "\n")
     return ExitCode.OK
 

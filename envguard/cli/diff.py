@@ -131,8 +131,8 @@ def load_pair(old_ref: str, new_ref: str) -> tuple[Side, Side]:
 def cmd_diff(args: argparse.Namespace) -> int:
     from envguard.changes import diff
     from envguard.explain import explain, symptom_text
+    from envguard.explain.report import DiffReport
     from envguard.redact import redact_text
-    from envguard.render.report import DiffReport
 
     old, new = load_pair(args.old, args.new)
     symptom = symptom_text(args.symptom)

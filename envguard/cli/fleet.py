@@ -2,7 +2,7 @@
 
 Part of the CLI layer (it prints and picks exit codes); grouping and explanation live in
 :mod:`envguard.fleet.analyse`, the gathering in :mod:`envguard.fleet.gather`, the text in
-``envguard.render.fleet_*``.
+:mod:`envguard.render.fleet`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``envguard runs`` and ``envguard runs prune``: the guarded runs recorded here.
 
 Part of the CLI layer; the records are :mod:`envguard.runs.store`'s, the text is
-:mod:`envguard.render.runs_text`'s.
+:mod:`envguard.render.runs`'s.
 """
 
 from __future__ import annotations

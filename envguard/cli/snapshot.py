@@ -65,7 +65,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
         if not args.output:
             write_stdout(f"{destination}\n")
     if show_summary:
-        from envguard.render.summary import snapshot_summary
+        from envguard.render.snapshot import snapshot_summary
 
         stderr_console().print(snapshot_summary(snapshot, destination))
     return ExitCode.OK

@@ -31,6 +31,7 @@ from envguard.model import (
 )
 
 if TYPE_CHECKING:
+    from envguard.explain.report import DiffReport
     from envguard.gate.machine import NewMachine
 
 
@@ -91,6 +92,27 @@ class GateResult:
         if note.severity is not Severity.CRITICAL:
             return (*base, note)  # a warning only: never the headline of a refusal
         return tuple(sorted((note, *base), key=lambda f: (f.severity.rank, -f.weight, f.rule)))
+
+    def diff_report(self) -> DiffReport:
+        """The matched (or else the closest) entry against this environment. On a new
+        machine it lists no changes (another machine's package set is not a change), only
+        the ``new-machine`` finding; a blocking cold cache is its refusal."""
+        from envguard.explain.report import DiffReport
+
+        closest = self.matched or self.closest
+        if closest is None:
+            raise InputError(f"{self.lock_path}: the lock has no environment entries")
+        old_name = f"{self.lock_path} [{closest.entry.id}]"
+        if self.new_machine is not None:
+            return DiffReport(old_name=old_name, new_name="this environment",
+                              diff=SnapshotDiff(changes=()), findings=self.findings,
+                              refused_by=next(f.title for f in self.findings
+                                              if f.rule == "new-machine"))
+        blocking = self.cache_note if (self.cache_note is not None and not self.passed
+                                       and self.matched is not None) else None
+        return DiffReport(old_name=old_name, new_name="this environment", diff=closest.diff,
+                          findings=self.findings,
+                          refused_by=blocking.title if blocking is not None else None)
 
 
 def _closeness(comparison: EntryComparison) -> tuple[int, str]:

@@ -1,42 +1,41 @@
 """Renderers: pure functions from plain data to text.
 
 :func:`render` is the one place where an output format is chosen. Every command hands
-it its report and the ``--format`` asked for, and writes the string it gets back:
+it its report and the ``--format`` asked for, and writes the string it gets back.
 
-============================  ==========================  =====================
-report                        text                        json / markdown
-============================  ==========================  =====================
-``DiffReport`` (diff)         :mod:`.diff_text`            :mod:`.diff_json`,
-                                                           :mod:`.diff_markdown`
-``GateResult`` (check, run)   :mod:`.gate_text`            the closest entry's
-                                                           ``DiffReport``
-``FleetReport`` (fleet)       :mod:`.fleet_text`           :mod:`.fleet_json`,
-                                                           :mod:`.fleet_markdown`
-``CacheStatus`` (cache)       :mod:`.cache_text`           ``to_dict``,
-                                                           :mod:`.state_markdown`
-``RestoreReport`` (restore)   :mod:`.restore_text`         ``to_dict``,
-                                                           :mod:`.state_markdown`
-``CondaRestoreReport``        :mod:`.restore_text`         ``to_dict``,
-(restore of a conda env)                                   :mod:`.state_markdown`
-``RunList`` (runs)            :mod:`.runs_text`            ``to_dict``,
-                                                           :mod:`.state_markdown`
-``DoctorReport`` (doctor)     :mod:`.doctor_views`         :mod:`.doctor_views`
-``Timeline`` (history)        :mod:`.doctor_views`         :mod:`.doctor_views`
-``BisectReport`` (bisect)     :mod:`.bisect_views`         json: its ``to_dict``,
-                                                           :mod:`.bisect_views`
-============================  ==========================  =====================
+Each report has one module here, and every such module has the same three renderers,
+``text``, ``markdown`` and ``json``, each ``(report, show_all) -> str | rich renderable``:
 
-A report's type is recognised by name, so that rendering one kind of report imports
-nothing of the others (the gate's happy path must not even import rich).
+==============================  ==================
+report                          module
+==============================  ==================
+``DiffReport`` (diff)           :mod:`.diff`
+``GateResult`` (check, run)     :mod:`.gate`
+``FleetReport`` (fleet)         :mod:`.fleet`
+``CacheStatus`` (cache)         :mod:`.cache`
+``RestoreReport``,              :mod:`.restore`
+``CondaRestoreReport`` (restore)
+``RunList`` (runs)              :mod:`.runs`
+``DoctorReport`` (doctor)       :mod:`.doctor`
+``Timeline`` (history)          :mod:`.history`
+``BisectReport`` (bisect)       :mod:`.bisect`
+==============================  ==================
+
+That table is :data:`MODULES`; :func:`renderer` is the one branch over
+:class:`OutputFormat` (a type checker proves it exhaustive). A report's type is
+recognised by name and its module imported on first use, so that rendering one kind of
+report imports nothing of the others (the gate's happy path must not even import rich).
+(:mod:`.snapshot` is ``envguard snapshot``'s summary on stderr, not a ``--format``.)
 """
 
 from __future__ import annotations
 
+import importlib
 import json
+import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, cast
 
-from envguard.errors import InputError
 from envguard.frozen import frozen
 from envguard.render.formats import OutputFormat
 
@@ -46,17 +45,27 @@ if TYPE_CHECKING:
     from envguard.bisection.report import BisectReport
     from envguard.cache.store import CacheStatus
     from envguard.doctor import DoctorReport
+    from envguard.explain.report import DiffReport
     from envguard.fleet.analyse import FleetReport
     from envguard.gate.check import GateResult
     from envguard.history import Timeline
-    from envguard.render.report import DiffReport
     from envguard.restore.report import CondaRestoreReport, RestoreReport
     from envguard.runs.store import RunList
 
     Report = (DiffReport | GateResult | FleetReport | CacheStatus | RestoreReport
               | CondaRestoreReport | RunList | DoctorReport | Timeline | BisectReport)
 
-__all__ = ["PLAIN", "OutputFormat", "PlainScreen", "Screen", "json_text", "render", "to_text"]
+if sys.version_info >= (3, 11):
+    from typing import assert_never
+else:  # pragma: no cover - Python 3.10
+    def assert_never(value: NoReturn) -> NoReturn:
+        raise AssertionError(f"unhandled value: {value!r}")
+
+Renderer = Callable[[Any, bool], "str | RenderableType"]
+"""``(report, show_all) -> str | rich renderable``: one format of one report."""
+
+__all__ = ["MODULES", "PLAIN", "OutputFormat", "PlainScreen", "Renderers", "Screen", "json_text",
+           "render", "renderer", "to_text"]
 
 
 class Screen(Protocol):
@@ -84,10 +93,8 @@ def render(report: Report, fmt: OutputFormat | str, *, show_all: bool = False,
     """``report`` in format ``fmt``. ``show_all``: every change, also immaterial ones (diff),
     or every package, also those that stay (restore). ``screen``: for text only."""
     fmt = OutputFormat(fmt)
-    kind = type(report).__name__
-    out = _KINDS[kind](report, fmt, show_all)
-    if out is None:
-        raise InputError(f"{kind}: no {fmt.value} output")
+    module = importlib.import_module(f"{__name__}.{MODULES[type(report).__name__]}")
+    out = renderer(cast(Renderers, module), fmt)(report, show_all)
     return out if isinstance(out, str) else to_text(out, screen)
 
 
@@ -109,125 +116,36 @@ def json_text(document: object) -> str:
     return json.dumps(document, indent=2, sort_keys=True, ensure_ascii=True) + "\n"
 
 
-def _diff(report: DiffReport, fmt: OutputFormat, show_all: bool) -> str | RenderableType:
-    if fmt is OutputFormat.JSON:
-        from envguard.render import diff_json
-
-        return diff_json.render(report)
-    if fmt is OutputFormat.MARKDOWN:
-        from envguard.render import diff_markdown
-
-        return diff_markdown.render(report, show_all=show_all)
-    from envguard.render import diff_text
-
-    return diff_text.render(report, show_all=show_all)
-
-
-def _gate(result: GateResult, fmt: OutputFormat, show_all: bool) -> str | RenderableType:
-    from envguard.render import gate_text
-
-    if fmt is OutputFormat.TEXT:
-        return gate_text.render(result)
-    return _diff(gate_text.diff_report(result), fmt, show_all)
-
-
-def _fleet(report: FleetReport, fmt: OutputFormat, show_all: bool) -> str | RenderableType:
-    if fmt is OutputFormat.JSON:
-        from envguard.render import fleet_json
-
-        return fleet_json.render(report)
-    if fmt is OutputFormat.MARKDOWN:
-        from envguard.render import fleet_markdown
-
-        return fleet_markdown.render(report)
-    from envguard.render import fleet_text
-
-    return fleet_text.render(report)
-
-
-def _cache_status(st: CacheStatus, fmt: OutputFormat, show_all: bool) -> str | RenderableType:
-    if fmt is OutputFormat.JSON:
-        return json_text(st.to_dict())
-    if fmt is OutputFormat.MARKDOWN:
-        from envguard.render import state_markdown
-
-        return state_markdown.cache_status(st)
-    from envguard.render import cache_text
-
-    return cache_text.status_view(st)
-
-
-def _restore(report: RestoreReport, fmt: OutputFormat, show_all: bool) -> str | RenderableType:
-    if fmt is OutputFormat.JSON:
-        return json_text(report.to_dict())
-    if fmt is OutputFormat.MARKDOWN:
-        from envguard.render import state_markdown
-
-        return state_markdown.restore(report, show_all=show_all)
-    from envguard.render import restore_text
-
-    if report.verification is not None:
-        return restore_text.render_verification(report.verification)
-    return restore_text.render_plan(report.plan, show_keep=show_all)
-
-
-def _conda_restore(report: CondaRestoreReport, fmt: OutputFormat, show_all: bool) -> str:
-    if fmt is OutputFormat.JSON:
-        return json_text(report.to_dict())
-    if fmt is OutputFormat.MARKDOWN:
-        from envguard.render import state_markdown
-
-        return state_markdown.conda_restore(report)
-    from envguard.render import restore_text
-
-    return restore_text.render_conda(report)
-
-
-def _runs(report: RunList, fmt: OutputFormat, show_all: bool) -> str | RenderableType:
-    if fmt is OutputFormat.JSON:
-        return json_text(report.to_dict())
-    if fmt is OutputFormat.MARKDOWN:
-        from envguard.render import state_markdown
-
-        return state_markdown.runs(report)
-    from envguard.render import runs_text
-
-    return runs_text.render(report)
-
-
-def _doctor(report: DoctorReport, fmt: OutputFormat, show_all: bool) -> str | RenderableType:
-    from envguard.render import doctor_views
-
-    if fmt is OutputFormat.JSON:
-        return doctor_views.doctor_json(report)
-    if fmt is OutputFormat.MARKDOWN:
-        return doctor_views.doctor_markdown(report)
-    return doctor_views.doctor_text(report)
-
-
-def _history(timeline: Timeline, fmt: OutputFormat, show_all: bool) -> str | RenderableType:
-    from envguard.render import doctor_views
-
-    if fmt is OutputFormat.JSON:
-        return doctor_views.history_json(timeline)
-    if fmt is OutputFormat.MARKDOWN:
-        return doctor_views.history_markdown(timeline)
-    return doctor_views.history_text(timeline)
-
-
-def _bisect(report: BisectReport, fmt: OutputFormat, show_all: bool) -> str | RenderableType:
-    if fmt is OutputFormat.JSON:
-        return json_text(report.to_dict())
-    from envguard.render import bisect_views
-
-    if fmt is OutputFormat.MARKDOWN:
-        return bisect_views.markdown(report)
-    return bisect_views.text(report)
-
-
-_KINDS: dict[str, Callable[[Any, OutputFormat, bool], str | RenderableType | None]] = {
-    "DiffReport": _diff, "GateResult": _gate, "FleetReport": _fleet,
-    "CacheStatus": _cache_status, "RestoreReport": _restore,
-    "CondaRestoreReport": _conda_restore, "RunList": _runs,
-    "DoctorReport": _doctor, "Timeline": _history, "BisectReport": _bisect,
+MODULES: dict[str, str] = {
+    "DiffReport": "diff", "GateResult": "gate", "FleetReport": "fleet",
+    "CacheStatus": "cache", "RestoreReport": "restore", "CondaRestoreReport": "restore",
+    "RunList": "runs", "DoctorReport": "doctor", "Timeline": "history",
+    "BisectReport": "bisect",
 }
+"""Report type (its class name) -> the module of :mod:`envguard.render` that renders it."""
+
+
+class Renderers(Protocol):
+    """A module of :data:`MODULES`: its three renderers."""
+
+    @property
+    def text(self) -> Renderer: ...
+
+    @property
+    def markdown(self) -> Renderer: ...
+
+    @property
+    def json(self) -> Renderer: ...
+
+
+def renderer(module: Renderers, fmt: OutputFormat) -> Renderer:
+    """The one branch over :class:`OutputFormat`: ``module``'s renderer for ``fmt``."""
+    match fmt:
+        case OutputFormat.TEXT:
+            return module.text
+        case OutputFormat.MARKDOWN:
+            return module.markdown
+        case OutputFormat.JSON:
+            return module.json
+        case _:
+            assert_never(fmt)

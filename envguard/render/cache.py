@@ -1,4 +1,5 @@
-"""``envguard cache`` output: pure functions of the store's data, no I/O.
+"""``envguard cache`` output: pure functions of the store's data, no I/O. ``cache status``
+in text, Markdown and JSON; the lines of ``cache save`` and ``cache restore``.
 
 Paths, names and versions come from the environment or from a store that anyone may
 have written; every one goes through :func:`clean` and into ``Text``, never markup.
@@ -12,8 +13,16 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from envguard.cache.manifest import Build, Manifest, StoredArchive, build_label
+from envguard.cache.manifest import (
+    Build,
+    Manifest,
+    StoredArchive,
+    build_differences,
+    build_label,
+    short_key,
+)
 from envguard.cache.store import CacheState, CacheStatus, Restored
+from envguard.render.markdown import md, md_table
 from envguard.render.sanitize import clean, clean_path
 from envguard.units import human_bytes
 
@@ -32,10 +41,6 @@ def age(seconds: float | None) -> str:
     return f"{s / 86400:.0f} d"
 
 
-def short_key(key: str | None) -> str:
-    return (key or "none").removeprefix("sha256:")[:12]
-
-
 def build_line(b: Build) -> str:
     """The build in one line: torch, triton, GPUs and the short compat key."""
     parts = [clean(build_label(b))]
@@ -48,21 +53,7 @@ def build_line(b: Build) -> str:
 
 def differences(saved: Build, current: Build) -> str:
     """What separates two builds, most telling first."""
-    if (saved.torch_version, saved.torch_git_version) != (current.torch_version,
-                                                          current.torch_git_version):
-        text = (f"it was saved under {build_label(saved)}, this environment has "
-                f"{build_label(current)}")
-    else:
-        diffs = []
-        if saved.triton_version != current.triton_version:
-            diffs.append(f"triton {saved.triton_version} ≠ {current.triton_version}")
-        if sorted(saved.gpus) != sorted(current.gpus):
-            diffs.append(f"GPUs {', '.join(saved.gpus) or 'none'} ≠ "
-                         f"{', '.join(current.gpus) or 'none'}")
-        text = (f"both have {build_label(current)}, but "
-                + (", ".join(diffs) or "torch's sources or triton's build differ"))
-    return clean(f"{text} (compat key {short_key(saved.compat_key)} ≠ "
-                 f"{short_key(current.compat_key)})", 600)
+    return clean(build_differences(saved, current), 600)
 
 
 def refusal(name: str, saved: Build, current: Build, *, named: bool = True) -> str:
@@ -128,7 +119,7 @@ def _created(m: Manifest, now: float) -> str:
     return f"{age(now - when.replace(tzinfo=timezone.utc).timestamp())} ago"
 
 
-def status_view(st: CacheStatus) -> RenderableType:
+def text(st: CacheStatus, show_all: bool = False) -> RenderableType:
     head = Text("this environment: ", style="bold")
     head.append(build_line(st.build))
     parts: list[RenderableType] = [head, Text(), _caches_table(st)]
@@ -185,3 +176,31 @@ def restored_lines(name: str, done: list[Restored], seconds: float) -> list[str]
                          "works)")
     lines.append(f"done in {seconds:.1f} s")
     return lines
+
+
+def markdown(st: CacheStatus, show_all: bool = False) -> str:
+    b = st.build
+    out = ["## envguard cache status", "",
+           f"This environment: {md(build_label(b))}"
+           + (f" · triton {md(b.triton_version)}" if b.triton_version else "")
+           + f" · compat key `{md(short_key(b.compat_key))}`", ""]
+    rows = [(md(c.kind), md(c.state), "–" if c.state == "missing" else f"{c.files:,}",
+             "–" if c.state == "missing" else human_bytes(c.total_bytes),
+             md(c.filesystem or "?"), f"`{md(c.path, 300)}`") for c in st.caches]
+    out += md_table(("kind", "state", "files", "size", "fs", "path"), rows)
+    if not st.archives:
+        return "\n".join([*out, f"No archives in `{md(st.store)}` (`envguard cache save`).", ""])
+    archive_rows = [(md(a.name, 130),
+                     "unusable" if a.manifest is None else ("yes" if a.matches else "no"),
+                     "" if a.manifest is None else f"{a.manifest.files:,}",
+                     "" if a.manifest is None else human_bytes(a.manifest.total_bytes))
+                    for a in st.archives]
+    out += [f"Archives in `{md(st.store)}`:", ""]
+    out += md_table(("name", "this build", "files", "size"), archive_rows)
+    return "\n".join(out)
+
+
+def json(st: CacheStatus, show_all: bool = False) -> str:
+    from envguard.render import json_text
+
+    return json_text(st.to_dict())

@@ -1,4 +1,5 @@
-"""The compact snapshot summary shown on stderr: a pure function of the snapshot."""
+"""``envguard snapshot``'s compact summary on stderr: a pure function of the snapshot (the
+snapshot itself is the file it writes; no other format)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""``envguard bisect`` output: text for a terminal and Markdown, pure functions of the report.
+"""``envguard bisect`` output: text for a terminal, Markdown and JSON (the report's ``to_dict``);
+pure functions of the report.
 
 Package names, versions, variable values and the command's output come from snapshots and
 from the command: they go into ``Text`` objects after ``clean()`` (masked), never markup.
@@ -48,7 +49,7 @@ def _runs(trial: Trial) -> str:
     return f"{trial.failed_runs}/{len(trial.runs)} failed, {trial.run_seconds:.1f} s"
 
 
-def text(report: BisectReport) -> RenderableType:
+def text(report: BisectReport, show_all: bool = False) -> RenderableType:
     head = Text()
     head.append(f"bisect {_safe(report.good_name, 200)} → {_safe(report.bad_name, 200)}: ",
                 style="bold")
@@ -109,7 +110,7 @@ def _md(value: str, limit: int = 300) -> str:
     return _safe(value, limit).replace("|", "\\|").replace("`", "'")
 
 
-def markdown(report: BisectReport) -> str:
+def markdown(report: BisectReport, show_all: bool = False) -> str:
     label = _VERDICT.get(report.verdict, ("inconclusive", ""))[0]
     out = [f"## envguard bisect: {label}", "",
            f"`{_md(report.good_name)}` → `{_md(report.bad_name)}`, command "
@@ -129,3 +130,9 @@ def markdown(report: BisectReport) -> str:
                    f"{_md(_runs(t))} | {_md(t.reason)} |")
     out += ["", *(f"- note: {_md(n)}" for n in report.notes)]
     return "\n".join(out).rstrip() + "\n"
+
+
+def json(report: BisectReport, show_all: bool = False) -> str:
+    from envguard.render import json_text
+
+    return json_text(report.to_dict())
