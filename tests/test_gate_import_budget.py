@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from tests.test_architecture import ROOT, explain_rule_modules
-from tests.test_hostile_state import DEMO_MAIN, SRC
-from tests.wheelfactory import Venv, VenvFactory, build_wheel, fake_torch_files, find_uv
+from tests.test_hostile_state import SRC
+from tests.test_hostile_state import good as good  # the module's fixture: a passing venv
+from tests.wheelfactory import Venv
 
 GATE_MODULES = [
     "envguard",
@@ -102,23 +103,6 @@ parsed by hand)."""
 RENDER_HELPERS = ("envguard.render", "envguard.render.formats", "envguard.render.sanitize")
 """What the command line takes from ``envguard.render`` on the way to the child: the
 ``--format`` choices and the cleaning of a line it shows. Any renderer proper is banned."""
-
-
-@pytest.fixture(scope="module")
-def good(tmp_path_factory: pytest.TempPathFactory) -> Venv:
-    uv = find_uv()
-    if uv is None:
-        pytest.skip("uv is not installed")
-    root = tmp_path_factory.mktemp("budget-venvs")
-    (root / "venvs").mkdir()
-    wheels = root / "wheels"
-    torch = build_wheel(wheels, "torch", "2.11.0+cu128", fake_torch_files())
-    demo = build_wheel(wheels, "demo-train", "1.0", {"demo_train/__init__.py": DEMO_MAIN},
-                       requires=("torch",), scripts={"demo-train": "demo_train:main"})
-    factory = VenvFactory(root / "venvs", wheels, uv)
-    env = factory.create("good")
-    factory.uv_install(env, torch, demo)
-    return env
 
 
 def envguard(*args: str | Path, cwd: Path, flags: tuple[str, ...] = ()

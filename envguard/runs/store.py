@@ -236,7 +236,7 @@ def list_runs(cwd: Path) -> list[RunRecord]:
 def last_good(cwd: Path) -> RunRecord | None:
     """The run ``last-good`` points at, or None (no pointer, or a stale one)."""
     path = runs_dir(cwd) / LAST_GOOD
-    if not path.is_file() or path.is_symlink():
+    if not path.is_file():  # a link is refused by the read below: None too
         return None
     try:
         data = json.loads(read_input_text(path, what="last-good pointer",
