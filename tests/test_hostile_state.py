@@ -381,15 +381,21 @@ def _untouched(live: dict[str, tuple[str, int, str]]) -> None:
             if ".restoring-" in p.name or ".before-restore-" in p.name] == []
 
 
+def _restore_refused(builds: Builds, live: dict[str, tuple[str, int, str]], why: str) -> None:
+    """``cache restore`` refuses the planted archive in one line (exit 2), within 30 s, and
+    the live cache is as it was."""
+    proc = envguard_cli("cache", "restore", "good", "--python", builds.a.path, cwd=Path.cwd(),
+                        timeout=30)
+    assert proc.returncode == ExitCode.USAGE, proc.stderr
+    assert len(lines(proc.stderr)) == 1 and why in proc.stderr, proc.stderr
+    _untouched(live)
+
+
 def test_a_fifo_for_a_tar_is_refused_at_once(builds: Builds) -> None:
     folder, live = _saved(builds)
     (folder / "inductor.tar").unlink()
     os.mkfifo(folder / "inductor.tar")
-    proc = envguard_cli("cache", "restore", "good", "--python", builds.a.path, cwd=Path.cwd(),
-                        timeout=30)
-    assert proc.returncode == ExitCode.USAGE, proc.stderr
-    assert len(lines(proc.stderr)) == 1 and "not a regular file" in proc.stderr, proc.stderr
-    _untouched(live)
+    _restore_refused(builds, live, "not a regular file")
 
 
 def _bomb(announced: int) -> bytes:
@@ -403,11 +409,7 @@ def _bomb(announced: int) -> bytes:
 def test_a_tar_bomb_is_refused_from_its_headers(builds: Builds) -> None:
     folder, live = _saved(builds)
     _rewrite(folder, _bomb(2 << 40))  # 2 TiB announced, past any cap
-    proc = envguard_cli("cache", "restore", "good", "--python", builds.a.path, cwd=Path.cwd(),
-                        timeout=30)
-    assert proc.returncode == ExitCode.USAGE, proc.stderr
-    assert len(lines(proc.stderr)) == 1 and "announce more than" in proc.stderr, proc.stderr
-    _untouched(live)
+    _restore_refused(builds, live, "announce more than")
 
 
 def test_extraction_stops_at_the_cap_whatever_was_checked(tmp_path: Path) -> None:
