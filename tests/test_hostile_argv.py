@@ -282,6 +282,8 @@ def test_non_utf8_lock_options_are_one_line_refusals(tmp_path: Path) -> None:
         line = one_line_refusal(proc)
         assert "UTF-8" in line, args
     assert not (tmp_path / "lockfiles" / "demo.toml").exists()
+    snapshots = tmp_path / "lockfiles" / "demo.snapshots"  # a refused lock leaves no part
+    assert not snapshots.exists() or not any(snapshots.iterdir())
 
 
 def test_non_utf8_restore_paths_are_written_escaped(good_json: tuple[Venv, Path],

@@ -120,13 +120,7 @@ def cmd_lock(args: argparse.Namespace) -> int:
         file_patterns=tuple(args.files) if args.files is not None else None,
         cache_policy=args.cache_policy,
         forbidden=tuple(args.forbid) if args.forbid is not None else None)
-    try:
-        done = bless(request)
-    except UnicodeEncodeError:  # a file a --file pattern matched has a non-UTF-8 name
-        raise InputError("the lock would hold text that is not valid UTF-8 (the name of a "
-                         "file a --file pattern matches, or a value in the snapshot), which "
-                         "a lock (UTF-8 TOML) cannot hold: rename it or narrow the "
-                         "pattern") from None
+    done = bless(request)
     lock, entry = done.lock, done.entry
     from envguard.redact import redact_text
 

@@ -170,12 +170,27 @@ def _write(request: LockRequest, name: str, path: Path, root: Path, existing: Lo
     snap_rel = f"{name}.snapshots/{entry.id}.json"
     check_state_path(path, path.parent)  # both refused before either is written
     check_state_path(path.parent / snap_rel, path.parent)
-    write_text_atomic(path.parent / snap_rel, snapshot.to_json(), state_root=path.parent)
     entry = dataclasses.replace(entry, snapshot_file=snap_rel)
     lock = lock.with_entry(entry)
-    write_text_atomic(path, dump_lock(lock), state_root=path.parent)
+    snapshot_text, lock_text = snapshot.to_json(), dump_lock(lock)
+    _utf8(snapshot_text, lock_text)  # neither written unless both can be
+    write_text_atomic(path.parent / snap_rel, snapshot_text, state_root=path.parent)
+    write_text_atomic(path, lock_text, state_root=path.parent)
     replaced = existing is not None and any(e.id == entry.id for e in existing.entries)
     return Blessed(path=path, lock=lock, entry=entry, replaced=replaced)
+
+
+def _utf8(*texts: str) -> None:
+    """A lock and its snapshot are UTF-8 files: text that is not (the non-UTF-8 name of a
+    file a ``--file`` pattern matched, kept by Python as surrogate escapes) is refused."""
+    for text in texts:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InputError("the lock would hold text that is not valid UTF-8 (the name of "
+                             "a file a --file pattern matches, or a value in the snapshot), "
+                             "which a lock (UTF-8 TOML) cannot hold: rename it or narrow the "
+                             "pattern") from None
 
 
 def _refuse_credentials(lock: Lock, entry: LockEntry) -> None:
