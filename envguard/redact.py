@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import itertools
 import re
 from collections.abc import Callable, Sequence
@@ -52,6 +53,8 @@ from envguard.redact_shapes import (
     SECRET_VALUES,
     SHAPES,
     WORDS,
+    has_assignment,
+    redact_shapes,
 )
 from envguard.redact_shapes import may_hold_shape as _may_hold_shape
 from envguard.validation import field_names
@@ -63,20 +66,24 @@ MAX_TEXT = 1 << 20
 """A string longer than this (1 MiB) that may hold a credential is masked whole: no
 value envguard records is that long, and the search stays fast on hostile input."""
 
-_MAYBE = re.compile(SHAPES.pattern + "|" + _FORM_MAYBE.pattern)
-"""A necessary condition for any rule at all (the shapes, or a form of
-:mod:`envguard.redact_forms`): most strings (versions, names, hashes, paths) fail it, and
-skip the full set."""
+
+
+@functools.cache
+def _maybe() -> re.Pattern[str]:
+    """A necessary condition for any rule at all (the shapes, or a form of
+    :mod:`envguard.redact_forms`): most strings (versions, names, hashes, paths) fail it,
+    and skip the full set. Compiled on first use, for text beyond ASCII only: ASCII text
+    meets the same condition in the cheap tests of :func:`suspects`."""
+    return re.compile(SHAPES + "|" + _FORM_MAYBE)
 
 
 def _may_hold_secret(text: str) -> bool:
-    """Exactly whether :data:`_MAYBE` matches ``text``."""
+    """Exactly whether :func:`_maybe` matches ``text``."""
     return _may_hold_shape(text) or may_hold_form(text)
 
 
-_ASSIGNMENT = re.compile(
-    r"(?<![A-Za-z0-9_.-])-{0,2}(?P<name>[A-Za-z_][A-Za-z0-9_-]{0,127})=(?!=)"
-    r"(?P<s>\"[^\"]*\"|'[^']*'|[^\s\"'&;,]+)")
+_ASSIGNMENT = (r"(?<![A-Za-z0-9_.-])-{0,2}(?P<name>[A-Za-z_][A-Za-z0-9_-]{0,127})=(?!=)"
+               r"(?P<s>\"[^\"]*\"|'[^']*'|[^\s\"'&;,]+)")
 """``NAME=value`` inside text or argv (``password=…``, ``--hf-token=…``): masked when
 NAME is a secret name that does not name a place (:func:`secret_flag`: ``password-file=``
 is kept)."""
@@ -106,9 +113,9 @@ def redact_text(text: str) -> str:
     if len(text) > MAX_TEXT:
         return MASK
     if shape:
-        for pattern in SECRET_VALUES:
-            text = pattern.sub(_mask_group, text)
-        text = _ASSIGNMENT.sub(_mask_assignment, text)
+        text = redact_shapes(text, _mask_group)
+        if not text.isascii() or has_assignment(text):
+            text = re.sub(_ASSIGNMENT, _mask_assignment, text)
     return redact_forms(text) if form else text
 
 
@@ -168,7 +175,7 @@ def _strings(value: object, out: list[str]) -> None:
 
 
 _NAME_THEN_EQUALS = re.compile(r"[A-Za-z0-9_-]=")
-"""An ``=`` after a name character (:data:`_NAME_CHARS`): what :func:`_assignment` needs."""
+"""An ``=`` after a name character: what :func:`has_assignment` needs."""
 _SEP = "\x00"
 """Joins the strings :func:`suspects` looks through at once: in no literal of the filter,
 not a name character, not in a long run's class, so no hit spans two strings."""
@@ -185,7 +192,7 @@ def suspects(strings: Sequence[str]) -> set[str]:
         if not text:
             continue
         if not text.isascii():
-            if _MAYBE.search(text) is not None:
+            if _maybe().search(text) is not None:
                 found.add(text)
         else:
             plain.append(text)

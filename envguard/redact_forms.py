@@ -22,7 +22,9 @@ with ``-u``/``--user``; text without one (nearly every version, path and package
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 
 from envguard.redact_names import secret_flag
 
@@ -35,8 +37,9 @@ STEMS = ("token", "secret", "pass", "pwd", "key", "cred", "cookie", "sign", "aut
 STEM_TAIL = re.compile(r"[A-Za-z0-9_.-]*\\{0,3}[\"']?[ \t]*[:=\s,]")
 """What follows a stem in a form: the rest of the name, a closing quote, the separator."""
 USER_FLAG = re.compile(r"(?<![A-Za-z0-9_-])(?:--user|-u)(?:=|\s)")
-MAYBE = re.compile(r"(?i:" + "|".join(STEMS) + r")" + STEM_TAIL.pattern + "|" + USER_FLAG.pattern)
-"""A necessary condition for every pattern of :data:`FORMS`."""
+MAYBE = r"(?i:" + "|".join(STEMS) + r")" + STEM_TAIL.pattern + "|" + USER_FLAG.pattern
+"""The source of a necessary condition for every pattern of :data:`FORMS` (compiled only
+for text beyond ASCII, by :func:`may_hold_form`)."""
 
 _VALUE = (r"(?P<s>\\{0,3}\"[^\"\r\n]*\"|'[^'\r\n]*'"
           r"|[^\s\"',;}\]&](?:[^\r\n\"',;}\]&]*[^\s\"',;}\]&])?)")
@@ -45,29 +48,29 @@ up to a quote or a delimiter of JSON, a cookie or a query (``password: two words
 _HEADER_REST = r"(?P<s>[^\s\"'](?:[^\r\n\"']*[^\s\"'])?)"
 """The rest of a header line, up to a quote."""
 
-FLAG = re.compile(r"(?<![A-Za-z0-9_.-])(?:--|-(?=[A-Za-z]{2}))"
-                  r"(?P<name>[A-Za-z][A-Za-z0-9_.-]{0,63})[ \t]+"
-                  r"(?P<s>\"[^\"\r\n]*\"|'[^'\r\n]*'|(?![-\"'])\S+)")
+FLAG = (r"(?<![A-Za-z0-9_.-])(?:--|-(?=[A-Za-z]{2}))"
+        r"(?P<name>[A-Za-z][A-Za-z0-9_.-]{0,63})[ \t]+"
+        r"(?P<s>\"[^\"\r\n]*\"|'[^'\r\n]*'|(?![-\"'])\S+)")
 """``--password X``, also a single-dash long flag (``-token X``, Go and openssl style):
 masked when the flag is secret."""
-HEADER = re.compile(r"(?i)(?:(?:proxy-)?authorization[ \t]*:[ \t]*(?:(?:bearer|basic|token|"
-                    r"digest|negotiate|ntlm|bot|apikey|aws4-hmac-sha256)[ \t]+)?"
-                    r"|(?:set-)?cookie[ \t]*:[ \t]*)" + _HEADER_REST)
+HEADER = (r"(?i)(?:(?:proxy-)?authorization[ \t]*:[ \t]*(?:(?:bearer|basic|token|"
+          r"digest|negotiate|ntlm|bot|apikey|aws4-hmac-sha256)[ \t]+)?"
+          r"|(?:set-)?cookie[ \t]*:[ \t]*)" + _HEADER_REST)
 """``Authorization: token X``, ``Cookie: …``: the whole value after the scheme word (every
 cookie), also inside one argv word (``-HAuthorization: Bearer X``)."""
-KEY_VALUE = re.compile(r"(?<![A-Za-z0-9_.\\-])(?P<q>\\{0,3}[\"']|)"
-                       r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,63})(?P=q)[ \t]*(?::(?!//)|=(?!=))"
-                       r"[ \t]*" + _VALUE)
+KEY_VALUE = (r"(?<![A-Za-z0-9_.\\-])(?P<q>\\{0,3}[\"']|)"
+             r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,63})(?P=q)[ \t]*(?::(?!//)|=(?!=))"
+             r"[ \t]*" + _VALUE)
 """``"password": "X"``, ``password: X``, ``secret = X``, ``X-Api-Key: X``: masked when
 the key is secret (``name=value`` without spaces is :data:`envguard.redact._ASSIGNMENT`)."""
-FLAG_IN_LIST = re.compile(r"(?P<q>\\{0,3}[\"'])--?(?P<name>[A-Za-z][A-Za-z0-9_.-]{0,63})(?P=q)"
-                          r"[ \t]*,[ \t]*(?P<s>\\{0,3}\"[^\"\r\n]*\"|'[^'\r\n]*')")
+FLAG_IN_LIST = (r"(?P<q>\\{0,3}[\"'])--?(?P<name>[A-Za-z][A-Za-z0-9_.-]{0,63})(?P=q)"
+                r"[ \t]*,[ \t]*(?P<s>\\{0,3}\"[^\"\r\n]*\"|'[^'\r\n]*')")
 """A secret flag and its value as items of a JSON or Python list of arguments
 (``["--token", "X"]``, ``['-password', 'X']``, an argv logged as a list)."""
-NETRC = re.compile(r"(?<![A-Za-z0-9_-])(?:machine|default|login)\s+(?:\S+\s+)??"
-                   r"(?:(?:login|account|port)\s+\S+\s+){0,3}(?:password|passwd)\s+(?P<s>\S+)")
+NETRC = (r"(?<![A-Za-z0-9_-])(?:machine|default|login)\s+(?:\S+\s+)??"
+         r"(?:(?:login|account|port)\s+\S+\s+){0,3}(?:password|passwd)\s+(?P<s>\S+)")
 """``machine h login u password X`` (one line or several), ``default login u password X``."""
-USER = re.compile(USER_FLAG.pattern + r"[ \t]*(?P<u>[^\s:\"']+):(?P<s>[^\s\"']+)")
+USER = USER_FLAG.pattern + r"[ \t]*(?P<u>[^\s:\"']+):(?P<s>[^\s\"']+)"
 """``--user=alice:X``, ``-u alice:X``: the password after the colon (a ``uid:gid`` pair of
 numbers is left alone)."""
 
@@ -78,7 +81,7 @@ def _done(value: str) -> bool:
     return value.strip("\"'\\").startswith(_MASKED_ALREADY)
 
 
-_QUOTED = re.compile(r"(\\{0,3}[\"'])(.*)\1", re.DOTALL)
+_QUOTED = r"(\\{0,3}[\"'])(.*)\1"
 
 
 def _mask(match: re.Match[str]) -> str:
@@ -87,7 +90,7 @@ def _mask(match: re.Match[str]) -> str:
     value = whole[start:end]
     if _done(value):
         return match.group()
-    quoted = _QUOTED.fullmatch(value)
+    quoted = re.fullmatch(_QUOTED, value, re.DOTALL)
     masked = quoted.group(1) + MASK + quoted.group(1) if quoted else MASK
     return whole[match.start():start] + masked + whole[end:match.end()]
 
@@ -112,15 +115,70 @@ def _mask_user(match: re.Match[str]) -> str:
     return _mask(match)
 
 
-FORMS = ((HEADER, _mask), (FLAG, _mask_named), (FLAG_IN_LIST, _mask_named),
-         (KEY_VALUE, _mask_key), (NETRC, _mask), (USER, _mask_user))
+_WORD_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+_KEY_TAIL = re.compile(r"[a-z0-9_.-]*\\{0,3}[\"']?[ \t]*[:=]")
+"""What follows a stem in :data:`KEY_VALUE`: the rest of the key, a closing quote, the
+separator (matched in lower-cased text)."""
+
+
+def _dash_word(text: str, lower: str) -> bool:
+    """A ``-`` that starts a word (what :data:`FLAG` needs): ``--``, or a ``-`` at the start
+    or after a character that is not in a name."""
+    i = text.find("-")
+    while i != -1:
+        if i == 0 or text[i - 1] not in _WORD_CHARS or text[i + 1:i + 2] == "-":
+            return True
+        i = text.find("-", i + 1)
+    return False
+
+
+def _key_then_separator(text: str, lower: str) -> bool:
+    """A stem, the rest of a key and ``:`` or ``=`` (what :data:`KEY_VALUE` needs)."""
+    for stem in STEMS:
+        i = lower.find(stem)
+        while i != -1:
+            if _KEY_TAIL.match(lower, i + len(stem)):
+                return True
+            i = lower.find(stem, i + 1)
+    return False
+
+
+def _words(*words: str) -> Callable[[str, str], bool]:
+    return lambda text, lower: any(w in lower for w in words)
+
+
+def _listed(text: str, lower: str) -> bool:
+    return "," in text and ('"' in text or "'" in text)
+
+
+def _user_flag(text: str, lower: str) -> bool:
+    return "-u" in text and USER_FLAG.search(text) is not None
+
+
+FORMS = ((_words("authorization", "cookie"), HEADER, _mask), (_dash_word, FLAG, _mask_named),
+         (_listed, FLAG_IN_LIST, _mask_named), (_key_then_separator, KEY_VALUE, _mask_key),
+         (_words("password", "passwd"), NETRC, _mask), (_user_flag, USER, _mask_user))
+"""Each form as (need, pattern source, what masks its match), in the order applied. The
+need (``need(text, lower)``, for ASCII text) is true wherever the pattern can match: a
+pattern is compiled only when some text meets its need (a passing gate meets few)."""
+
+
+@functools.cache
+def _form(index: int) -> re.Pattern[str]:
+    return re.compile(FORMS[index][1])
+
+
+@functools.cache
+def maybe() -> re.Pattern[str]:
+    """:data:`MAYBE` compiled."""
+    return re.compile(MAYBE)
 
 
 def may_hold_form(text: str) -> bool:
     """Exactly whether :data:`MAYBE` matches ``text`` (ASCII text: each stem found with
     ``str.find`` and its tail matched there)."""
     if not text.isascii():
-        return MAYBE.search(text) is not None
+        return maybe().search(text) is not None
     if "-u" in text and USER_FLAG.search(text) is not None:
         return True
     lower = text.lower()
@@ -153,8 +211,14 @@ def form_hits(joined: str, lower: str) -> list[int]:
 
 def redact_forms(text: str) -> str:
     """``text`` with the value of every form above masked."""
-    for pattern, mask in FORMS:
-        text = pattern.sub(mask, text)
+    plain = text.isascii()
+    lower = text.lower()
+    for index, (need, _, mask) in enumerate(FORMS):
+        if plain and not need(text, lower):
+            continue
+        new = _form(index).sub(mask, text)
+        if new != text:
+            text, lower = new, new.lower()
     return text
 
 

@@ -9,22 +9,20 @@ from __future__ import annotations
 import functools
 import re
 
-SECRET_NAME_WORDS: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
+SECRET_NAME_WORDS: tuple[str, ...] = (
     # A word that is, or ends in, a credential noun: HF_TOKEN, GITHUBTOKEN, CLIENTSECRET,
     # WANDB_API_KEY, SIGNINGKEY, DB_PASSWORD, GPG_PASSPHRASE, AWS_SHARED_CREDENTIALS.
     r"[A-Z0-9]*(?:TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|KEY|CREDENTIAL|COOKIE|SIGNATURE)S?",
     # Words that are credentials on their own.
     r"PASS|PWD|PAT|PATS|CRED|CREDS|AUTH|AUTHORIZATION|AUTHTOKEN|OAUTH|BEARER|JWT|PRIVATE",
     r"SESSION|SESSIONID|SESSID|SAS|SIG|DSN|WEBHOOK|WEBHOOKS|APIKEY|ACCESSKEY|PRIVKEY",
-))
+)
 """Patterns over the words of an upper-cased name (split at anything but A-Z and 0-9,
-trailing digits dropped: ``HF_TOKEN2`` has the word ``TOKEN``)."""
+trailing digits dropped: ``HF_TOKEN2`` has the word ``TOKEN``), each matched whole;
+compiled into one (:func:`_secret_word`) the first time a name has a piece of one."""
 
-NOT_SECRET_NAMES: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
-    r"PWD|OLDPWD|PATH",
-    r"TORCH_COMPILE_CACHE_KEY_TAG",
-    r"HF_HUB_DISABLE_IMPLICIT_TOKEN",
-))
+NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD", "PATH", "TORCH_COMPILE_CACHE_KEY_TAG",
+                              "HF_HUB_DISABLE_IMPLICIT_TOKEN"})
 """Whole (upper-cased) names that match a secret word but hold no secret."""
 
 TOKEN_COUNT_WORDS = frozenset({"MAX", "MIN", "NUM", "N", "TOTAL", "COUNT", "LIMIT", "BUDGET",
@@ -40,10 +38,15 @@ FLAG_NAMES_A_PLACE = frozenset({"FILE", "FILES", "PATH", "DIR", "FD", "ENV"})
 is searched by shape only."""
 
 _WORD_SPLIT = re.compile(r"[^A-Z0-9]+")
-_ANY_WORD = re.compile("TOKEN|SECRET|PASS|PWD|KEY|CRED|COOKIE|AUTH|BEARER|JWT|PRIVATE|SESS|SAS"
-                       "|SIG|DSN|WEBHOOK|PAT")
+_ANY_WORD = ("TOKEN", "SECRET", "PASS", "PWD", "KEY", "CRED", "COOKIE", "AUTH", "BEARER", "JWT",
+             "PRIVATE", "SESS", "SAS", "SIG", "DSN", "WEBHOOK", "PAT")
 """A piece of every word of :data:`SECRET_NAME_WORDS`: most names (``TORCH_CUDA_ARCH_LIST``)
 have none, and skip the words."""
+
+
+@functools.cache
+def _secret_word() -> re.Pattern[str]:
+    return re.compile("|".join(f"(?:{p})" for p in SECRET_NAME_WORDS))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -51,10 +54,11 @@ def secret_name(name: str) -> bool:
     """``HF_TOKEN``, ``WANDB_API_KEY``, ``GH_PAT``, ``hf-token``: yes. ``PATH``,
     ``KEYBOARD_LAYOUT``, ``TOKENIZERS_PARALLELISM``: no."""
     upper = name.upper()
-    if _ANY_WORD.search(upper) is None or any(p.fullmatch(upper) for p in NOT_SECRET_NAMES):
+    if not any(piece in upper for piece in _ANY_WORD) or upper in NOT_SECRET_NAMES:
         return False
     words = [w.rstrip("0123456789") for w in _WORD_SPLIT.split(upper)]
-    hits = [w for w in words if w and any(p.fullmatch(w) for p in SECRET_NAME_WORDS)]
+    word = _secret_word()
+    hits = [w for w in words if w and word.fullmatch(w)]
     if hits and all(w in ("TOKEN", "TOKENS") for w in hits) \
             and not TOKEN_COUNT_WORDS.isdisjoint(words) and "HF" not in words:
         return False  # a count of text tokens

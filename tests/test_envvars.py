@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from envguard import redact
+from envguard import redact, redact_forms, redact_shapes
 from envguard.model import Environment, ProbeIssue
 from envguard.probe import SnapshotOptions, collect, envvars
 from envguard.snapshot_file import read_snapshot
@@ -291,7 +292,7 @@ def test_argv_is_redacted_by_flag_and_by_shape() -> None:
 def test_every_value_pattern_passes_the_quick_filter() -> None:
     """The fast path skips a string only when no pattern can match it."""
     for value, _ in CREDENTIAL_CASES:
-        assert redact._MAYBE.search(value), value
+        assert redact._maybe().search(value), value
         assert redact._may_hold_secret(value), value
 
 
@@ -308,8 +309,58 @@ _FRAGMENTS = ["://", ":/", "@", "-----BEGIN", "----BEGIN", "ghp_", "gho_", "gh_"
 
 @settings(max_examples=3000, deadline=None)
 @given(st.lists(st.sampled_from(_FRAGMENTS), max_size=6).map("".join))
-def test_the_cheap_checks_answer_exactly_as_the_quick_filter(text: str) -> None:
-    assert redact._may_hold_secret(text) == (redact._MAYBE.search(text) is not None), text
+def test_the_cheap_checks_pass_whatever_the_quick_filter_passes(text: str) -> None:
+    if redact._maybe().search(text) is not None:
+        assert redact._may_hold_secret(text), text
+
+
+def test_the_cheap_checks_are_not_a_pass_for_everything() -> None:
+    for text in ("torch", "2.13.0+cpu", "/usr/lib/python3.11", "tokenizers", "sphinx_rtd"):
+        assert not redact._may_hold_secret(text), text
+
+
+def _every_pattern(text: str) -> str:
+    """redact_text without any need: every pattern of every group tried on ``text``."""
+    if not text or len(text) > redact.MAX_TEXT:
+        return text
+    if not (redact._may_hold_shape(text) or redact.may_hold_form(text)):
+        return text
+    for _, source, flags in redact_shapes.SECRET_VALUES:
+        text = re.sub(source, redact._mask_group, text, flags=flags)
+    text = re.sub(redact._ASSIGNMENT, redact._mask_assignment, text)
+    for _, source, mask in redact_forms.FORMS:
+        text = re.sub(source, mask, text)
+    return text
+
+
+_FORM_PIECES = ["password", "Password", "token", "TOKEN", "auth", "Authorization", "Cookie",
+                "cookie", "machine", "login", "passwd", "key", "sign", "--", "-", "-u", "--user",
+                ":", "=", '"', "'", ",", " ", "\t", "\\", "x", "alice:pw", "Bearer ", "[", "{",
+                "api_", "-H", "1", "hf_" + "Ab1" * 11, "https://", "u:p@h", "?sig=",
+                "AKIA" + "A1" * 8, "sphinx-design ; extra == 'rtd'"]
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.sampled_from(_FORM_PIECES + _FRAGMENTS), max_size=8).map("".join))
+def test_each_pattern_is_tried_wherever_it_could_match(text: str) -> None:
+    """The per-pattern needs skip a pattern only where it cannot match: the result is that
+    of trying every pattern."""
+    assert redact.redact_text(text) == _every_pattern(text), text
+
+
+_FORM_CASES = ["--password S3cr3t", "-token S3cr3t", "x=-token S3cr3t", "(--token S3cr3t)",
+               "--hf-token 'a b'", "X-Api-Key: S3cr3t", "Authorization: token S3cr3t",
+               "Proxy-Authorization: Basic S3cr3t", "Cookie: a=1; b=2", '{"password": "S3"}',
+               "password: two words", "secret = S3", "{'api_key': 'S3'}",
+               '{\\"token\\": \\"S3\\"}', '["--token", "S3"]', "['-password', 'S3']",
+               "machine h login u password S3", "default login u password S3",
+               "--user=alice:S3", "-u alice:S3", "curl -uu:S3", "DB_PASSWORD=S3",
+               "sphinx-design ; extra == 'rtd'", "keyring ; extra == \"test\""]
+
+
+def test_each_pattern_is_tried_on_every_credential_case() -> None:
+    for value in [v for v, _ in CREDENTIAL_CASES] + _FORM_CASES:
+        assert redact.redact_text(value) == _every_pattern(value), value
 
 
 @settings(max_examples=1500, deadline=None)

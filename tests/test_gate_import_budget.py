@@ -45,6 +45,7 @@ GATE_MODULES = [
     "envguard.gate.lookup",
     "envguard.gate.runner",
     "envguard.gate.shebang",
+    "envguard.globs",
     "envguard.input_file",
     "envguard.model",
     "envguard.paths",

@@ -13,7 +13,6 @@ machine's entry and never drops the others.
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import re
 import sys
 from dataclasses import field
@@ -24,6 +23,7 @@ from envguard.errors import InputError, UnsupportedSchemaError
 from envguard.explain.tables import CACHE_POLICIES, DEFAULT_FORBIDDEN
 from envguard.frozen import frozen
 from envguard.gate.closure import closure, marker_environment, project_requires
+from envguard.globs import matches_any
 from envguard.input_file import METADATA_BYTES, NotReadable, read_bounded_text
 from envguard.model import ProbeIssue, Snapshot
 from envguard.probe.distributions import normalize_name
@@ -100,7 +100,7 @@ class Lock:
 
     def forbidden_installed(self, snapshot: Snapshot) -> list[str]:
         return sorted(p.name for p in snapshot.packages
-                      if any(fnmatch.fnmatchcase(p.name, pat) for pat in self.forbidden))
+                      if matches_any(p.name, self.forbidden))
 
 
 # ---------------------------------------------------------------------------- build

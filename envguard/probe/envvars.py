@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fnmatch
 import hashlib
 import hmac
 import os
@@ -25,6 +24,7 @@ import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from envguard.globs import matches_any
 from envguard.model import Environment, ProbeIssue
 from envguard.redact import redact_env, secret_name
 
@@ -124,7 +124,7 @@ def _digest(key: bytes, name: str, value: str) -> str:
 
 
 def selected(name: str, patterns: Iterable[str]) -> bool:
-    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+    return matches_any(name, patterns)
 
 
 def collect(
