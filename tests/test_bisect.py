@@ -550,3 +550,34 @@ def test_dry_run_lists_the_changes_and_builds_nothing(world: World) -> None:
         assert "alpha 1.0 → 2.0" in out and "torch 2.11.0+cu130 rebuilt" in out
         assert "trial" not in proc.stderr  # nothing built, nothing run
         assert list((world.root / "dry-work").iterdir()) == []
+
+
+def test_uv_check_conflicts_are_the_same_in_every_trial_folder(tmp_path: Path) -> None:
+    """uv prints ``Using Python X environment at: <venv>`` with ``uv pip check``'s
+    conflicts; that line names the trial's own folder, new in every trial, and must not
+    count as a conflict (it made every trial of a set with a known conflict look newly
+    inconsistent, so bisect skipped them all). Real uv, two real venvs, one conflict."""
+    from envguard.bisection.trial import check_conflicts
+    from envguard.restore.build import run_uv
+
+    uv = find_uv_for_tests()
+    wheels = tmp_path / "wheels"
+    build_wheel(wheels, "demo-needs", "1.0", {"demo_needs/__init__.py": ""},
+                requires=("demo-base>=2",))
+    build_wheel(wheels, "demo-base", "1.0", {"demo_base/__init__.py": ""})
+    found = []
+    for name in ("trial-001", "trial-002"):
+        venv = tmp_path / name / "venv"
+        subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(venv)], check=True)
+        subprocess.run([uv, "pip", "install", "-q", "--offline", "--no-deps", "--python",
+                        str(venv / "bin" / "python"), "--find-links", str(wheels),
+                        "demo-needs", "demo-base==1.0"], check=True)
+        checked = run_uv([uv, "pip", "check", "--color", "never", "--python",
+                          str(venv / "bin" / "python")], timeout=60)
+        assert not checked.ok
+        conflicts = check_conflicts(checked.lines, venv)
+        assert conflicts, checked.lines
+        assert not any(name in line for line in conflicts), conflicts
+        assert any("demo-base" in line for line in conflicts), conflicts
+        found.append(conflicts)
+    assert found[0] == found[1]

@@ -111,11 +111,25 @@ def build(settings: TrialSettings, folder: Path, requirements: Sequence[str]) ->
     python = venv / "bin" / "python"
     checked = run_uv([settings.uv, "pip", "check", "--color", "never", "--python", str(python),
                       *settings.venv_args], timeout=UV_CHECK_TIMEOUT_S)
-    complaints = frozenset() if checked.ok else frozenset(
-        ln.strip() for ln in checked.lines if ln.strip() and not ln.startswith(("Checked",
-                                                                                "Found")))
+    complaints = frozenset() if checked.ok else check_conflicts(checked.lines, venv)
     return Built(folder=folder, python=python, seconds=time.perf_counter() - started,
                  check=complaints)
+
+
+_CHECK_STATUS = ("Using Python", "Using CPython", "Using PyPy", "Checked", "Found", "Resolved",
+                 "Audited", "warning:")
+"""Lines of ``uv pip check`` that report what it did, not a conflict."""
+
+
+def check_conflicts(lines: Sequence[str], venv: Path) -> frozenset[str]:
+    """The conflicts among ``uv pip check``'s lines for the trial venv ``venv``: its status
+    lines dropped (``Using Python 3.11.7 environment at: <venv>``, ``Checked 12 packages``),
+    and so is any line naming the trial's own folder, which is new in every trial and
+    would make every trial's set look newly inconsistent."""
+    folder = str(venv)
+    return frozenset(ln.strip() for ln in lines
+                     if ln.strip() and not ln.strip().startswith(_CHECK_STATUS)
+                     and folder not in ln)
 
 
 def judge(status: int | None, timed_out: bool) -> str:
