@@ -92,6 +92,10 @@ class Distribution:
     requires: list[str] = field(default_factory=list)
     shadowed: list[str] = field(default_factory=list)
     """Other sys.path folders that also hold this name (the first one wins)."""
+    top_level: list[str] = field(default_factory=list)
+    """The modules it installs, read from RECORD: each top-level package or module, and
+    for a namespace package (a folder without ``__init__.py``: ``google``) its packages
+    (``google.protobuf``). What maps an error's module to its distribution."""
 
 
 @frozen

@@ -70,7 +70,15 @@ def cudart(variable: str, major: int) -> LibraryCopy:
 
 Case = Callable[[], Scene]
 
+
+def web(jinja2: str, markupsafe: str) -> Snapshot:
+    return with_package(with_package(base(), "jinja2", version=jinja2), "markupsafe",
+                        version=markupsafe)
+
 HITS: dict[str, list[Case]] = {
+    "known-break": [
+        lambda: scene(web("2.11.3", "2.1.1")),
+    ],
     "conda-pip-overlap": [
         lambda: scene(replace(base(), conda=[CondaPackage(
             name="pytorch", version="2.1.0", build="py3.11_cuda11.8_0", channel="pytorch",
@@ -143,6 +151,11 @@ HITS: dict[str, list[Case]] = {
 }
 
 MISSES: dict[str, list[Case]] = {
+    "known-break": [
+        lambda: scene(web("2.11.3", "2.0.1")),
+        lambda: scene(web("3.0.0", "2.1.1")),
+        lambda: scene(with_package(base(), "markupsafe", version="2.1.1")),
+    ],
     "conda-pip-overlap": [
         lambda: scene(),
         lambda: scene(replace(base(), conda=[CondaPackage(name="pytorch", version="2.1.0")])),

@@ -135,6 +135,13 @@ DEEP = Deep(ok=True, torch_version=REAL_TORCH, cuda_available=True, device_count
             torch_key="f" * 64, seconds=4.2)
 
 
+def versions(s: Snapshot, **pins: str) -> Snapshot:
+    """``s`` with these installed packages at these versions (``markupsafe="2.1.1"``)."""
+    assert all(s.package(n) for n in pins), pins
+    return replace(s, packages=[replace(p, version=pins[p.name]) if p.name in pins else p
+                                for p in s.packages])
+
+
 def changed(make: Callable[[Snapshot], Snapshot]) -> Callable[[], Pair]:
     """old = the real snapshot, new = ``make(real)``."""
     return lambda: (base(), make(base()))
@@ -202,6 +209,14 @@ class Miss:
 
 
 HITS: dict[str, tuple[Hit, ...]] = {
+    "known-break": (
+        Hit("markupsafe-2.1-under-jinja2-2",
+            both(lambda s: versions(s, jinja2="2.11.3", markupsafe="2.0.1"),
+                 lambda s: versions(s, jinja2="2.11.3", markupsafe="2.1.1")),
+            severity=Severity.CRITICAL, title=("markupsafe 2.1.1", "jinja2 2.11.3"),
+            evidence=("users saw: cannot import name 'soft_unicode' from 'markupsafe'",),
+            mentions=("markupsafe<2.1",)),
+    ),
     "conda-package-changed": (
         Hit("cudatoolkit", conda_pair(conda_pkg("cudatoolkit", "12.1.0", "h2b0f8c8_0",
                                                 "pkgs/main")),
@@ -495,6 +510,20 @@ HITS: dict[str, tuple[Hit, ...]] = {
 }
 
 MISSES: dict[str, tuple[Miss, ...]] = {
+    "known-break": (
+        Miss("markupsafe-2.0-still", both(
+            lambda s: versions(s, jinja2="2.11.3", markupsafe="2.0.0"),
+            lambda s: versions(s, jinja2="2.11.3", markupsafe="2.0.1")),
+            instead=("package-version-changed",)),
+        Miss("already-broken-in-good", both(
+            lambda s: versions(s, jinja2="2.11.3", markupsafe="2.1.0"),
+            lambda s: versions(s, jinja2="2.11.3", markupsafe="2.1.1")),
+            instead=("package-version-changed",)),
+        Miss("jinja2-3-fixed", both(
+            lambda s: versions(s, jinja2="3.1.2", markupsafe="2.0.1"),
+            lambda s: versions(s, jinja2="3.1.2", markupsafe="2.1.1")),
+            instead=("package-version-changed",)),
+    ),
     "conda-package-changed": (
         Miss("only-the-spec", conda_pair(conda_pkg("tqdm", "4.66.1",
                                                    requested_spec="tqdm>=4"))),

@@ -13,6 +13,7 @@ from __future__ import annotations
 from envguard.doctor import caches, cuda, packages
 from envguard.doctor.interface import DoctorRule, Scene
 from envguard.explain import symptom_score, symptom_text
+from envguard.explain.culprits import ordered
 from envguard.explain.interface import Finding, Severity
 from envguard.frozen import frozen
 from envguard.model import Snapshot
@@ -52,14 +53,11 @@ class DoctorReport:
 
 def diagnose(scene: Scene, *, environment: str = "", symptom: str | None = None
              ) -> DoctorReport:
-    """Run every rule on ``scene``; findings by symptom match, then severity, then weight.
+    """Run every rule on ``scene``; findings in :func:`envguard.explain.culprits.ordered`'s
+    order (about what the symptom names first, then severity, then weight).
     The symptom and the environment's description enter the report redacted."""
     symptom, environment = symptom_text(symptom), redact_text(environment)
-    findings = [f for rule in ALL_RULES for f in rule.check(scene)]
-
-    def rank(f: Finding) -> tuple[int, int, int, str]:
-        score = symptom_score(f, symptom) if symptom else 0
-        return (-score, f.severity.rank, -f.weight, f.rule)
-
+    findings = ordered((f for rule in ALL_RULES for f in rule.check(scene)), symptom,
+                       (scene.snapshot,), symptom_score)
     return DoctorReport(environment=environment, snapshot=scene.snapshot,
-                        findings=tuple(sorted(findings, key=rank)), symptom=symptom)
+                        findings=tuple(findings), symptom=symptom)

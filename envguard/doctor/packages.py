@@ -289,7 +289,18 @@ def conda_pip_overlap(scene: Scene) -> Iterator[Finding]:
                               [p.name for p in overlap])
 
 
+def known_break(scene: Scene) -> Iterator[Finding]:
+    """Every pair of the knowledge base (:mod:`envguard.explain.knowledge`) this
+    environment meets: a break its metadata allows, so no resolver reports it."""
+    from envguard.explain.knowledge import broken_pairs, pair_finding
+
+    for pair in broken_pairs(scene.snapshot):
+        yield pair_finding(pair)
+
+
 RULES = (
+    DoctorRule(id="known-break", title="a known break between two installed versions",
+               check=known_break),
     DoctorRule(id="conda-pip-overlap", title="pip installed over a conda package",
                check=conda_pip_overlap),
     DoctorRule(id="requirements-unsatisfied", title="an installed requirement is not met",

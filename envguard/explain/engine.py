@@ -9,6 +9,8 @@ import re
 
 from envguard.changes import SnapshotDiff, diff
 from envguard.explain import caches, conda, environment, packages, torch
+from envguard.explain.culprits import ordered, suspects
+from envguard.explain.error_forms import read_error
 from envguard.explain.interface import Context, Finding, Rule
 from envguard.explain.symptoms import table_score
 from envguard.model import Snapshot
@@ -35,18 +37,39 @@ def matches_symptom(finding: Finding, symptom: str) -> bool:
     return symptom_score(finding, symptom) > 0
 
 
+def _split(finding: Finding, names: tuple[str, ...], ctx: Context) -> list[Finding]:
+    """``finding`` as its rule gives it for the suspects' changes alone and for the others
+    alone, where it groups both (``3 package(s) changed version``): the suspect's change
+    becomes a finding of its own, with its own remedy. Else ``finding`` itself."""
+    mine = [c for c in finding.changes if c.section in _PACKAGE_SECTIONS]
+    hit = {c for c in mine if c.key in names}
+    rule = _RULES_BY_ID.get(finding.rule)
+    if not hit or len(hit) == len(mine) or rule is None:
+        return [finding]
+    out: list[Finding] = []
+    for leave_out in (set(mine) - hit, hit):
+        part = Context(old=ctx.old, new=ctx.new, diff=SnapshotDiff(
+            tuple(c for c in ctx.diff.changes if c not in leave_out)))
+        out.extend(f for f in rule.check(part) if f.rule == finding.rule)
+    return out or [finding]
+
+
+_PACKAGE_SECTIONS = ("packages", "conda")
+
+
 def explain(old: Snapshot, new: Snapshot, changes: SnapshotDiff | None = None,
             symptom: str | None = None) -> list[Finding]:
     """Findings, most likely cause first.
 
     Without a symptom: by severity, then by how directly the rule explains a breakage.
-    With one: findings whose keywords the symptom mentions come first, more matches first.
+    With one: findings about a distribution the error names (its module, a requirement
+    message: :mod:`envguard.explain.culprits`) come first, a grouped finding split so the
+    suspect's change stands alone; the rest by severity, and within one severity by how
+    strongly the symptom points at each (:func:`symptom_score`).
     """
     ctx = Context(old=old, new=new, diff=changes if changes is not None else diff(old, new))
     findings = [f for rule in ALL_RULES for f in rule.check(ctx)]
-
-    def rank(f: Finding) -> tuple[int, int, int, str]:
-        score = symptom_score(f, symptom) if symptom else 0
-        return (-score, f.severity.rank, -f.weight, f.rule)
-
-    return sorted(findings, key=rank)
+    names = suspects(read_error(symptom), (new, old), symptom) if symptom else ()
+    if names:
+        findings = [part for f in findings for part in _split(f, names, ctx)]
+    return ordered(findings, symptom, (new, old), symptom_score)

@@ -276,7 +276,23 @@ def installed_files_modified(ctx: Context) -> Iterator[Finding]:
     )
 
 
+def known_break(ctx: Context) -> Iterator[Finding]:
+    """A pair of the knowledge base (:mod:`envguard.explain.knowledge`) that NOW meets and
+    GOOD did not: the change that made it is the likely cause."""
+    from envguard.explain.knowledge import broken_pairs, pair_finding
+
+    before = {p.entry.id for p in broken_pairs(ctx.old)}
+    for pair in broken_pairs(ctx.new):
+        if pair.entry.id in before:
+            continue
+        changes = tuple(c for c in ctx.diff.find("packages")
+                        if c.key in (pair.dependency.name, pair.package.name))
+        yield pair_finding(pair, changes)
+
+
 RULES = (
+    Rule(id="known-break", title="a known break between two installed versions",
+         check=known_break),
     Rule(id="foreign-stack-installed", title="serving/inference stack installed",
          check=foreign_stack_installed,
          keywords=("undefined symbol", "flashinfer", "sglang", "vllm", "xformers", "tilelang",

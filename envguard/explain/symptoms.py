@@ -95,3 +95,12 @@ def table_score(finding: Finding, symptom: str) -> int:
             continue
         score += row.weight + (len(row.rules) - row.rules.index(finding.rule))
     return score
+
+
+def keyed_match(finding: Finding, symptom: str) -> bool:
+    """Whether a row of the table that names one variable or library (its ``key``: "invalid
+    device ordinal" and ``CUDA_VISIBLE_DEVICES``) applies to ``finding``: a match that
+    specific lifts the finding above every other severity, as a named package does."""
+    return any(row.key is not None and finding.rule in row.rules
+               and row.pattern.search(symptom) and _mentions(finding, row.key)
+               for row in SYMPTOMS)
