@@ -14,7 +14,7 @@ only the layers below it:
 * :mod:`envguard.explain` (rules that explain a diff) and :mod:`envguard.changes` (what
   differs between two snapshots);
 * :mod:`envguard.probe` collects facts about an interpreter's environment without
-  importing torch; its memo files live in :mod:`envguard.probe.memo`;
+  importing torch; its memo files and stat-ahead live in :mod:`envguard.probe.fastpath`;
 * the ground: :mod:`envguard.model` (the snapshot as frozen dataclasses),
   :mod:`envguard.snapshot_file`, :mod:`envguard.validation`, :mod:`envguard.errors` (the one
   exception tree), :mod:`envguard.exitcodes`, :mod:`envguard.paths` (envguard's own folders),

@@ -76,9 +76,8 @@ def is_root() -> bool:
 @pytest.fixture
 def small_shares(monkeypatch: pytest.MonkeyPatch) -> None:
     """Share the RECORD check's stat work for any number of rows, as if on 4 cores (real
-    forks, real stat calls): :mod:`envguard.probe.statahead`."""
-    from envguard.probe import statahead
-    from envguard.probe.memo import rows
+    forks, real stat calls): :mod:`envguard.probe.fastpath.statahead`."""
+    from envguard.probe.fastpath import rows, statahead
 
     monkeypatch.setattr(statahead, "FORK_MIN_ROWS", 1)
     monkeypatch.setattr(statahead, "UNIT_ROWS", 2)
@@ -90,7 +89,7 @@ def small_shares(monkeypatch: pytest.MonkeyPatch) -> None:
 def fork_always(small_shares: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """As ``small_shares``, even if an earlier test left a thread running in this pytest
     process (the workers only stat files, which takes no lock another thread holds)."""
-    from envguard.probe import statahead
+    from envguard.probe.fastpath import statahead
 
     monkeypatch.setattr(statahead, "fork_is_safe", lambda: True)
     with warnings.catch_warnings():  # Python 3.12+ warns about fork with threads

@@ -321,7 +321,7 @@ def test_fsync_before_the_rename_unless_not_durable(tmp_path: Path,
 def test_a_memo_file_is_written_through_the_one_writer(tmp_path: Path) -> None:
     """envguard's memo files go through this module: private (0600), and a folder in the
     way is a message, not an exception."""
-    from envguard.probe.memo import marshal_file
+    from envguard.probe.fastpath import marshal_file
 
     path = tmp_path / "memo" / "records.marshal"
     assert marshal_file.save(path, ("t", 1), {"a": (1, 2)}) is None

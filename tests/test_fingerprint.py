@@ -123,7 +123,7 @@ def test_a_memoised_folder_is_read_again_when_any_of_its_files_changes(
     import time
 
     from envguard.probe import distributions
-    from envguard.probe.memo.records import RecordMemo
+    from envguard.probe.fastpath.records import RecordMemo
 
     env = venvs.create()
     venvs.uv_install(env, build_wheel(wheel_dir, "torch", "2.11.0+cu128", fake_torch_files()))

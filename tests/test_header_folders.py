@@ -19,10 +19,10 @@ from envguard.probe import (
     distributions,
     integrity,
     recordcheck,
-    statahead,
 )
-from envguard.probe.memo import rows as memo_rows
-from envguard.probe.memo.records import RecordMemo
+from envguard.probe.fastpath import rows as memo_rows
+from envguard.probe.fastpath import statahead
+from envguard.probe.fastpath.records import RecordMemo
 from envguard.probe.recordcheck import Checked, check_rows, decode, encode, header_folder
 from tests.wheelfactory import Venv, VenvFactory, build_wheel
 

@@ -217,10 +217,10 @@ def _memo_files(cache: Path) -> list[Path]:
 
 def _forge(value: object, junk: object) -> object:
     """A memo value of the right shape holding ``junk`` where strings and numbers belong."""
-    if isinstance(value, tuple) and len(value) == 16:  # a dist-info folder's entry
-        fields: list[object] = [junk] * 16
-        fields[5], fields[9], fields[11], fields[12], fields[15] = None, [junk], [junk], None, []
-        return tuple(fields)
+    if isinstance(value, tuple) and len(value) == 5:  # a dist-info folder's entry
+        rows, _, _, _, fields = value  # (rows, total, mtime, issues, the distribution's fields)
+        return (rows, junk, junk, [(junk, junk, junk)],
+                tuple([junk] if isinstance(v, list) else junk for v in fields))
     if isinstance(value, tuple) and len(value) == 3:  # a RECORD's: (rows, packed, fingerprint)
         return (junk, value[1], junk)
     return junk

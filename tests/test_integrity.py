@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from envguard.probe import distributions, integrity, statahead
+from envguard.probe import distributions, integrity
 from envguard.probe.background import Forked
-from envguard.probe.memo.hashes import HashMemo
-from envguard.probe.statahead import StatQueue
+from envguard.probe.fastpath import statahead
+from envguard.probe.fastpath.hashes import HashMemo
+from envguard.probe.fastpath.statahead import StatQueue
 from tests.wheelfactory import Venv, VenvFactory, build_wheel, fake_torch_files
 
 

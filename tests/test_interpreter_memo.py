@@ -1,4 +1,4 @@
-"""The interpreter probe's answer kept in the memo (envguard.probe.memo.facts): used while
+"""The interpreter probe's answer kept in the memo (envguard.probe.fastpath.facts): used while
 nothing it depends on changes, probed afresh as soon as something does. Real venvs, real
 probes; a spy counts the interpreters started (nothing is mocked)."""
 
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from envguard.probe import interpreter
-from envguard.probe.memo import facts
+from envguard.probe.fastpath import facts
 from tests.wheelfactory import Venv, VenvFactory
 
 

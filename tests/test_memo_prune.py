@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from envguard.probe.memo import prune as prune_module
-from envguard.probe.memo.prune import MAX_IDLE_S, MEMO_NAME, PERIOD_S, STAMP, prune
+from envguard.probe.fastpath import prune as prune_module
+from envguard.probe.fastpath.prune import MAX_IDLE_S, MEMO_NAME, PERIOD_S, STAMP, prune
 from tests.test_hostile_state import SRC
 
 NOW = time.time()
@@ -112,9 +112,9 @@ def test_a_linked_memo_folder_is_not_pruned(tmp_path: Path) -> None:
 
 
 def test_names_envguard_writes_match_the_pattern(tmp_path: Path) -> None:
-    from envguard.probe.memo.facts import _path
-    from envguard.probe.memo.hashes import HashMemo
-    from envguard.probe.memo.records import RecordMemo
+    from envguard.probe.fastpath.facts import _path
+    from envguard.probe.fastpath.hashes import HashMemo
+    from envguard.probe.fastpath.records import RecordMemo
 
     for path in (RecordMemo.for_prefix_path(sys.prefix, tmp_path),
                  HashMemo.for_prefix(sys.prefix, tmp_path).path,

@@ -1,22 +1,25 @@
-"""RECORD rows as the records memo keeps them (envguard.probe.memo.rows.RecordRows):
+"""RECORD rows as the records memo keeps them (envguard.probe.fastpath.rows.RecordRows):
 checksummed chunks in a layout (rows to stat, then header rows by folder), unpacked by
-whichever process checks them, parsed from RECORD again when a chunk is corrupt. Real
-venvs, a real memo file, real forked workers."""
+whichever process checks them, parsed from RECORD again when a chunk is corrupt. The
+dist-info folders the memo keeps (envguard.probe.fastpath.records): every field of a
+distribution round-trips, and a file written for other fields is ignored. Real venvs, a
+real memo file, real forked workers."""
 
 from __future__ import annotations
 
+import dataclasses
 import marshal
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from envguard.model import Snapshot
-from envguard.probe import SnapshotOptions, collect, statahead
-from envguard.probe.memo import records
-from envguard.probe.memo.records import RecordMemo
-from envguard.probe.memo.rows import (
+from envguard.probe import SnapshotOptions, collect
+from envguard.probe.fastpath import records, statahead
+from envguard.probe.fastpath.records import RecordMemo
+from envguard.probe.fastpath.rows import (
     RecordRows,
     layout,
     pack_chunk,
@@ -24,6 +27,9 @@ from envguard.probe.memo.rows import (
     unpack_chunk,
 )
 from tests.wheelfactory import Venv
+
+if TYPE_CHECKING:
+    from envguard.model import Distribution
 
 ROWS = [(f"pkg/m{n}.py", f"sha256=d{n}", str(n)) for n in range(1100)]
 HEADERS = [(f"pkg/include/{d}/h{n}.h", f"sha256=h{d}{n}", "7") for d in "abc" for n in range(300)]
@@ -111,10 +117,10 @@ def _corrupt_chunks(memo_file: Path) -> int:
     tag, entries = marshal.loads(memo_file.read_bytes())  # noqa: S302 - a test memo
     spoiled = 0
     for name, (key, value) in entries.items():
-        if name.startswith("folder:") and value[12] is not None:
-            count, size, chunks, counts, summaries, material = value[12]
-            value = (*value[:12], (count, size, [b"garbage"] * len(chunks), counts, summaries,
-                                   material), *value[13:])
+        if name.startswith("folder:") and value[0] is not None:  # value[0]: the packed rows
+            count, size, chunks, counts, summaries, material = value[0]
+            value = ((count, size, [b"garbage"] * len(chunks), counts, summaries, material),
+                     *value[1:])
             entries[name] = (key, value)
             spoiled += 1
     memo_file.write_bytes(marshal.dumps((tag, entries)))
@@ -146,16 +152,121 @@ def test_a_memo_packed_with_another_chunk_size_is_read_as_written() -> None:
     assert back.chunk_sizes() == [100] * 11 and back.chunk_rows(10) == ROWS[1000:]
 
 
-def test_the_scan_hands_out_the_rows_the_stat_work_started_on(env: Venv,
-                                                              tmp_path: Path) -> None:
+def test_the_scan_marks_what_it_read_from_the_memo_the_stat_work_started_on(
+        env: Venv, tmp_path: Path) -> None:
+    """Every unchanged folder comes back marked ``from_memo``, with the RECORD time and
+    rows stat-ahead started on; a changed one does not, and is not claimed."""
+    from envguard.probe import distributions
+
     memo_root = tmp_path / "memo"
     _snapshot(env, memo_root)
     memo = RecordMemo.for_prefix(str(env.path), memo_root)
-    early = {meta_dir: rows for meta_dir, rows, _ in memo.folder_records()}
-    from envguard.probe import distributions
-
+    early = {meta_dir: (rows, mtime) for meta_dir, rows, mtime in memo.folder_records()}
     found, _ = distributions.scan([str(env.site_packages())], memo)
     for item in found:
         meta_dir = f"{item.site_dir}/{item.dist.metadata_dir}"
-        assert item.record is early[meta_dir]  # the very object: claimed by identity
-    assert records.RecordMemo.TAG[1] == 5
+        assert item.from_memo and early[meta_dir] == (item.record, item.record_mtime_ns)
+    assert records.RecordMemo.TAG == ("envguard-records", 6)
+    (next(env.site_packages().glob("tiny-*.dist-info")) / "REQUESTED").write_text("")
+    found, _ = distributions.scan([str(env.site_packages())],
+                                  RecordMemo.for_prefix(str(env.path), memo_root))
+    assert {i.dist.name for i in found if not i.from_memo} == {"tiny"}
+
+
+# -- dist-info folders: a distribution's fields, laid out by the model ----------------------
+
+def _value(name: str, hint: str) -> Any:
+    """A value for a field annotated ``hint`` that differs from any default."""
+    from envguard.model import DirectUrl
+
+    base = hint.removesuffix(" | None")
+    if base == "str":
+        return f"{name}-value"
+    if base == "bool":
+        return True
+    if base == "int":
+        return 7
+    if base == "list[str]":
+        return [f"{name}-1", f"{name}-2"]
+    if base == "DirectUrl":
+        return DirectUrl(**{f.name: _value(f.name, str(f.type))
+                            for f in dataclasses.fields(DirectUrl)})
+    raise AssertionError(f"field {name}: {hint}: teach records.Codec and this test the type")
+
+
+def _every_field_set() -> Distribution:
+    from envguard.model import Distribution
+
+    return Distribution(**{f.name: _value(f.name, str(f.type))
+                           for f in dataclasses.fields(Distribution)
+                           if f.name not in records.NOT_STORED},
+                        location="/site", metadata_dir="every-1.0.dist-info")
+
+
+def test_every_field_of_a_distribution_round_trips_through_the_memo(tmp_path: Path) -> None:
+    from envguard.model import ProbeIssue
+
+    dist = _every_field_set()
+    issues = [ProbeIssue(section="packages", message="odd", path="/site/x"),
+              ProbeIssue(section="packages", message="odd")]
+    rows = RecordRows.of(ROWS[:3])
+    key = ((1, 2, 3, 4), None, None, None, None, None)
+    memo = RecordMemo(tmp_path / "records.marshal")
+    memo.put_folder("/site/every-1.0.dist-info", key,
+                    records.folder_entry(dist, rows, 5, 123, issues))
+    assert memo.save() is None
+    value = RecordMemo(tmp_path / "records.marshal").get_folder(
+        "/site/every-1.0.dist-info", key)
+    assert value is not None
+    back, back_rows, total, mtime_ns, back_issues = records.folder_parts(
+        value, "/site", "every-1.0.dist-info")
+    assert back == dist and back_rows == rows and (total, mtime_ns) == (5, 123)
+    assert back_issues == issues
+    assert back.wheel_tags is not value[4][records.layout().dist.names.index("wheel_tags")]
+
+
+def _written_for(path: Path, digest: str) -> None:
+    """The memo file at ``path`` as if written when the model had other fields."""
+    tag, entries = marshal.loads(path.read_bytes())  # noqa: S302 - the test's own memo
+    assert tag == (*RecordMemo.TAG, records.fields_digest(), marshal.version)
+    path.write_bytes(marshal.dumps(((*RecordMemo.TAG, digest, marshal.version), entries)))
+
+
+def test_a_memo_written_for_other_fields_is_ignored_not_misread(env: Venv,
+                                                                tmp_path: Path) -> None:
+    from envguard.probe import distributions
+
+    memo_root = tmp_path / "memo"
+    _snapshot(env, memo_root)
+    path = RecordMemo.for_prefix_path(str(env.path), memo_root)
+    site = [str(env.site_packages())]
+    fresh, _ = distributions.scan(site)
+    for digest in ("0" * 12, ""):
+        _written_for(path, digest)
+        memo = RecordMemo(path)
+        found, _ = distributions.scan(site, memo)
+        assert not any(i.from_memo for i in found)  # every folder read again
+        assert [i.dist for i in found] == [i.dist for i in fresh]
+        assert memo.save() is None and RecordMemo(path)._fields == (records.fields_digest(),)
+    _, entries = marshal.loads(path.read_bytes())  # noqa: S302 - the test's own memo
+    path.write_bytes(marshal.dumps((("envguard-records", 5, marshal.version), entries)))
+    assert not RecordMemo(path)._live()  # the format before this layout: ignored
+
+
+def test_the_field_digest_follows_the_field_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A field more or less in an entry, or one renamed, changes the file's tag."""
+    digest = records.layout().digest
+    assert records.fields_digest() == digest and len(digest) == 12
+    monkeypatch.setattr(records, "NOT_STORED", (*records.NOT_STORED, "requires"))
+    assert records.Layout().digest != digest
+    monkeypatch.setattr(records, "NOT_STORED", ("location", "metadata_dir"))
+    assert records.Layout().digest != digest
+
+
+def test_an_entry_of_another_length_under_the_current_tag_is_a_miss() -> None:
+    """Even a forged file with the right tag is not misread: a tuple of other fields fails
+    the check, and the scan reads that folder instead."""
+    value = records.folder_entry(_every_field_set(), None, 0, None, [])
+    for fields in (value[4][:-1], (*value[4], "one more"), (None, *value[4][1:])):
+        with pytest.raises(TypeError):
+            records.folder_parts((*value[:4], fields), "/site", "every-1.0.dist-info")

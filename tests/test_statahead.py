@@ -1,5 +1,5 @@
-"""Stat work started ahead (envguard.probe.statahead): the units it may claim, the ones it
-must not, and the workers nobody takes. Real venvs, real forks, real stat calls."""
+"""Stat work started ahead (envguard.probe.fastpath.statahead): the units it may claim, the
+ones it must not, and the workers nobody takes. Real venvs, real forks, real stat calls."""
 
 from __future__ import annotations
 
@@ -13,10 +13,12 @@ from typing import Any
 import pytest
 
 from envguard.model import Snapshot
-from envguard.probe import SnapshotOptions, collect, integrity, statahead
-from envguard.probe.memo import rows as memo_rows
-from envguard.probe.memo.rows import RecordRows
-from envguard.probe.statahead import Ahead, StatQueue
+from envguard.probe import SnapshotOptions, collect, distributions, integrity
+from envguard.probe.fastpath import rows as memo_rows
+from envguard.probe.fastpath import statahead
+from envguard.probe.fastpath.records import RecordMemo
+from envguard.probe.fastpath.rows import RecordRows
+from envguard.probe.fastpath.statahead import Ahead, StatQueue
 from tests.wheelfactory import Venv
 
 pytestmark = pytest.mark.usefixtures("fork_always")
@@ -111,6 +113,50 @@ def test_the_collector_starts_its_own_when_no_command_did(
     assert spy.taken[-1] is None
 
 
+def test_units_are_claimed_only_for_a_distribution_the_scan_read_from_the_memo(
+        env: Venv, tmp_path: Path) -> None:
+    """The claim rests on the scan's mark (``from_memo``) and the RECORD time, not on which
+    object holds the rows."""
+    memo = tmp_path / "memo"
+    _snapshot(env, memo)
+    ahead = Ahead(RecordMemo.for_prefix(_prefix(env), memo))
+    try:
+        assert ahead.queue is not None
+        found, _ = distributions.scan([str(env.site_packages())], ahead.memo)
+        claimed = [i for i in found if i.record is not None and i.record.count]
+        assert {i.dist.name for i in claimed} >= {"torch", "tiny"}
+        for item in claimed:
+            meta_dir = os.path.join(item.site_dir, item.dist.metadata_dir)
+            mtime = item.record_mtime_ns
+            assert item.from_memo and ahead.units_for(meta_dir, mtime, from_memo=True)
+            assert ahead.units_for(meta_dir, mtime, from_memo=False) is None
+            assert ahead.units_for(meta_dir, (mtime or 0) + 1, from_memo=True) is None
+    finally:
+        ahead.abandon()
+
+
+def test_starting_ahead_imports_neither_the_model_nor_the_collector(
+        env: Venv, tmp_path: Path) -> None:
+    """What the fork waits for: the records memo's entries are read before envguard.model is
+    imported (its field digest is checked later, on the scan's first lookup)."""
+    memo = tmp_path / "memo"
+    _snapshot(env, memo)
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from envguard.probe.fastpath import statahead\n"
+        "statahead.FORK_MIN_ROWS = 1\n"
+        "statahead.usable_cpus = lambda: 2\n"
+        "statahead.start(sys.argv[1], Path(sys.argv[2]))\n"
+        "assert statahead._STARTED[0].queue.workers, 'no worker'\n"
+        "print(sorted(m for m in sys.modules if m in ('envguard.model', "
+        "'envguard.probe.collector', 'envguard.probe.distributions')))\n")
+    done = subprocess.run([sys.executable, "-c", script, _prefix(env), str(memo)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
 def test_an_ahead_for_another_environment_is_abandoned(
         env: Venv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     memo = tmp_path / "memo"
@@ -135,7 +181,7 @@ def test_workers_nobody_takes_are_killed_when_envguard_exits(
     script = (
         "import sys, time\n"
         "from pathlib import Path\n"
-        "from envguard.probe import statahead\n"
+        "from envguard.probe.fastpath import statahead\n"
         "statahead.FORK_MIN_ROWS = 1\n"
         "statahead.usable_cpus = lambda: 2\n"
         "statahead.StatQueue._work = lambda self: time.sleep(120)\n"
@@ -172,7 +218,7 @@ def test_many_small_units_share_few_numbers_and_each_is_checked_once(
 
 _SPY = """\
 import sys
-from envguard.probe import statahead
+from envguard.probe.fastpath import statahead
 seen = []
 real = statahead.start
 def spy(*args):

@@ -177,7 +177,7 @@ def test_gpu_facts_are_cached_by_driver_state(tmp_path: Path,
 
     The /proc/driver/nvidia tree is faked too, in a temp folder with the real layout.
     """
-    from envguard.probe.memo import gpu as gpu_memo
+    from envguard.probe.fastpath import gpu as gpu_memo
 
     proc = tmp_path / "proc"
     (proc / "gpus" / "0000:18:00.0").mkdir(parents=True)

@@ -11,7 +11,7 @@ import pytest
 
 from envguard.model import Distribution
 from envguard.probe import distributions, torch_identity
-from envguard.probe.memo.rows import RecordRows
+from envguard.probe.fastpath.rows import RecordRows
 from envguard.probe.torch_identity import cuda_wheels, parse_version_py
 from tests.wheelfactory import VenvFactory, build_wheel, fake_torch_files
 

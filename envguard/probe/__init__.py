@@ -6,7 +6,8 @@
 - one module per section (:mod:`~envguard.probe.interpreter`, ``distributions``,
   ``integrity``, ``torch_identity``, ``caches`` (torch's and triton's compile caches),
   ``files``, ``envvars``, ``system``, ``deep``);
-- :mod:`envguard.probe.memo`: envguard's own memo files, which only save time.
+- :mod:`envguard.probe.fastpath`: what only makes a snapshot faster (envguard's memo
+  files, the RECORD check's stat work started ahead), and the rules that keep it exact.
 
 ``collect`` and ``SnapshotOptions`` are loaded on first use, so that a light module here
 (:mod:`~envguard.probe.discovery`, :mod:`~envguard.probe.interpreter`) can be imported
@@ -30,14 +31,14 @@ def prefetch(python: str | None, prefix: str, verify: str = "size") -> None:
     while the command imports the rest of envguard: the probe of its interpreter ``python``
     (None: envguard's own, nothing to start; :func:`~envguard.probe.interpreter.prefetch`)
     and, for ``verify`` ``size``, the RECORD check's ``stat`` work
-    (:func:`~envguard.probe.statahead.start`). Never raises."""
+    (:func:`~envguard.probe.fastpath.statahead.start`). Never raises."""
     if python is not None:
         from envguard.probe.interpreter import prefetch as probe_ahead
 
         probe_ahead(python)
     if verify == "size":
         from envguard.paths import memo_dir
-        from envguard.probe import statahead
+        from envguard.probe.fastpath import statahead
 
         statahead.start(prefix, memo_dir())
 

@@ -24,16 +24,16 @@ from envguard.probe import (
     envvars,
     files,
     integrity,
-    statahead,
     system,
     torch_identity,
 )
 from envguard.probe.background import Task
 from envguard.probe.commands import CommandResult, guard, release, run
+from envguard.probe.fastpath import gpu as gpu_memo
+from envguard.probe.fastpath import statahead
+from envguard.probe.fastpath.hashes import HashMemo
+from envguard.probe.fastpath.records import RecordMemo
 from envguard.probe.interpreter import Target, interpreter_section, probe_python, probe_self
-from envguard.probe.memo import gpu as gpu_memo
-from envguard.probe.memo.hashes import HashMemo
-from envguard.probe.memo.records import RecordMemo
 from envguard.probe.options import SnapshotOptions
 from envguard.probe.progress import NullProgress, Progress
 from envguard.redact import redact_snapshot

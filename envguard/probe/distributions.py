@@ -23,9 +23,9 @@ from envguard.input_file import (
     read_bounded_text,
 )
 from envguard.model import DirectUrl, Distribution, ProbeIssue
-from envguard.probe.memo.marshal_file import Key, stat_key
-from envguard.probe.memo.records import RecordMemo, folder_entry, folder_parts
-from envguard.probe.memo.rows import RecordRows
+from envguard.probe.fastpath.marshal_file import Key, stat_key
+from envguard.probe.fastpath.records import RecordMemo, folder_entry, folder_parts
+from envguard.probe.fastpath.rows import RecordRows
 from envguard.probe.recordfile import fingerprint_record, read_record
 from envguard.redact import redact_data
 
@@ -51,6 +51,10 @@ class InstalledDist:
     record_mtime_ns: int | None = None
     """When RECORD was written: the end of the install."""
     issues: list[ProbeIssue] = field(default_factory=list)
+    from_memo: bool = False
+    """Read from the records memo: every file of the dist-info folder kept the stat key
+    the memo holds, so ``record`` holds the rows the memo held, those stat-ahead may have
+    checked already (:meth:`~envguard.probe.fastpath.statahead.Ahead.units_for`)."""
 
 
 def parse_headers(text: str) -> dict[str, list[str]]:
@@ -148,7 +152,7 @@ def read_distribution(
 ) -> InstalledDist:
     """Read one ``*.dist-info`` or ``*.egg-info`` folder; problems become issues, not raises.
     With ``memo``, a dist-info folder whose files all kept their stat keys is not read
-    again (:class:`~envguard.probe.memo.records.RecordMemo`)."""
+    again (:class:`~envguard.probe.fastpath.records.RecordMemo`)."""
     if memo is None or meta_name.endswith(".egg-info"):
         return _read_folder(site_dir, meta_name, memo)
     meta_dir = os.path.join(site_dir, meta_name)
@@ -161,7 +165,7 @@ def read_distribution(
                                                                      meta_name)
                 return InstalledDist(dist=dist, site_dir=site_dir, record=record,
                                      record_total=total, record_mtime_ns=mtime_ns,
-                                     issues=issues)
+                                     issues=issues, from_memo=True)
     item = _read_folder(site_dir, meta_name, memo)
     # Kept only if unchanged while it was read, and only if it holds nothing a credential
     # could be in (a direct_url with user:password@): memo files must not carry secrets.

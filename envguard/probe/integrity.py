@@ -5,7 +5,7 @@ and files whose mtime is newer than the install (an edit that kept the size). He
 files under an ``include`` folder that is itself unchanged since the install are vouched
 for by that folder (:mod:`~envguard.probe.recordcheck`).
 ``hash`` also compares content digests, in parallel threads (hashlib releases
-the GIL), with results memoised in :class:`~envguard.probe.memo.hashes.HashMemo`.
+the GIL), with results memoised in :class:`~envguard.probe.fastpath.hashes.HashMemo`.
 
 Tolerated RECORD quirks, never reported as tampering: script rows (installers
 rewrite shebangs), rows with neither hash nor size, ``__pycache__``/``.pyc``.
@@ -33,8 +33,9 @@ from envguard.frozen import frozen
 from envguard.model import Integrity, IntegrityIssue
 from envguard.probe.background import parallel_map
 from envguard.probe.distributions import InstalledDist
-from envguard.probe.memo.hashes import HashMemo
-from envguard.probe.memo.marshal_file import Key
+from envguard.probe.fastpath.hashes import HashMemo
+from envguard.probe.fastpath.marshal_file import Key
+from envguard.probe.fastpath.statahead import Ahead, StatQueue, units_of, worker_count
 from envguard.probe.progress import NullProgress, Progress
 from envguard.probe.recordcheck import (
     NOT_REGULAR,
@@ -44,7 +45,6 @@ from envguard.probe.recordcheck import (
     file_kind,
     install_tree,
 )
-from envguard.probe.statahead import Ahead, StatQueue, units_of, worker_count
 
 __all__ = ["MODES", "NOT_REGULAR", "OUTSIDE", "PendingCheck", "begin", "default_workers",
            "file_kind", "hash_file", "install_tree", "record_digest", "verify"]
@@ -136,14 +136,14 @@ class PendingCheck:
     """A RECORD check under way (:func:`begin`); :meth:`finish` completes it.
 
     In ``size`` mode the ``stat`` work is shared with forked workers through a
-    :class:`~envguard.probe.statahead.StatQueue`: the one :mod:`~envguard.probe.statahead`
-    started before the collector was imported (``queued`` are its units this check
-    claimed), else one :func:`begin` starts when there are enough rows. This process
-    checks ``own`` first (the distributions the early queue does not cover), then takes
-    units from the queue with the workers. Threads cannot do this: measured on the 16-core
-    H200 host, 48,706 stats took 0.115 s serially and 0.33 s spread over 4-16 threads (the
-    per-row Python work serialises on the GIL). Hashing is the part that parallelises in
-    threads (``workers``).
+    :class:`~envguard.probe.fastpath.statahead.StatQueue`: the one
+    :mod:`~envguard.probe.fastpath.statahead` started before the collector was imported
+    (``queued`` are its units this check claimed), else one :func:`begin` starts when
+    there are enough rows. This process checks ``own`` first (the distributions the early
+    queue does not cover), then takes units from the queue with the workers. Threads cannot
+    do this: measured on the 16-core H200 host, 48,706 stats took 0.115 s serially and
+    0.33 s spread over 4-16 threads (the per-row Python work serialises on the GIL).
+    Hashing is the part that parallelises in threads (``workers``).
     """
 
     installed: list[InstalledDist]
@@ -234,7 +234,9 @@ def begin(installed: list[InstalledDist], mode: str, *, memo: HashMemo | None = 
           workers: int | None = None, ahead: Ahead | None = None) -> PendingCheck:
     """Start checking every distribution's files against its RECORD (see
     :class:`PendingCheck`); raises ValueError for an unknown mode. ``ahead``: the stat work
-    :mod:`~envguard.probe.statahead` started (size mode; abandoned in any other)."""
+    :mod:`~envguard.probe.fastpath.statahead` started on the records memo that the scan of
+    ``installed`` read (size mode; abandoned in any other). Its units are claimed for the
+    distributions the scan read from that memo (``from_memo``)."""
     if mode not in MODES:
         raise ValueError(f"unknown verify mode {mode!r}")
     with_record = [i for i in installed if i.record is not None] if mode != "none" else []
@@ -247,7 +249,7 @@ def begin(installed: list[InstalledDist], mode: str, *, memo: HashMemo | None = 
         pending.queue, pending.own = early, []
         for item in with_record:
             numbers = ahead.units_for(os.path.join(item.site_dir, item.dist.metadata_dir),
-                                      item.record, item.record_mtime_ns)
+                                      item.record_mtime_ns, from_memo=item.from_memo)
             if numbers is None:
                 pending.own.append(item)
             else:

@@ -22,7 +22,7 @@ from envguard.frozen import frozen
 from envguard.paths import memo_dir
 from envguard.probe import _inprocess
 from envguard.probe.commands import CommandResult, finish, start, stop
-from envguard.probe.memo import facts as facts_memo
+from envguard.probe.fastpath import facts as facts_memo
 
 if TYPE_CHECKING:
     from envguard.model import Interpreter
@@ -120,7 +120,7 @@ def _start(exe: str) -> _Started:
 
 def prefetch(python: str, memo_root: Path | None = None) -> None:
     """Start probing ``python`` now, in the background, unless the memo holds its answer
-    (:mod:`envguard.probe.memo.facts`); :func:`probe_python` of the same interpreter later
+    (:mod:`envguard.probe.fastpath.facts`); :func:`probe_python` of the same interpreter later
     reads that answer instead of starting another. A command calls this as soon as it knows
     its environment, so that the probe (25-80 ms: another interpreter starting) overlaps
     with the import of envguard's own modules. Never raises: a problem is reported by
@@ -149,7 +149,7 @@ def probe_python(python: str, memo_root: Path | None = None) -> Target:
 
     When ``python`` is the interpreter envguard runs in, the facts are gathered in
     this process instead: a second interpreter start costs 10-80 ms. With ``memo_root``,
-    an answer kept there (:mod:`envguard.probe.memo.facts`) is used while nothing it
+    an answer kept there (:mod:`envguard.probe.fastpath.facts`) is used while nothing it
     depends on has changed, and a new answer is kept.
     """
     exe = resolve_python(python)

@@ -1,6 +1,6 @@
 """The kernel of the RECORD check: stat a slice of one distribution's RECORD rows.
 
-Plain data in and out (no :mod:`envguard.model`), so that :mod:`~envguard.probe.statahead`
+Plain data in and out (no :mod:`envguard.model`), so that :mod:`~envguard.probe.fastpath.statahead`
 can run it in a child forked before the rest of envguard is imported, and send its answer
 back with ``marshal``. :mod:`~envguard.probe.integrity` owns the modes, the hashing and the
 records; this module only decides, row by row, what a ``stat`` says about a file.
@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from envguard.probe.memo.marshal_file import Key, stat_key
+from envguard.probe.fastpath.marshal_file import Key, stat_key
 from envguard.probe.recordfile import RecordRow
 
 NOT_REGULAR = "not-a-regular-file"

@@ -1,7 +1,7 @@
 """RECORD files: the row, parsing, which rows identify a build, and the build fingerprint.
 
 Light (the standard library and the bounded reader), so that the records memo
-(:mod:`envguard.probe.memo.records`) can parse a RECORD again before the rest of envguard
+(:mod:`envguard.probe.fastpath.records`) can parse a RECORD again before the rest of envguard
 is imported.
 """
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from envguard.paths import memo_dir
-from envguard.probe.memo import marshal_file
-from envguard.probe.memo.marshal_file import Key, prefix_digest
+from envguard.probe.fastpath import marshal_file
+from envguard.probe.fastpath.marshal_file import Key, prefix_digest
 
 
 class HashMemo:

@@ -28,8 +28,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from envguard.probe.memo import marshal_file
-from envguard.probe.memo.marshal_file import Key, stat_key
+from envguard.probe.fastpath import marshal_file
+from envguard.probe.fastpath.marshal_file import Key, stat_key
 
 TAG = ("envguard-interpreter", 1)
 ENV_NAMES = frozenset({"HOME", "TMPDIR", "TEMP", "TMP", "LOGNAME", "USER", "LNAME",

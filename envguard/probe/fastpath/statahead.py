@@ -12,14 +12,21 @@ takes fewer. A worker that fails loses nothing: this process checks every unit n
 answered for.
 
 :func:`start` begins before the snapshot's collector has even been imported. It reads
-the records memo of the environment (:class:`~envguard.probe.memo.records.RecordMemo`:
+the records memo of the environment (:class:`~envguard.probe.fastpath.records.RecordMemo`:
 the RECORD rows the last snapshot of that prefix parsed) and forks workers on those rows
 while this process imports the rest of envguard and scans the dist-info folders. The
-collector then :func:`take`\\ s it: the scan reads through the same memo, and a
-distribution whose dist-info folder is unchanged comes back with the memo's very list of
-rows, so the integrity check claims a unit only when its rows are *identical* (``is``)
-to the ones scanned. Anything else (a distribution installed, upgraded or patched since)
-is checked by this process as usual, and a worker's answer for it is ignored.
+collector then :func:`take`\\ s it: the scan reads through the same memo, and marks a
+distribution whose dist-info folder it read from the memo (every file kept its stat key:
+:attr:`~envguard.probe.distributions.InstalledDist.from_memo`). The integrity check claims
+a distribution's units only when it is so marked and its RECORD time is the one the units
+were made with (:meth:`Ahead.units_for`): its rows are then the memo's, the ones the
+workers checked. Anything else (a distribution installed, upgraded or patched since) is
+checked by this process as usual, and a worker's answer for it is ignored.
+
+Forking needs a process with no other thread (:func:`~envguard.probe.background.fork_is_safe`),
+so :func:`start` runs before any thread starts: a command calls it as soon as it knows
+its environment, and the collector before it starts its own threads. Nothing here imports
+:mod:`envguard.model` (the fork would wait for it).
 """
 
 from __future__ import annotations
@@ -30,8 +37,8 @@ from collections.abc import Collection
 from pathlib import Path
 
 from envguard.probe.background import Forked, fork_is_safe, usable_cpus
-from envguard.probe.memo.records import RecordMemo
-from envguard.probe.memo.rows import CHUNK_ROWS, RecordRows
+from envguard.probe.fastpath.records import RecordMemo
+from envguard.probe.fastpath.rows import CHUNK_ROWS, RecordRows
 from envguard.probe.recordcheck import Checked, check_rows, decode, encode, vouched_by_folders
 
 Unit = tuple[str, RecordRows, int, int | None, int]
@@ -39,7 +46,7 @@ Unit = tuple[str, RecordRows, int, int | None, int]
 RECORD was written, the chunk's row count)."""
 
 UNIT_ROWS = CHUNK_ROWS
-"""Rows per unit, one chunk of :class:`~envguard.probe.memo.records.RecordRows`: about
+"""Rows per unit, one chunk of :class:`~envguard.probe.fastpath.records.RecordRows`: about
 1.5 ms of ``stat`` on a 2-core VM, small enough to balance."""
 MAX_BATCHES = 1024
 """Numbers in the pipe, 4 bytes each: 1,024 fill one page, which every pipe holds (Linux
@@ -182,7 +189,7 @@ class Ahead:
     def __init__(self, memo: RecordMemo) -> None:
         self.memo = memo
         self.queue: StatQueue | None = None
-        self._units: dict[str, tuple[RecordRows, int | None, range]] = {}
+        self._units: dict[str, tuple[int | None, range]] = {}
         found = [f for f in memo.folder_records() if f[1].count]
         workers = worker_count(sum(rows.count for _, rows, _ in found))
         if not workers:
@@ -191,18 +198,20 @@ class Ahead:
         for meta_dir, rows, installed_ns in found:
             first = len(units)
             units.extend(units_of(os.path.dirname(meta_dir), rows, installed_ns))
-            self._units[meta_dir] = (rows, installed_ns, range(first, len(units)))
+            self._units[meta_dir] = (installed_ns, range(first, len(units)))
         self.queue = StatQueue(units)
         self.queue.fork(workers)
 
-    def units_for(self, meta_dir: str, rows: RecordRows | None,
-                  installed_ns: int | None) -> range | None:
-        """The numbers of the units that check exactly ``rows`` (the very object the memo
-        handed the scan, with the same RECORD time), or None."""
-        known = self._units.get(meta_dir) if self.queue is not None else None
-        if known is None or rows is None or known[0] is not rows or known[1] != installed_ns:
+    def units_for(self, meta_dir: str, installed_ns: int | None, *,
+                  from_memo: bool) -> range | None:
+        """The numbers of the units that check the dist-info folder ``meta_dir``'s rows, for
+        a distribution the scan read from this memo (``from_memo``: the folder's entry, so
+        its rows, are the ones the units were made of) with the same RECORD time; else
+        None."""
+        known = self._units.get(meta_dir) if from_memo and self.queue is not None else None
+        if known is None or known[0] != installed_ns:
             return None
-        return known[2]
+        return known[1]
 
     def abandon(self) -> None:
         if self.queue is not None:

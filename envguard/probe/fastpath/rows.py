@@ -3,7 +3,7 @@
 Loading a memo of 30,000 rows as tuples took 12-17 ms of a cold process on a 2-core VM,
 before the RECORD check's stat work could start. Kept as bytes, the rows cost a copy to
 load, and each chunk is unpacked by whichever process checks it
-(:mod:`~envguard.probe.statahead`).
+(:mod:`~envguard.probe.fastpath.statahead`).
 
 The chunks follow a layout (:func:`layout`): first the rows stat'ed one by one, then the
 header rows that a folder may vouch for (:func:`~envguard.probe.recordcheck.header_row`),
@@ -19,7 +19,7 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-from envguard.probe.memo.marshal_file import loads
+from envguard.probe.fastpath.marshal_file import loads
 from envguard.probe.recordcheck import header_row
 from envguard.probe.recordfile import RecordRow
 

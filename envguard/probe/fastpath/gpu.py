@@ -65,7 +65,7 @@ def query(
     result = system.query_gpus(env, timeout)
     cuda = system.cuda_driver_version() if result.ok else None
     if result.ok and path is not None and system.readable(result.stdout):
-        from envguard.probe.memo.prune import prune
+        from envguard.probe.fastpath.prune import prune
 
         prune(memo_root)  # at most once a day: memo files unused for a month go
         with contextlib.suppress(OutputError):  # unwritable: only a slower next snapshot
