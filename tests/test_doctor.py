@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from envguard.doctor import ALL_RULES, diagnose
-from envguard.doctor.interface import LibraryCopy, Scene
+from envguard.doctor.interface import LibraryCopy, Scene, Shadow
 from envguard.explain.interface import Severity
 from envguard.history import CACHE_CREATED, INSTALLED, REINSTALLED, Event, Timeline, group
 from envguard.model import (
@@ -75,7 +75,48 @@ def web(jinja2: str, markupsafe: str) -> Snapshot:
     return with_package(with_package(base(), "jinja2", version=jinja2), "markupsafe",
                         version=markupsafe)
 
+def shadowed(*shadows: Shadow, s: Snapshot | None = None) -> Scene:
+    return replace(scene(s), shadows=shadows)
+
+
+def torch_at(version: str, *, cuda: str | None) -> Snapshot:
+    s = with_package(base(), "torch", version=version)
+    return replace(s, torch=replace(s.torch, cuda=cuda))
+
+
+def yaml_tagged(tag: str) -> Snapshot:
+    """The real snapshot less its one locally built wheel (cupy), plus PyYAML so tagged."""
+    s = replace(base(), packages=[p for p in base().packages if p.name != "cupy-cuda13x"])
+    return add(s, "pyyaml", "6.0.2", tags=(tag,))
+
+
+def bundle(problem: str, expected: str, actual: str, path: str = "certifi/cacert.pem"
+           ) -> Snapshot:
+    issue = IntegrityIssue(package="certifi", path=path, problem=problem, expected=expected,
+                           actual=actual)
+    return replace(base(), integrity=replace(base().integrity, issues=[issue]))
+
+
 HITS: dict[str, list[Case]] = {
+    "ca-bundle-extended": [
+        lambda: scene(bundle("size", "240216", "241384")),
+        lambda: scene(bundle("modified-after-install", "", "")),
+    ],
+    "companion-variant-differs": [
+        lambda: scene(add(torch_at("2.11.0+cpu", cuda=None), "torchvision", "0.26.0+cu130")),
+        lambda: scene(add(base(), "torchaudio", "2.11.0+cu128")),  # cu12 beside cu130
+    ],
+    "built-here-from-source": [
+        lambda: scene(yaml_tagged("cp312-cp312-linux_x86_64")),
+    ],
+    "module-shadowed": [
+        lambda: shadowed(Shadow(folder="/w", source="working folder", modules=("random",))),
+        lambda: shadowed(Shadow(folder="/p", source="PYTHONPATH", modules=("numpy",))),
+    ],
+    "pythonpath-other-python": [
+        lambda: shadowed(Shadow(folder="/o/lib/python3.10/site-packages", source="PYTHONPATH",
+                                modules=("numpy",), site_python="3.10")),
+    ],
     "known-break": [
         lambda: scene(web("2.11.3", "2.1.1")),
     ],
@@ -130,8 +171,8 @@ HITS: dict[str, list[Case]] = {
                            problem="modified-after-install")]))),
     ],
     "compile-cache-cold": [
-        lambda: scene(replace(base(), caches=[replace(base().caches[0], exists=False,
-                                                      files=0)])),
+        lambda: scene(replace(base(), caches=[replace(base().caches[0], exists=False, files=0,
+                                                      populated_under=[filled()])])),
         lambda: scene(events=(
             Event(at=NOW - 86400, kind=REINSTALLED, subject="torch", detail="2.11.0+cu130"),
             Event(at=NOW - 600, kind=CACHE_CREATED, subject="inductor /cache/inductor"))),
@@ -151,6 +192,30 @@ HITS: dict[str, list[Case]] = {
 }
 
 MISSES: dict[str, list[Case]] = {
+    "ca-bundle-extended": [
+        lambda: scene(bundle("size", "240216", "1000")),  # shrunk: not an append
+        lambda: scene(bundle("missing", "240216", "")),
+        lambda: scene(bundle("size", "100", "200", path="certifi/core.py")),
+    ],
+    "companion-variant-differs": [
+        lambda: scene(add(base(), "torchvision", "0.26.0+cu130")),
+        lambda: scene(add(base(), "torchvision", "0.26.0")),  # no label: nothing to compare
+        lambda: scene(add(torch_at("2.11.0+cpu", cuda=None), "torchvision", "0.26.0+cpu")),
+    ],
+    "built-here-from-source": [
+        lambda: scene(yaml_tagged("cp312-cp312-manylinux_2_17_x86_64")),
+        lambda: scene(yaml_tagged("py3-none-any")),
+    ],
+    "module-shadowed": [
+        lambda: shadowed(Shadow(folder="/w", source="working folder",
+                                modules=("train", "test", "my_helpers"))),
+        lambda: shadowed(),
+    ],
+    "pythonpath-other-python": [
+        lambda: shadowed(Shadow(folder="/o/lib/python3.12/site-packages", source="PYTHONPATH",
+                                modules=("numpy",), site_python="3.12")),
+        lambda: shadowed(Shadow(folder="/src", source="PYTHONPATH", modules=("mylib",))),
+    ],
     "known-break": [
         lambda: scene(web("2.11.3", "2.0.1")),
         lambda: scene(web("3.0.0", "2.1.1")),
@@ -200,6 +265,9 @@ MISSES: dict[str, list[Case]] = {
     "installed-files-modified": [lambda: scene()],
     "compile-cache-cold": [
         lambda: scene(),
+        # a machine that never compiled: no cache, no sighting, no history of one
+        lambda: scene(replace(base(), caches=[replace(base().caches[0], exists=False,
+                                                      files=0)])),
         lambda: scene(events=(
             Event(at=NOW - 600, kind=REINSTALLED, subject="torch", detail="2.11.0+cu130"),
             Event(at=NOW - 590, kind=CACHE_CREATED, subject="inductor /cache/inductor"))),
@@ -215,6 +283,11 @@ MISSES: dict[str, list[Case]] = {
     ],
     "compile-cache-volatile": [lambda: scene()],
 }
+
+
+def filled() -> Any:
+    """envguard's sighting of the cache filled under some build: it was used here."""
+    return replace_stamp("sm90-old-build")
 
 
 def replace_stamp(key: str) -> Any:
@@ -260,11 +333,15 @@ def test_severities_say_how_sure_the_evidence_is() -> None:
     assert severity("compile-cache-cold", cold[1]) is Severity.WARNING  # deleted since
 
 
-def test_the_real_h200_environment_is_healthy_apart_from_its_ca_bundle() -> None:
+def test_the_real_h200_environment_is_healthy_its_ca_bundle_a_note() -> None:
+    """The image's certifi and pip bundles carry the site's appended CA: a note that says
+    to keep it, never "reinstall certifi" (which would break TLS there)."""
     report = diagnose(scene(real_h200()))
-    assert [f.rule for f in report.findings if f.severity is not Severity.INFO] == [
-        "installed-files-modified"]
-    assert "certifi" in report.findings[0].title
+    assert report.healthy, [f.title for f in report.findings]
+    (note,) = [f for f in report.findings if f.rule == "ca-bundle-extended"]
+    assert "certifi/cacert.pem" in note.title and note.severity is Severity.INFO
+    assert "reinstall" not in " ".join(note.remedy).split("drop")[0]
+    assert not [f for f in report.findings if f.rule == "installed-files-modified"]
     assert diagnose(scene()).healthy
 
 
@@ -281,7 +358,8 @@ def test_a_symptom_lifts_the_rule_it_points_at() -> None:
 
 def test_cuda_explanations_only_where_torch_and_gpus_are() -> None:
     cpu_host = replace(base(), system=replace(base().system, gpus=[]))
-    cold = replace(cpu_host, caches=[replace(base().caches[0], exists=False, files=0)])
+    cold = replace(cpu_host, caches=[replace(base().caches[0], exists=False, files=0,
+                                             populated_under=[filled()])])
     (finding,) = _fired("compile-cache-cold", lambda: scene(cold))
     assert "H200" not in finding.explanation
     with_gpu = replace(cold, system=replace(cold.system, gpus=[Gpu(index=0,

@@ -10,7 +10,7 @@ the same table (:mod:`envguard.explain.symptoms`).
 
 from __future__ import annotations
 
-from envguard.doctor import caches, cuda, packages
+from envguard.doctor import builds, caches, cuda, packages, shadowing
 from envguard.doctor.interface import DoctorRule, Scene
 from envguard.explain import symptom_score, symptom_text
 from envguard.explain.culprits import ordered
@@ -21,7 +21,8 @@ from envguard.redact import redact_text
 
 __all__ = ["ALL_RULES", "DoctorReport", "DoctorRule", "Scene", "diagnose"]
 
-ALL_RULES: tuple[DoctorRule, ...] = (*packages.RULES, *cuda.RULES, *caches.RULES)
+ALL_RULES: tuple[DoctorRule, ...] = (*packages.RULES, *builds.RULES, *shadowing.RULES,
+                                      *cuda.RULES, *caches.RULES)
 
 
 @frozen

@@ -45,6 +45,14 @@ def _recreated(scene: Scene, cache: CacheDir) -> str | None:
     return None
 
 
+def _ever_used(scene: Scene, cache: CacheDir) -> bool:
+    """Whether anything says torch.compile is used here: envguard saw this cache filled
+    (a sighting under some build), or the disk's history shows it created."""
+    return bool(cache.populated_under) or any(
+        e.kind == CACHE_CREATED and e.subject == f"inductor {cache.path}"
+        for e in scene.timeline.events)
+
+
 def compile_cache_cold(scene: Scene) -> Iterator[Finding]:
     snap = scene.snapshot
     if not snap.torch.present:
@@ -54,6 +62,8 @@ def compile_cache_cold(scene: Scene) -> Iterator[Finding]:
         return
     evidence: list[str] = []
     if not cache.exists or not cache.files:
+        if not _ever_used(scene, cache):
+            return  # nothing says this machine compiles: no essay about a cache it never had
         evidence.append(f"inductor cache {cache.path}: "
                         + ("missing" if not cache.exists else "empty")
                         + f" (location from {cache.source})")

@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from envguard.doctor.interface import LibraryCopy, Scene
+from envguard.doctor.interface import LibraryCopy, Scene, Shadow
 from envguard.history.collect import read_timeline
 from envguard.model import Snapshot
 from envguard.probe.discovery import Selection
@@ -69,11 +69,51 @@ def snapshot_options(selection: Selection, *, verify: str = "size", cwd: Path | 
                            use_project_config=False, remember_caches=False)
 
 
+_MODULE_FILE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:\.py|\.pyc|(?:\.[\w-]+)?\.so)$")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SITE = re.compile(r"python(\d+\.\d+)[/\\]site-packages[/\\]?$")
+
+
+def importable(folder: str) -> tuple[str, ...]:
+    """The top-level modules a folder on ``sys.path`` provides: ``x.py``, ``x.so``, a folder
+    ``x`` holding Python files (at most :data:`MAX_ENTRIES` names read; links are not
+    followed into; an unreadable folder provides nothing)."""
+    found: list[str] = []
+    try:
+        with os.scandir(folder) as entries:
+            for n, entry in enumerate(entries):
+                if n >= MAX_ENTRIES:
+                    break
+                module = _MODULE_FILE.match(entry.name)
+                if module and entry.is_file(follow_symlinks=False):
+                    found.append(module.group(1))
+                elif (_NAME.match(entry.name) and entry.is_dir(follow_symlinks=False)
+                      and os.path.exists(os.path.join(entry.path, "__init__.py"))):
+                    found.append(entry.name)
+    except OSError:
+        return ()
+    return tuple(sorted(set(found)))
+
+
+def shadows(cwd: Path | None, env: Mapping[str, str]) -> Iterator[Shadow]:
+    """The working folder (``python -c`` and ``python -m`` import from it first) and each
+    ``PYTHONPATH`` folder, with what each provides."""
+    if cwd is not None:
+        yield Shadow(folder=str(cwd), source="working folder", modules=importable(str(cwd)))
+    for folder in env.get("PYTHONPATH", "").split(os.pathsep):
+        if folder:
+            site = _SITE.search(folder)
+            yield Shadow(folder=folder, source="PYTHONPATH", modules=importable(folder),
+                         site_python=site.group(1) if site else None)
+
+
 def gather(snapshot: Snapshot, *, env: Mapping[str, str] | None = None,
            cwd: Path | None = None) -> Scene:
     """Everything the doctor's rules read, for ``snapshot``'s environment. ``env``: the
-    variables the job would run with (default: this process's)."""
+    variables the job would run with (default: this process's); ``cwd``: the folder it
+    runs in."""
     variables = os.environ if env is None else env
     return Scene(snapshot=snapshot, timeline=read_timeline(snapshot, cwd=cwd),
                  libraries=tuple(cuda_libraries(variables)),
-                 gpus_present=bool(snapshot.system.gpus))
+                 gpus_present=bool(snapshot.system.gpus),
+                 shadows=tuple(shadows(cwd, variables)))

@@ -34,12 +34,28 @@ class LibraryCopy:
 
 
 @frozen
+class Shadow:
+    """A folder searched for imports before site-packages (the working folder, a
+    ``PYTHONPATH`` entry) and the modules it provides there."""
+
+    folder: str
+    source: str
+    """``working folder`` or ``PYTHONPATH``."""
+    modules: tuple[str, ...]
+    """Top-level names importable from it: ``random`` for ``random.py``, a package folder."""
+    site_python: str | None = None
+    """For a ``.../pythonX.Y/site-packages`` folder: ``X.Y`` (another environment's)."""
+
+
+@frozen
 class Scene:
     snapshot: Snapshot
     timeline: Timeline
     libraries: tuple[LibraryCopy, ...] = ()
     gpus_present: bool = field(default=False)
     """NVIDIA GPUs were seen (nvidia-smi listed some)."""
+    shadows: tuple[Shadow, ...] = ()
+    """Folders searched before site-packages, with what they provide."""
 
 
 Check = Callable[[Scene], Iterable[Finding]]

@@ -17,8 +17,13 @@ from envguard.explain.remedies import (
     uv_pip_install,
     uv_pip_uninstall,
 )
-from envguard.explain.tables import TORCH_OWNED, VERIFY_HASH_HINT, is_serving_stack
-from envguard.model import Distribution, Snapshot
+from envguard.explain.tables import (
+    CA_BUNDLES,
+    TORCH_OWNED,
+    VERIFY_HASH_HINT,
+    is_serving_stack,
+)
+from envguard.model import Distribution, IntegrityIssue, Snapshot
 
 _TORCH_OWNED_AND_NUMPY = TORCH_OWNED | {"numpy"}
 _LABEL_TORCH = (re.compile(r"(?:^|[^a-z])pt(\d)(\d{1,2})(?![0-9])"),
@@ -236,8 +241,38 @@ def _clock(at: float) -> str:
     return utc(at)
 
 
+def _extended_bundle(issue: IntegrityIssue) -> bool:
+    """A CA bundle of :data:`CA_BUNDLES` that grew (certificates appended), or was written
+    after install (seen by time only)."""
+    if issue.path not in CA_BUNDLES:
+        return False
+    if issue.problem == "modified-after-install":
+        return True
+    grew = (issue.expected or "").isdigit() and (issue.actual or "").isdigit() \
+        and int(issue.actual or 0) > int(issue.expected or 0)
+    return issue.problem == "size" and grew
+
+
+def ca_bundle_extended(scene: Scene) -> Iterator[Finding]:
+    grown = [i for i in scene.snapshot.integrity.issues if _extended_bundle(i)]
+    if not grown:
+        return
+    yield Finding(
+        rule="ca-bundle-extended", severity=Severity.INFO,
+        title=f"CA bundle extended with local certificates: {', '.join(i.path for i in grown)}",
+        explanation="The bundle is larger than the package installed it: certificates were "
+                    "appended (a site's own root CA, added in an image build). That is an "
+                    "intended edit; reinstalling the package would drop them and break TLS "
+                    "to the site's servers.",
+        evidence=tuple(f"{i.package}: {i.path} ({i.expected} → {i.actual} bytes)"
+                       for i in grown),
+        remedy=("keep it; to make it survive upgrades, point REQUESTS_CA_BUNDLE and "
+                "SSL_CERT_FILE at a bundle outside site-packages instead",),
+        weight=10, keywords=("CERTIFICATE_VERIFY_FAILED", "SSLError", "certificate"))
+
+
 def installed_files_modified(scene: Scene) -> Iterator[Finding]:
-    issues = scene.snapshot.integrity.issues
+    issues = [i for i in scene.snapshot.integrity.issues if not _extended_bundle(i)]
     changed = [i for i in issues if i.problem in _CHANGED]
     newer = [i for i in issues if i.problem == "modified-after-install"]
     if not changed and not newer:
@@ -299,6 +334,8 @@ def known_break(scene: Scene) -> Iterator[Finding]:
 
 
 RULES = (
+    DoctorRule(id="ca-bundle-extended", title="a CA bundle with local certificates appended",
+               check=ca_bundle_extended),
     DoctorRule(id="known-break", title="a known break between two installed versions",
                check=known_break),
     DoctorRule(id="conda-pip-overlap", title="pip installed over a conda package",

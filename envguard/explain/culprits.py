@@ -105,10 +105,12 @@ def names_suspect(finding: Finding, names: Iterable[str]) -> int | None:
 
 
 def rank_key(finding: Finding, score: int, place: int | None) -> tuple[int, int, int, int, str]:
-    """Findings about a suspect first (``place``: its position among the suspects), then by
-    severity; within one severity by the symptom's ``score``, then the rule's weight."""
-    first = (0, place) if place is not None else (1, finding.severity.rank)
-    return (*first, -score, -finding.weight, finding.rule)
+    """Findings about a suspect first (among them, the one the symptom's words point at
+    most, then by ``place``: the suspect's position), then the rest by severity and, within
+    one severity, by the symptom's ``score``; then the rule's weight."""
+    if place is not None:
+        return (0, -score, place, -finding.weight, finding.rule)
+    return (1, finding.severity.rank, -score, -finding.weight, finding.rule)
 
 
 def ordered(findings: Iterable[Finding], symptom: str | None, snapshots: Sequence[Snapshot],

@@ -43,6 +43,7 @@ FORMS: tuple[tuple[str, str], ...] = (
     ("requirement", r"but found " + _DIST + r"=="),
     # pip's resolver: ``x 1.0 requires y>=2, but you have y 1.5 which is incompatible``
     ("requirement", r"but you have " + _DIST + r" [0-9]"),
+    ("requirement", r"(?:^|\s)" + _DIST + r" [0-9][^\s]* (?:requires|has requirement) "),
     # pkg_resources: ``The 'x>=2' distribution was not found``, ``VersionConflict: (x 1.0 ..``
     ("requirement", r"The ['\"]" + _DIST + r"(?:[<>=!~][^'\"]*)?['\"] distribution was not"),
     ("requirement", r"VersionConflict: \(" + _DIST + r" [0-9]"),

@@ -16,10 +16,28 @@ from __future__ import annotations
 import os
 import re
 
-__all__ = ["CACHE_POLICIES", "COLD_REMEDY", "CONDA_CUDA", "CORE_PACKAGES", "CUDA_SUFFIX",
-           "CUDA_WHEEL_PREFIXES", "DEFAULT_FORBIDDEN", "SERVING_STACKS", "TORCH_OWNED",
-           "TRACKS_CUDA_MAJOR", "UNSUFFIXED_CUDA", "VERIFY_HASH_HINT", "ServingStack",
-           "is_conda_core", "is_cuda_wheel", "is_lock_path", "is_serving_stack", "lock_glob"]
+__all__ = [
+    "CACHE_POLICIES",
+    "CA_BUNDLES",
+    "COLD_REMEDY",
+    "CONDA_CUDA",
+    "CORE_PACKAGES",
+    "CUDA_SUFFIX",
+    "CUDA_WHEEL_PREFIXES",
+    "DEFAULT_FORBIDDEN",
+    "SERVING_STACKS",
+    "TORCH_COMPANIONS",
+    "TORCH_OWNED",
+    "TRACKS_CUDA_MAJOR",
+    "UNSUFFIXED_CUDA",
+    "VERIFY_HASH_HINT",
+    "ServingStack",
+    "is_conda_core",
+    "is_cuda_wheel",
+    "is_lock_path",
+    "is_serving_stack",
+    "lock_glob",
+]
 
 
 # ------------------------------------------------------------------ serving stacks
@@ -110,6 +128,19 @@ CORE_PACKAGES = frozenset({
 requirements and the CUDA wheels)."""
 
 TORCH_OWNED = frozenset({"torch", "triton", "pytorch-triton"})
+
+CA_BUNDLES = frozenset({"certifi/cacert.pem", "pip/_vendor/certifi/cacert.pem",
+                        "botocore/cacert.pem", "requests/cacert.pem",
+                        "httplib2/cacerts.txt", "grpc/_cython/_credentials/roots.pem"})
+"""CA bundles inside site-packages that sites extend on purpose (their own root CA appended
+in an image build): a grown bundle is a known, legitimate edit, and reinstalling the
+package would drop the site's CA and break TLS."""
+
+TORCH_COMPANIONS = frozenset({"torchvision", "torchaudio", "torchtext", "torchdata", "torchao",
+                              "torchrec", "xformers", "torch-scatter", "torch-sparse",
+                              "torch-cluster", "torch-spline-conv", "pyg-lib"})
+"""Distributions built against one torch build, CUDA variant included: a ``+cu130``
+torchvision beside a ``+cpu`` torch fails to load its ops."""
 """torch and the triton it pins: their builds move together (a rebuild of one is no news
 about the others)."""
 

@@ -35,9 +35,10 @@ from packaging.tags import sys_tags
 from tests.conftest import UV
 from tests.wheelfactory import Venv, VenvFactory, build_wheel, fake_torch_files
 
-PLATFORM_TAG = str(next(iter(sys_tags())))
-"""The most specific tag this interpreter installs (``cp311-cp311-linux_x86_64``): what a
-compiled extension's wheel carries."""
+PLATFORM_TAG = str(next(t for t in sys_tags() if t.platform.startswith("manylinux")))
+"""The most specific manylinux tag this interpreter installs
+(``cp311-cp311-manylinux_2_36_x86_64``): what a compiled extension's wheel from an index
+carries (a bare ``linux_x86_64`` tag means a wheel built on this machine)."""
 
 _CLEARED = ("LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE",
             "VIRTUAL_ENV", "CONDA_PREFIX", "CUDA_VISIBLE_DEVICES", "ENVGUARD_PYTHON",

@@ -46,8 +46,10 @@ def test_case_19_pythonpath_shares_a_torch_venv(world: World) -> None:
     shared = world.venv(world.shop.torch("2.8.0", "12.8"), name="pytorch")
     project = world.venv(world.shop.torch("2.8.0", "12.8"), name="project")
     doctor = world.doctor(project, variables={"PYTHONPATH": str(shared.site_packages())})
-    assert doctor.rules == [DUPLICATE]
+    # the shared torch on PYTHONPATH is imported instead of the project's own copy
+    assert doctor.rules == ["module-shadowed", DUPLICATE]
     assert str(project.site_packages()) in doctor.evidence(DUPLICATE)
+    assert "'torch' hides torch's torch" in doctor.evidence("module-shadowed")
 
 
 def _patch(path: Path) -> None:
@@ -104,8 +106,10 @@ def test_case_22_inductor_cache_in_a_fresh_containers_tmp(world: World, fresh_tm
     env = world.venv(world.shop.torch("2.9.1", "12.8"))
     doctor = world.doctor(env, variables={"TORCHINDUCTOR_CACHE_DIR": None,
                                           "TMPDIR": str(fresh_tmp)})
-    assert doctor.rules == ["compile-cache-cold"]
-    assert "(location from default)" in doctor.evidence("compile-cache-cold")
+    # Alone, a fresh container looks like a machine that never compiled: the doctor says
+    # nothing about a cache nothing shows in use (issue 33). The gate's lock, whose cache
+    # policy asks for a warm cache, is what speaks for this deployment.
+    assert doctor.rules == []
 
 
 @pytest.fixture

@@ -1,0 +1,101 @@
+"""Doctor rules about how installed distributions were built, one environment alone: a
+torch companion built for another CUDA variant than torch's, and a binary package built
+here from its source where the index ships a ready-made (manylinux) wheel."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from envguard.doctor.interface import DoctorRule, Scene
+from envguard.explain.interface import Finding, Severity
+from envguard.explain.remedies import remedy, uv_pip_install
+from envguard.explain.tables import TORCH_COMPANIONS
+from envguard.model import Distribution
+
+_VARIANT = re.compile(r"\+(cpu|cu\d{2,3}|rocm[\d.]+)(?![\w])")
+_LOCAL_PLATFORM = re.compile(r"-linux_[a-z0-9_]+$")
+"""A wheel tag whose platform is the bare ``linux_*``: built on this machine (an index may
+not serve it: PyPI takes only ``manylinux``/``musllinux`` tags)."""
+
+
+def variant(version: str | None) -> str | None:
+    """The build variant in a version's local label: ``cpu``, ``cu130``, ``rocm6.2``."""
+    found = _VARIANT.search(version or "")
+    return found.group(1) if found else None
+
+
+def _family(v: str) -> str:
+    """``cu12`` for ``cu128``, ``cu13`` for ``cu130``: the CUDA major, or ``cpu``."""
+    return v[:4] if v.startswith("cu") and len(v) == 5 else v[:3] if v.startswith("cu") else v
+
+
+def companion_variant_differs(scene: Scene) -> Iterator[Finding]:
+    snap = scene.snapshot
+    torch = snap.package("torch")
+    if torch is None:
+        return
+    mine = variant(torch.version)
+    if mine is None and snap.torch.present and not snap.torch.hip:
+        mine = "cu" + snap.torch.cuda.replace(".", "") if snap.torch.cuda else "cpu"
+    if mine is None:
+        return
+    odd: list[tuple[Distribution, str]] = []
+    for dist in snap.packages:
+        theirs = variant(dist.version)
+        if dist.name in TORCH_COMPANIONS and theirs and _family(theirs) != _family(mine):
+            odd.append((dist, theirs))
+    if not odd:
+        return
+    names = [d.name for d, _ in odd]
+    yield Finding(
+        rule="companion-variant-differs", severity=Severity.CRITICAL,
+        title=f"{', '.join(f'{d.name} {d.version}' for d, _ in odd)} built for "
+              f"{odd[0][1]}, torch {torch.version} is {mine}",
+        explanation="torch's companions link its libraries: one built for another CUDA "
+                    "variant (a CUDA torchvision beside a CPU torch, cu12 beside cu13) fails "
+                    "to load its operators (`operator torchvision::nms does not exist`, "
+                    "`undefined symbol`), although every version requirement is met.",
+        evidence=(*(f"{d.name} {d.version}: {v}" for d, v in odd),
+                  f"torch {torch.version}: {mine}"),
+        remedy=(remedy(lambda: uv_pip_install(
+            names, reinstall=True, index_url=f"https://download.pytorch.org/whl/{mine}"),
+            f"reinstall them from the index that serves torch's {mine} build: "),),
+        weight=92, keywords=("operator torchvision::nms does not exist", "undefined symbol",
+                             *names))
+
+
+def _locally_built(dist: Distribution) -> bool:
+    return bool(dist.wheel_tags) and all(_LOCAL_PLATFORM.search(t) for t in dist.wheel_tags)
+
+
+def built_here_from_source(scene: Scene) -> Iterator[Finding]:
+    built = [d for d in scene.snapshot.packages if _locally_built(d) and not d.editable]
+    if not built:
+        return
+    names = [d.name for d in built]
+    yield Finding(
+        rule="built-here-from-source", severity=Severity.INFO,
+        title=f"built here from source, not the index's wheel: {', '.join(names[:5])}"
+              + (" …" if len(names) > 5 else ""),
+        explanation="A binary package built on this machine from its sdist (its wheel tag "
+                    "is the bare linux_*, which no index serves) may lack the optional "
+                    "compiled parts the published wheel has: PyYAML without libyaml has no "
+                    "CLoader, others fall back to slow pure-Python code or miss a feature.",
+        evidence=tuple(f"{d.name} {d.version}: wheel tag {', '.join(d.wheel_tags)}"
+                       + (f" (built by {d.wheel_generator})" if d.wheel_generator else "")
+                       for d in built[:10]),
+        remedy=(remedy(lambda: uv_pip_install([f"{d.name}=={d.version}" for d in built[:10]
+                                               if d.version], reinstall=True,
+                                              options=("--only-binary", ":all:")),
+                       "install the index's wheels instead: "),),
+        weight=70, keywords=("cannot import name 'CLoader'", "CSafeLoader", *names))
+
+
+RULES = (
+    DoctorRule(id="companion-variant-differs",
+               title="a torch companion built for another CUDA variant",
+               check=companion_variant_differs),
+    DoctorRule(id="built-here-from-source", title="a binary package built from source here",
+               check=built_here_from_source),
+)
