@@ -6,7 +6,12 @@ envguard/explain/knowledge/breaks.toml); snapshots are the real H200 one with ve
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +20,9 @@ from envguard.explain.culprits import suspects
 from envguard.explain.error_forms import read_error
 from envguard.model import Snapshot
 from tests.test_rules import base, versions
+from tests.wheelfactory import VenvFactory, build_wheel
+
+SOURCE = str(Path(__file__).resolve().parent.parent)
 
 
 @pytest.mark.parametrize(("line", "modules", "names", "dists", "kinds"), [
@@ -117,3 +125,48 @@ def test_a_symptom_never_lifts_an_unrelated_warning_over_a_critical_finding() ->
     assert ranked[0].severity is Severity.CRITICAL
     severities = [f.severity.rank for f in ranked]
     assert severities == sorted(severities)
+
+
+def test_record_paths_give_the_modules_a_distribution_installs() -> None:
+    from envguard.probe.recordfile import top_level_modules
+
+    assert top_level_modules([
+        "google/protobuf/__init__.py", "google/protobuf/x.py", "google/_upb/_m.abi3.so",
+        "protobuf-4.25.0.dist-info/RECORD"]) == ["google._upb", "google.protobuf"]
+    assert top_level_modules([
+        "yaml/__init__.py", "yaml/__pycache__/a.cpython-311.pyc", "_yaml/__init__.py",
+        "six.py", "_cffi_backend.cpython-311-x86_64-linux-gnu.so", "../../bin/tool",
+        "pkg/data/file.toml", "__editable__.demo-0.pth"]) == [
+        "_cffi_backend", "_yaml", "six", "yaml"]
+
+
+def test_a_real_diff_names_the_distribution_behind_an_import_name(
+        venvs: VenvFactory, wheel_dir: Path, tmp_path: Path) -> None:
+    """Real uv venvs: ``demo-dist`` installs the module ``zzmod`` (the names differ, and no
+    table knows them); its upgrade and four harmless ones. The user's error names only the
+    module: the snapshot's RECORD-derived ``top_level`` maps it back, and the diff puts
+    demo-dist's change first, alone, with its own remedy."""
+    def wheel(name: str, version: str, module: str) -> Path:
+        return build_wheel(wheel_dir, name, version, {f"{module}/__init__.py": "x = 1\n"})
+
+    names = ("noise-a", "noise-b", "noise-c", "noise-d")
+    good = venvs.create("good")
+    venvs.uv_install(good, wheel("demo-dist", "1.0", "zzmod"),
+                     *(wheel(n, "1.0", n.replace("-", "_")) for n in names))
+    bad = venvs.create("bad")
+    venvs.uv_install(bad, wheel("demo-dist", "2.0", "zzmod"),
+                     *(wheel(n, "1.1", n.replace("-", "_")) for n in names))
+    env = {**os.environ, "PYTHONPATH": SOURCE}
+    for venv, out in ((good, "good.json"), (bad, "bad.json")):
+        subprocess.run([sys.executable, "-m", "envguard", "snapshot", "-q", "--python",
+                        str(venv.python), "-o", str(tmp_path / out)], env=env, check=True,
+                       cwd=tmp_path)
+    symptom = "ImportError: cannot import name 'helper' from 'zzmod' (unknown location)"
+    proc = subprocess.run([sys.executable, "-m", "envguard", "diff", str(tmp_path / "good.json"),
+                           str(tmp_path / "bad.json"), "--symptom", symptom, "--format",
+                           "json"], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    first = json.loads(proc.stdout)["findings"][0]
+    assert first["changes"] == ["packages.demo-dist.version"], first
+    assert "demo-dist==1.0" in " ".join(first["remedy"])
+    assert "noise" not in " ".join(first["remedy"])

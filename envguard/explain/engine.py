@@ -42,14 +42,14 @@ def _split(finding: Finding, names: tuple[str, ...], ctx: Context) -> list[Findi
     alone, where it groups both (``3 package(s) changed version``): the suspect's change
     becomes a finding of its own, with its own remedy. Else ``finding`` itself."""
     mine = [c for c in finding.changes if c.section in _PACKAGE_SECTIONS]
-    hit = {c for c in mine if c.key in names}
+    hit = {id(c) for c in mine if c.key in names}
     rule = _RULES_BY_ID.get(finding.rule)
     if not hit or len(hit) == len(mine) or rule is None:
         return [finding]
     out: list[Finding] = []
-    for leave_out in (set(mine) - hit, hit):
+    for leave_out in ({id(c) for c in mine} - hit, hit):  # changes are compared by identity
         part = Context(old=ctx.old, new=ctx.new, diff=SnapshotDiff(
-            tuple(c for c in ctx.diff.changes if c not in leave_out)))
+            tuple(c for c in ctx.diff.changes if id(c) not in leave_out)))
         out.extend(f for f in rule.check(part) if f.rule == finding.rule)
     return out or [finding]
 

@@ -26,7 +26,7 @@ from envguard.model import DirectUrl, Distribution, ProbeIssue
 from envguard.probe.fastpath.marshal_file import Key, stat_key
 from envguard.probe.fastpath.records import RecordMemo, folder_entry, folder_parts
 from envguard.probe.fastpath.rows import RecordRows
-from envguard.probe.recordfile import fingerprint_record, read_record
+from envguard.probe.recordfile import fingerprint_record, read_record, top_level_modules
 from envguard.redact import redact_data
 
 _NORMALIZE_RE = re.compile(r"[-_.]+")
@@ -275,6 +275,7 @@ def _read_folder(site_dir: str, meta_name: str, memo: RecordMemo | None) -> Inst
         wheel_tags=tags,
         wheel_build=str(build).strip() if build else None,
         requires=requires,
+        top_level=top_level_modules([row[0] for row in record.rows()]) if record else [],
     )
     return InstalledDist(dist=dist, site_dir=site_dir, record=record, record_total=record_total,
                          record_mtime_ns=record_mtime_ns, issues=issues)

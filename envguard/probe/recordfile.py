@@ -101,3 +101,44 @@ def fingerprint_record(rows: list[RecordRow]) -> str:
     """
     lines = sorted(",".join(r) for r in rows)
     return "sha256:" + hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
+
+
+_MODULE_FILE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:\.py|(?:\.[\w-]+)?\.(?:so|pyd))$")
+_SKIPPED_TOPS = (".dist-info", ".data", ".egg-info")
+
+
+def top_level_modules(paths: list[str]) -> list[str]:
+    """The modules a distribution installs, from its RECORD paths: each top-level module
+    file (``six.py``, ``_cffi_backend.cpython-311-x86_64-linux-gnu.so``) and package folder
+    (``numpy``), and for a folder without ``__init__.py`` (a namespace package: ``google``)
+    its packages and modules instead (``google.protobuf``). Sorted, once each."""
+    found: set[str] = set()
+    folders: dict[str, set[str]] = {}
+    packages: set[str] = set()
+    for path in paths:
+        first, _, rest = path.replace("\\", "/").partition("/")
+        if not rest:
+            module = _MODULE_FILE.match(first)
+            if module:
+                found.add(module.group(1))
+            continue
+        if (first.startswith("..") or first.endswith(_SKIPPED_TOPS) or first == "__pycache__"
+                or not first.isidentifier()):
+            continue
+        below = folders.setdefault(first, set())
+        second, _, deeper = rest.partition("/")
+        if not deeper:
+            if second.startswith("__init__."):
+                packages.add(first)
+            module = _MODULE_FILE.match(second)
+            if module and module.group(1) != "__init__":
+                below.add(module.group(1))
+        elif (second.isidentifier() and second != "__pycache__"
+              and deeper.endswith((".py", ".so", ".pyd"))):
+            below.add(second)
+    for folder, below in folders.items():
+        if folder in packages:
+            found.add(folder)
+        else:
+            found.update(f"{folder}.{name}" for name in below)
+    return sorted(found)
