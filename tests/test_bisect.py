@@ -581,3 +581,20 @@ def test_uv_check_conflicts_are_the_same_in_every_trial_folder(tmp_path: Path) -
         assert any("demo-base" in line for line in conflicts), conflicts
         found.append(conflicts)
     assert found[0] == found[1]
+
+
+def test_a_shadow_in_the_working_folder_is_named_when_good_fails_too(world: World) -> None:
+    """A ``random.py`` in the folder the command runs in breaks every trial alike, GOOD's
+    too: no package change explains it, and the refusal says where the cause lies."""
+    good, bad = world.pair("shadow", ["alpha==1.0"], ["alpha==2.0"])
+    planted = world.root / "random.py"
+    planted.write_text("import random\nrandom.randint(1, 2)\n")
+    try:
+        proc, doc = world.bisect(good, bad, "python", "-c", "import random; import alpha")
+    finally:
+        planted.unlink()
+    assert proc.returncode == ExitCode.REFUSED
+    reason = str(doc["reason"])
+    assert "does not pass in" in reason
+    assert f"{world.root} (working folder) holds 'random'" in reason, reason
+    assert "the standard library's random" in reason

@@ -29,6 +29,7 @@ from pathlib import Path
 from envguard.bisection.builds import Build, locate, uv_cache_dir
 from envguard.bisection.changeset import ENV, ChangeSet, short
 from envguard.bisection.changeset import Step as ChangeStep
+from envguard.bisection.elsewhere import not_in_any_set, shared_by_every_trial
 from envguard.bisection.report import (
     FOUND,
     INCONCLUSIVE,
@@ -263,12 +264,15 @@ def _search(changes: ChangeSet, options: BisectOptions, uv: str, workdir: Path,
     good_trial, bad_trial = _endpoints(trials, everything, options.jobs)
     if good_trial.outcome != PASS or any(r.outcome != PASS for r in good_trial.runs):
         why = good_trial.reason or good_trial.outcome
+        hints = shared_by_every_trial(changes.bad, Path(settings.cwd or Path.cwd()), options.env)
         return report(REFUSED, reason=f"the command does not pass in {good_name}'s set ({why}): "
-                      "bisect needs a GOOD that passes")
+                      "bisect needs a GOOD that passes" + _where(hints))
     if bad_trial.outcome != FAIL:
         why = bad_trial.reason or "it passes"
+        hints = not_in_any_set(changes.bad, bad_name) + shared_by_every_trial(
+            changes.bad, Path(settings.cwd or Path.cwd()), options.env)
         return report(REFUSED, reason=f"the command does not fail in {bad_name}'s set ({why}): "
-                      "nothing to search for")
+                      "no package or variable change explains the break" + _where(hints))
     result = ddmin(len(changes.steps), lambda configs: trials.batch(configs, options.jobs),
                    jobs=options.jobs)
     culprits = link(changes, [changes.steps[i] for i in sorted(result.culprits)])
@@ -281,6 +285,11 @@ def _search(changes: ChangeSet, options: BisectOptions, uv: str, workdir: Path,
     if flaky:
         problems.append(flaky)
     return report(INCONCLUSIVE if problems else FOUND, culprits, "; ".join(problems))
+
+
+def _where(hints: tuple[str, ...]) -> str:
+    """The refusal's tail: where the cause lies instead, when something shows it."""
+    return ("; look here instead: " + "; ".join(hints)) if hints else ""
 
 
 _BUILD_KEYS = {

@@ -65,12 +65,13 @@ def companion_variant_differs(scene: Scene) -> Iterator[Finding]:
                              *names))
 
 
-def _locally_built(dist: Distribution) -> bool:
+def locally_built(dist: Distribution) -> bool:
+    """Built on this machine: every wheel tag has the bare ``linux_*`` platform."""
     return bool(dist.wheel_tags) and all(_LOCAL_PLATFORM.search(t) for t in dist.wheel_tags)
 
 
 def built_here_from_source(scene: Scene) -> Iterator[Finding]:
-    built = [d for d in scene.snapshot.packages if _locally_built(d) and not d.editable]
+    built = [d for d in scene.snapshot.packages if locally_built(d) and not d.editable]
     if not built:
         return
     names = [d.name for d in built]

@@ -7,7 +7,7 @@ installed one (``random.py``, ``numpy.py``), and ``PYTHONPATH`` holding another 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from envguard.doctor.interface import DoctorRule, Scene, Shadow
 from envguard.explain.culprits import IMPORT_NAMES
@@ -41,19 +41,26 @@ def _own_project(snapshot: Snapshot, shadow: Shadow, module: str, owner: str | N
     return bool(dist and dist.editable and url.rstrip("/").endswith(shadow.folder.rstrip("/")))
 
 
-def module_shadowed(scene: Scene) -> Iterator[Finding]:
-    installed = installed_modules(scene.snapshot)
+def shadowed(shadows: Iterable[Shadow], snapshot: Snapshot) -> list[tuple[Shadow, str, str]]:
+    """(folder, module, whose) for each module of ``shadows`` that hides a standard-library
+    module (``the standard library's``) or an installed one (``numpy's``)."""
+    installed = installed_modules(snapshot)
     stdlib: frozenset[str] = getattr(sys, "stdlib_module_names", frozenset())
     hits: list[tuple[Shadow, str, str]] = []
-    for shadow in scene.shadows:
+    for shadow in shadows:
         for module in shadow.modules:
             if module in _NOT_A_SHADOW:
                 continue
             owner = installed.get(module)
             if module in stdlib:
                 hits.append((shadow, module, "the standard library's"))
-            elif owner and not _own_project(scene.snapshot, shadow, module, owner):
+            elif owner and not _own_project(snapshot, shadow, module, owner):
                 hits.append((shadow, module, f"{owner}'s"))
+    return hits
+
+
+def module_shadowed(scene: Scene) -> Iterator[Finding]:
+    hits = shadowed(scene.shadows, scene.snapshot)
     if not hits:
         return
     yield Finding(

@@ -1,0 +1,52 @@
+"""Where a break lies when no package or variable change explains it: what bisect says
+when GOOD's set fails too, or BAD's set passes once rebuilt.
+
+A trial is a fresh venv holding exactly a set's packages, run with the set's variables in
+the command's folder. So what a trial cannot hold is the answer: an installed file edited
+after install, a package built here from source (a trial gets the index's wheel), and
+what every trial shares with the user's shell (a module in the working folder or on
+``PYTHONPATH`` that hides a real one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from envguard.doctor.builds import locally_built
+from envguard.doctor.facts import shadows
+from envguard.doctor.shadowing import shadowed
+from envguard.explain.tables import CA_BUNDLES
+from envguard.model import Snapshot
+
+__all__ = ["not_in_any_set", "shared_by_every_trial"]
+
+_EDITED = ("size", "hash", "missing", "modified-after-install", "not-a-regular-file")
+
+
+def shared_by_every_trial(snapshot: Snapshot, cwd: Path | None, env: Mapping[str, str]
+                          ) -> tuple[str, ...]:
+    """What makes every trial fail alike, GOOD's too: modules in the command's folder or on
+    ``PYTHONPATH`` that hide real ones."""
+    lines = [f"{s.folder} ({s.source}) holds '{m}', imported instead of {whose} {m}: every "
+             "trial runs with it" for s, m, whose in shadowed(shadows(cwd, env), snapshot)]
+    return tuple(lines[:5])
+
+
+def not_in_any_set(bad: Snapshot, bad_name: str) -> tuple[str, ...]:
+    """What BAD holds that a fresh venv of BAD's set does not: edited installed files and
+    packages built here from source."""
+    lines = []
+    edited = [i for i in bad.integrity.issues
+              if i.problem in _EDITED and i.path not in CA_BUNDLES]
+    if edited:
+        packages = sorted({i.package for i in edited})
+        lines.append(f"{len(edited)} installed file(s) in {bad_name} differ from their RECORD "
+                     f"({edited[0].package}: {edited[0].path}, {edited[0].problem}): a trial "
+                     "installs the same versions without the edit; reinstalling "
+                     f"{', '.join(packages[:4])} undoes it")
+    local = [d.name for d in bad.packages if locally_built(d)]
+    if local:
+        lines.append(f"{', '.join(local[:4])} in {bad_name} were built here from source "
+                     "(a bare linux_* wheel tag): a trial installs the index's wheel instead")
+    return tuple(lines)
