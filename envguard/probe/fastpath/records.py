@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import operator
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -242,12 +243,11 @@ class Codec:
     def __init__(self, cls: type, skip: tuple[str, ...] = ()) -> None:
         import dataclasses
 
-        from envguard import model
-
+        module = sys.modules[cls.__module__]  # where the classes its fields name are defined
         fields = [f for f in dataclasses.fields(cls) if f.name not in skip]
         self.cls = cls
         self.names = tuple(f.name for f in fields)
-        self._parts = tuple(_part(str(f.type), model) for f in fields)
+        self._parts = tuple(_part(str(f.type), module) for f in fields)
         self._kinds = tuple(p.kinds for p in self._parts)
         self._deep = tuple((i, p.deep) for i, p in enumerate(self._parts) if p.deep)
         self._encoders = tuple((i, p.encode) for i, p in enumerate(self._parts) if p.encode)
@@ -281,9 +281,9 @@ class Codec:
                      for n, p in zip(self.names, self._parts, strict=True))
 
 
-def _part(hint: str, model: Any) -> _Part:
+def _part(hint: str, module: Any) -> _Part:
     """How a field annotated ``hint`` (a string: the model's annotations are not evaluated)
-    is kept."""
+    is kept; a record class it names is looked up in ``module``."""
     import dataclasses
 
     optional = hint.endswith(" | None")
@@ -293,7 +293,7 @@ def _part(hint: str, model: Any) -> _Part:
         return _Part((_SCALARS[base], *more))
     if base == "list[str]":
         return _Part((list, *more), _strings, decode=list)  # a list of each record's own
-    cls = getattr(model, base, None)
+    cls = getattr(module, base, None)
     if isinstance(cls, type) and dataclasses.is_dataclass(cls):
         codec = Codec(cls)
         return _Part((tuple, *more), codec.check, codec.encode, codec.decode, codec)
