@@ -13,7 +13,7 @@ if (sys.path and not getattr(sys.flags, "safe_path", False)
         and sys.path[0] in ("", os.getcwd())):
     del sys.path[0]
 
-from envguard.cli import entry  # noqa: E402
+from envguard.cli import entry
 
 if __name__ == "__main__":
     sys.exit(entry())
