@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).with_suffix(".toml")
 ENVGUARD_PY = str(ROOT / ".venv" / "bin" / "python")
 PYTHONS = {"3.11": "/root/.pyenv/versions/3.11.7/bin/python3.11", "3.12": "/root/.pyenv/versions/3.12.1/bin/python3.12"}
+NOISE = {re.split(r"[=<>]", p)[0] for p in tomllib.loads(DATA.read_text())["noise"]["new"]}
 HOME = Path.home() / ".cache" / "envguard-cases-pypi"
 MARKERS = {"working-folder": ("working folder", "working directory", "current directory", "shadow", "random.py",
                               "pygame.py"),
@@ -192,16 +193,19 @@ def names_culprit(text: str, culprit: str) -> bool:
     return any(re.search(rf"(?<![\w-]){re.escape(a)}(?![\w-])", t) for a in alts)
 
 
-def finding_names(f: dict[str, Any], culprit: str) -> bool:
-    keys = [str(ch).split(".")[1] for ch in f.get("changes", []) if str(ch).startswith("packages.")]
-    if culprit not in MARKERS and any(re.sub(r"[-_.]+", "-", k).lower() == culprit.lower() for k in keys):
-        return True
-    text = " ".join([f.get("title", ""), f.get("rule", ""), *map(str, f.get("evidence", [])), *map(str, f.get("changes", []))])
-    return names_culprit(text, culprit)
+def finding_names(f: dict[str, Any], culprit: str, noise: set[str]) -> bool:
+    """The finding singles the culprit out: it names it, and does not lump it with the noise upgrades."""
+    keys = {re.sub(r"[-_.]+", "-", str(ch).split(".")[1]).lower() for ch in f.get("changes", []) if str(ch).startswith("packages.")}
+    text = " ".join([f.get("title", ""), *map(str, f.get("evidence", [])[:3])])
+    if culprit in MARKERS:
+        return names_culprit(" ".join([text, f.get("rule", ""), *map(str, f.get("changes", []))]), culprit)
+    if keys & noise or any(names_culprit(f.get("title", ""), n) for n in noise):
+        return False
+    return culprit.lower() in keys or names_culprit(text, culprit)
 
 
-def rank(findings: list[dict[str, Any]], culprit: str) -> str:
-    return next((str(i) for i, f in enumerate(findings, 1) if finding_names(f, culprit)), "-")
+def rank(findings: list[dict[str, Any]], culprit: str, noise: set[str]) -> str:
+    return next((str(i) for i, f in enumerate(findings, 1) if finding_names(f, culprit, noise)), "-")
 
 
 def parse_json(p: subprocess.CompletedProcess[str]) -> dict[str, Any] | None:
@@ -220,21 +224,23 @@ def score(c: Case, b: Builder) -> dict[str, Any]:
     for col, extra in (("diff_symptom", ["--symptom", c.symptom]), ("diff", [])):
         j = parse_json(envguard("diff", g, n, *extra, "--format", "json"))
         fs = j.get("findings", []) if j else []
-        r[col] = {"rank": rank(fs, c.culprit) if j else "error", "first": fs[0].get("title", "") if fs else "",
+        r[col] = {"rank": rank(fs, c.culprit, NOISE) if j else "error", "first": fs[0].get("title", "") if fs else "",
                   "rules": [f.get("rule") for f in fs]}
     p = envguard("doctor", "--python", str(bpy), "--symptom", c.symptom, "--format", "json", "-q", cwd=d / "proj", env=env)
     j = parse_json(p)
     fs = j.get("findings", []) if j else []
-    r["doctor"] = {"rank": rank(fs, c.culprit) if j else "error", "rules": [f.get("rule") for f in fs],
+    r["doctor"] = {"rank": rank(fs, c.culprit, NOISE) if j else "error", "rules": [f.get("rule") for f in fs],
                    "note": "" if j else p.stderr.strip()[-300:]}
     r["run"] = score_run(c, st)
-    r["bisect"] = score_bisect(c, b, d, bpy) if c.culprit not in MARKERS else {"verdict": "n/a", "exact": None}
     pc = run([str(b.pip("3.11")), "--python", str(bpy), "check"], timeout=120)
     uc = run(["uv", "pip", "check", "--python", str(bpy)], timeout=120)
     pd = run(["uvx", "--offline" if b.offline else "--quiet", "pipdeptree", "--python", str(bpy), "--warn", "fail"], timeout=300)
     r["pip_check"] = names_culprit(pc.stdout + pc.stderr, c.culprit) and pc.returncode != 0
-    r["uv_check"] = names_culprit(uc.stdout, c.culprit) and uc.returncode != 0
-    r["pipdeptree"] = names_culprit(pd.stderr, c.culprit) and pd.returncode != 0
+    r["uv_check"] = names_culprit(uc.stdout + uc.stderr, c.culprit) and uc.returncode != 0
+    r["pipdeptree"] = names_culprit(pd.stdout + pd.stderr, c.culprit) and pd.returncode != 0
+    r["peer_output"] = {"pip": (pc.stdout + pc.stderr)[-400:], "uv": uc.stderr[-400:], "pipdeptree": pd.stderr[-400:]}
+    # peers first: they read BAD as it is; bisect then builds its own trial venvs
+    r["bisect"] = score_bisect(c, b, d, bpy) if c.culprit not in MARKERS else {"verdict": "n/a", "exact": None}
     return r
 
 
@@ -246,7 +252,8 @@ def score_run(c: Case, st: dict[str, Any]) -> dict[str, Any]:
     tail = err.split("Traceback (most recent call last)")[-1].splitlines()
     post = [ln for ln in tail if ln.startswith("envguard")]
     first = next((ln for ln in post if re.match(r"envguard: +(\d+\.|-|\*|\[)", ln)), post[0] if post else "")
-    return {"rc": st.get("run_bad_rc"), "first": bool(first) and names_culprit(first, c.culprit),
+    lumped = any(names_culprit(first, n) for n in NOISE)
+    return {"rc": st.get("run_bad_rc"), "first": bool(first) and names_culprit(first, c.culprit) and not lumped,
             "any": any(names_culprit(ln, c.culprit) for ln in post), "lines": post[:8]}
 
 
@@ -261,6 +268,15 @@ def score_bisect(c: Case, b: Builder, d: Path, bpy: Path) -> dict[str, Any]:
         return {"verdict": f"error rc={p.returncode}", "exact": False, "note": p.stderr.strip()[-200:]}
     ids = [str(x.get("id", "")).lower() for x in j.get("culprits", [])]
     return {"verdict": j.get("verdict"), "culprits": ids, "exact": ids == [c.culprit.lower()], "reason": j.get("reason", "")}
+
+
+def bisect_cell(bis: dict[str, Any], culprit: str) -> str:
+    if bis["exact"] is None:
+        return "n/a"
+    ids = bis.get("culprits", [])
+    if bis["exact"]:
+        return "exact"
+    return f"culprit + {', '.join(i for i in ids if i != culprit.lower())}" if culprit.lower() in ids else str(bis["verdict"])
 
 
 def pct(n: int, total: int) -> str:
@@ -282,7 +298,7 @@ def table(cases: list[Case], res: list[dict[str, Any]]) -> str:
         rows.append(f"| {c.id} | {ref} | `{err}` | {c.culprit} | {yes(c.baseline_needed)} | {yes(r['reproduces'])} "
                     f"| {r['diff_symptom']['rank']} | {r['diff']['rank']} | {r['doctor']['rank']} "
                     f"| {'first' if r['run']['first'] else ('named' if r['run'].get('any') else 'no')} "
-                    f"| {'n/a' if bis['exact'] is None else ('exact' if bis['exact'] else bis['verdict'])} "
+                    f"| {bisect_cell(bis, c.culprit)} "
                     f"| {yes(r['pip_check'])} | {yes(r['uv_check'])} | {yes(r['pipdeptree'])} |")
     rep = [r for r in res if r["reproduces"]]
     n = len(rep)
@@ -300,6 +316,8 @@ def table(cases: list[Case], res: list[dict[str, Any]]) -> str:
     lines = ["", f"Totals over the {n} cases that reproduce (of {len(res)}):", "", "| tool | score |", "|---|---|"]
     lines += [f"| {k} | {pct(v, n)} |" for k, v in tot.items()]
     lines.append(f"| bisect: exact culprit (package cases) | {pct(sum(bool(r['bisect']['exact']) for r in bis), len(bis))} |")
+    found = sum(c.culprit.lower() in r["bisect"].get("culprits", []) for r in bis for c in [by[r["id"]]])
+    lines.append(f"| bisect: culprit among the culprits found | {pct(found, len(bis))} |")
     return "\n".join(rows + lines) + "\n"
 
 
