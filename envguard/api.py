@@ -52,23 +52,24 @@ def snapshot(python: str | os.PathLike[str] | None = None, *,
              env: Mapping[str, str] | None = None) -> Snapshot:
     """A snapshot of an environment, as ``envguard snapshot`` takes it.
 
-    ``python``: an interpreter or an environment folder; None chooses as the command line
-    does (``ENVGUARD_PYTHON``, ``VIRTUAL_ENV``, ``CONDA_PREFIX``, ``.venv`` in ``cwd`` or a
-    parent), falling back to the interpreter running this code, so a training script
-    records its own environment. ``files``: globs whose content is hashed, relative to
+    ``python``: an interpreter or an environment folder; None means this process's own
+    interpreter (``sys.executable``), so a training script records the environment it runs
+    in, whatever ``VIRTUAL_ENV`` says or whichever ``.venv`` its folder holds (the command
+    line's discovery rule is for a shell; pass ``python=`` to look elsewhere). ``files``:
+    globs whose content is hashed, relative to
     ``cwd``; ``[tool.envguard] files`` of the nearest pyproject.toml are added. ``verify``:
     how installed files are checked against RECORD. ``deep``: also import torch, in a
     child process. ``env``: the environment variables to record (default: this process's).
     """
     from envguard.probe import SnapshotOptions, collect
-    from envguard.probe.discovery import discover
+    from envguard.probe.discovery import discover, this_process
 
     if verify not in ("none", "size", "hash"):
         raise InputError(f"verify={verify!r}: expected 'none', 'size' or 'hash'")
     where = Path(cwd) if cwd is not None else Path.cwd()
     variables = os.environ if env is None else env
-    selection = discover(os.fspath(python) if python is not None else None,
-                         env=variables, cwd=where)
+    selection = (discover(os.fspath(python), env=variables, cwd=where) if python is not None
+                 else this_process())
     options = SnapshotOptions(python=selection.python, selected_by=selection.selected_by,
                               verify=verify,
                               deep=deep, file_patterns=tuple(files), cwd=where, env=env)

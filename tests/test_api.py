@@ -52,19 +52,39 @@ def test_snapshot_write_read_and_the_file_digest(env: Venv, clean_cwd: Path,
     _quiet(capfd)
 
 
-def test_the_environment_is_found_as_the_command_line_finds_it(
-        env: Venv, clean_cwd: Path) -> None:
-    by_var = envguard.snapshot(env={"VIRTUAL_ENV": str(env.path)})
-    assert by_var.interpreter.selected_by == "VIRTUAL_ENV"
-    assert by_var.torch.version == "2.11.0+cu128"
+def test_in_process_means_this_process(env: Venv, clean_cwd: Path) -> None:
+    """A training script records the environment it runs in: a stale VIRTUAL_ENV naming
+    another venv, or another .venv in its folder, changes nothing (the command line's
+    discovery rule is for a shell). ``python=`` still looks elsewhere."""
     project = clean_cwd / "project" / "src"
     project.mkdir(parents=True)
     (clean_cwd / "project" / ".venv").symlink_to(env.path)
-    found = envguard.snapshot(cwd=project, env={})
-    assert found.interpreter.selected_by == ".venv"
-    assert found.package("helperlib") is not None
-    own = envguard.snapshot(cwd=clean_cwd, env={})  # nothing to find: this interpreter
-    assert Path(own.interpreter.executable).resolve() == Path(sys.executable).resolve()
+    for snap in (envguard.snapshot(env={"VIRTUAL_ENV": str(env.path)}),
+                 envguard.snapshot(cwd=project, env={})):
+        assert Path(snap.interpreter.executable).resolve() == Path(sys.executable).resolve()
+        assert snap.package("helperlib") is None
+    other = envguard.snapshot(env.path)
+    assert other.package("helperlib") is not None and other.torch.version == "2.11.0+cu128"
+
+
+def test_a_script_in_another_venv_records_that_venv(env: Venv, clean_cwd: Path) -> None:
+    """The API called from another environment's interpreter, with VIRTUAL_ENV pointing
+    at this test's own venv: the script's environment is recorded."""
+    code = ("import envguard, json; s = envguard.snapshot(); print(json.dumps([s.interpreter."
+            "executable, s.package('helperlib') is not None]))")
+    import packaging
+
+    # envguard and its one import-time dependency, as an install into that venv gives them
+    path = os.pathsep.join([str(Path(envguard.__file__).resolve().parent.parent),
+                            str(Path(packaging.__file__).resolve().parent.parent)])
+    done = subprocess.run([str(env.python), "-c", code], capture_output=True, text=True,
+                          check=False, cwd=clean_cwd, timeout=120,
+                          env={**os.environ, "PYTHONPATH": path,
+                               "VIRTUAL_ENV": str(Path(sys.prefix))})
+    assert done.returncode == 0, done.stderr
+    executable, has_helper = json.loads(done.stdout)
+    assert Path(executable).resolve() == Path(env.python).resolve()
+    assert has_helper
 
 
 def test_diff_explains_a_change_in_every_format(env: Venv, venvs: VenvFactory, wheel_dir: Path,

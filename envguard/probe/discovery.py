@@ -106,6 +106,11 @@ def discover(python: str | None, *, env: Mapping[str, str], cwd: Path) -> Select
         return found
     if conda:
         return _from_folder(_absolute(conda, cwd), CONDA_BASE)
+    return this_process()
+
+
+def this_process() -> Selection:
+    """The interpreter running this code: what the Python API looks at by default."""
     return Selection(executable=sys.executable, prefix=sys.prefix, selected_by=OWN)
 
 
