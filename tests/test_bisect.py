@@ -292,18 +292,32 @@ def test_a_missing_build_is_named_not_replaced(world: World) -> None:
                             "2.11.0+cu130 (GOOD's build"), error
 
 
-def test_unresolvable_set_in_between_is_skipped_and_still_concluded(world: World) -> None:
-    good, bad = world.pair("skip", ["needy==1.0", "zhelper==1.0", "alpha==1.0"],
+def test_a_step_is_tried_with_what_it_needs(world: World) -> None:
+    good, bad = world.pair("needs", ["needy==1.0", "zhelper==1.0", "alpha==1.0"],
                            ["needy==2.0", "zhelper==2.0", "alpha==1.0", "broken==0.5"])
     # changes: broken (+), needy 1→2, zhelper 1→2; ddmin first tries {broken, needy}: needy
-    # 2.0 with zhelper 1.0 does not fit, so that trial is skipped
+    # 2.0 needs zhelper>=2, so the trial takes zhelper's step with it (before, the set did
+    # not fit together and the trial was skipped)
     cmd = "import needy\ntry:\n    import broken\nexcept ModuleNotFoundError:\n    pass\n"
     proc, doc = world.bisect(good, bad, "python", "-c", cmd)
     assert proc.returncode == ExitCode.OK, proc.stderr
     assert [c["id"] for c in doc["culprits"]] == ["broken"]  # type: ignore[union-attr]
-    skipped = [t for t in doc["trials"] if t["outcome"] == SKIP]  # type: ignore[union-attr]
-    assert skipped and all("do not fit together" in t["reason"] for t in skipped)
-    assert [t["applied"] for t in skipped] == [["broken", "needy"]]
+    trials = doc["trials"]
+    assert not [t for t in trials if t["outcome"] == SKIP]  # type: ignore[union-attr]
+    assert ["broken", "needy", "zhelper"] in [t["applied"] for t in trials]  # type: ignore[union-attr]
+
+
+def test_the_culprit_alone_not_the_packages_it_pulled_in(world: World) -> None:
+    """The break upgraded needy, whose new version needs zhelper 2 (the same install
+    upgraded it): needy alone is the culprit, exactly, not needy with zhelper."""
+    good, bad = world.pair("pulled", ["needy==1.0", "zhelper==1.0", "alpha==1.0"],
+                           ["needy==2.0", "zhelper==2.0", "alpha==2.0"])
+    cmd = ("import importlib.metadata as m\n"
+           "assert m.version('needy') == '1.0', 'needy 2 breaks this'\n")
+    proc, doc = world.bisect(good, bad, "python", "-c", cmd)
+    assert proc.returncode == ExitCode.OK, proc.stderr
+    assert doc["verdict"] == "found"
+    assert [c["id"] for c in doc["culprits"]] == ["needy"]  # type: ignore[union-attr]
 
 
 def test_good_failing_or_bad_passing_is_refused(world: World) -> None:

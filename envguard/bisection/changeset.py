@@ -189,6 +189,43 @@ class ChangeSet:
                 chosen.pop(step.id, None)
         return chosen
 
+    def with_needs(self, applied: Iterable[int]) -> frozenset[int]:
+        """``applied`` and every step its packages need: a package BAD installed or changed
+        that an applied step's BAD version requires, where the trial's version of it does
+        not satisfy the requirement (pydantic 2 needs the pydantic-core the same install
+        added). Applied alone, such a step makes a set uv cannot build, a skipped trial:
+        with its needs, bisect finds the step itself, not it and its dependencies."""
+        from packaging.requirements import InvalidRequirement, Requirement
+        from packaging.utils import canonicalize_name
+
+        from envguard.doctor.packages import marker_environment
+
+        env = marker_environment(self.bad)
+        index = {step.id: i for i, step in enumerate(self.steps) if step.kind != ENV}
+        chosen = set(applied)
+        while True:
+            dists = self.dists(chosen)
+            added = set()
+            for i in sorted(chosen):
+                dist = dists.get(self.steps[i].id)
+                for text in dist.requires if dist is not None else ():
+                    try:
+                        req = Requirement(text)
+                    except InvalidRequirement:
+                        continue
+                    if req.marker is not None and not req.marker.evaluate(env):
+                        continue
+                    need = index.get(canonicalize_name(req.name))
+                    have = dists.get(canonicalize_name(req.name))
+                    if need is None or need in chosen or (
+                            have is not None and have.version is not None
+                            and req.specifier.contains(have.version, prereleases=True)):
+                        continue
+                    added.add(need)
+            if not added:
+                return frozenset(chosen)
+            chosen |= added
+
     def requirements(self, applied: Iterable[int]) -> tuple[list[str], list[str]]:
         """(requirements lines, names left out because they cannot be pinned)."""
         lines: list[str] = []

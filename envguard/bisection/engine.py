@@ -140,6 +140,11 @@ class _Trials:
         skip later trials."""
         if config in self.answers:
             return self.answers[config]
+        asked, config = config, self.changes.with_needs(config)  # a step with what it needs
+        if config in self.answers:
+            with self._lock:
+                self.answers[asked] = self.answers[config]
+            return self.answers[config]
         with self._lock:
             number = next(self._numbers)
         applied = tuple(self.changes.steps[i].id for i in sorted(config))
@@ -160,7 +165,7 @@ class _Trials:
             if not self.settings.keep:
                 remove(folder)
         with self._lock:
-            self.answers[config] = trial
+            self.answers[config] = self.answers[asked] = trial
             self.trials.append(trial)
         return trial
 
