@@ -92,6 +92,9 @@ class Distribution:
     requires: list[str] = field(default_factory=list)
     shadowed: list[str] = field(default_factory=list)
     """Other sys.path folders that also hold this name (the first one wins)."""
+    stated: dict[str, str] = field(default_factory=dict)
+    """Constants it states about itself in its own version file (torchvision's ``cuda``,
+    jax's ``_minimum_jaxlib_version``: :mod:`envguard.probe.stated`), read with ``ast``."""
     top_level: list[str] = field(default_factory=list)
     """The modules it installs, read from RECORD: each top-level package or module, and
     for a namespace package (a folder without ``__init__.py``: ``google``) its packages

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from envguard.probe import SnapshotOptions, collect, deep
-from envguard.probe.torch_identity import parse_version_py
+from envguard.probe.stated import parse_version_py
 from tests.wheelfactory import Venv, VenvFactory, build_wheel, fake_torch_files
 
 

@@ -84,6 +84,14 @@ def torch_at(version: str, *, cuda: str | None) -> Snapshot:
     return replace(s, torch=replace(s.torch, cuda=cuda))
 
 
+def jax_pair(jax: str, jaxlib: str, floor: str | None) -> Snapshot:
+    """The real snapshot's jax and jaxlib (0.11.2 both) at these versions."""
+    stated = {"_minimum_jaxlib_version": floor} if floor else {}
+    s = with_package(with_package(base(), "jax", version=jax, stated=stated), "jaxlib",
+                     version=jaxlib)
+    return s
+
+
 def yaml_tagged(tag: str) -> Snapshot:
     """The real snapshot less its one locally built wheel (cupy), plus PyYAML so tagged."""
     s = replace(base(), packages=[p for p in base().packages if p.name != "cupy-cuda13x"])
@@ -104,10 +112,17 @@ HITS: dict[str, list[Case]] = {
     ],
     "companion-variant-differs": [
         lambda: scene(add(torch_at("2.11.0+cpu", cuda=None), "torchvision", "0.26.0+cu130")),
+        # no label (PyPI's default build): torchvision/version.py says cuda = "12.8"
+        lambda: scene(replace(add(base(), "torchvision", "0.26.0"), packages=[
+            replace(p, stated={"cuda": "12.8"}) if p.name == "torchvision" else p
+            for p in add(base(), "torchvision", "0.26.0").packages])),
         lambda: scene(add(base(), "torchaudio", "2.11.0+cu128")),  # cu12 beside cu130
     ],
     "built-here-from-source": [
         lambda: scene(yaml_tagged("cp312-cp312-linux_x86_64")),
+    ],
+    "jaxlib-older-than-jax-accepts": [
+        lambda: scene(jax_pair("0.4.13", "0.4.7", "0.4.11")),
     ],
     "module-shadowed": [
         lambda: shadowed(Shadow(folder="/w", source="working folder", modules=("random",))),
@@ -201,6 +216,11 @@ MISSES: dict[str, list[Case]] = {
         lambda: scene(add(base(), "torchvision", "0.26.0+cu130")),
         lambda: scene(add(base(), "torchvision", "0.26.0")),  # no label: nothing to compare
         lambda: scene(add(torch_at("2.11.0+cpu", cuda=None), "torchvision", "0.26.0+cpu")),
+    ],
+    "jaxlib-older-than-jax-accepts": [
+        lambda: scene(jax_pair("0.4.13", "0.4.13", "0.4.11")),
+        lambda: scene(jax_pair("0.4.13", "0.4.7", None)),  # jax/version.py unread
+        lambda: scene(base()),  # 0.11.2 both, nothing stated
     ],
     "built-here-from-source": [
         lambda: scene(yaml_tagged("cp312-cp312-manylinux_2_17_x86_64")),

@@ -130,3 +130,26 @@ def test_conda_history_becomes_one_event_per_transaction(tmp_path: Path) -> None
     assert second.detail == "+1 -1: cudnn-8.9.7-cuda12_0, cudnn-9.1.0-cuda12_0"
     assert second.at - first.at == 4 * 86400 + 6 * 3600 + 30 * 60 + 12
     assert conda_history(tmp_path / "nowhere") == []
+
+
+def test_what_a_package_states_in_its_own_version_file(venvs: VenvFactory, wheel_dir: Path,
+                                                       clean_cwd: Path) -> None:
+    """Real venv: jax's version.py states the oldest jaxlib it accepts, torchvision's the
+    CUDA it was built for (PyPI's default build has no +cu label). The snapshot reads them
+    with ast, never importing either; the doctor finds both mismatches."""
+    made = venvs.create("stated")
+    venvs.uv_install(
+        made,
+        build_wheel(wheel_dir, "torch", "2.11.0+cpu", fake_torch_files(version="2.11.0+cpu")),
+        build_wheel(wheel_dir, "torchvision", "0.26.0", {
+            "torchvision/__init__.py": "raise SystemExit('never imported')\n",
+            "torchvision/version.py": "__version__ = '0.26.0'\ncuda = '12.8'\n"}),
+        build_wheel(wheel_dir, "jax", "0.4.13", {
+            "jax/__init__.py": "raise SystemExit('never imported')\n",
+            "jax/version.py": "_version = '0.4.13'\n_minimum_jaxlib_version = '0.4.11'\n"}),
+        build_wheel(wheel_dir, "jaxlib", "0.4.7", {"jaxlib/__init__.py": ""}))
+    done = run("doctor", "--python", made.python, "--format", "json", cwd=clean_cwd)
+    assert done.returncode == 1, done.stderr
+    rules = {f["rule"]: f for f in json.loads(done.stdout)["findings"]}
+    assert "0.4.11" in rules["jaxlib-older-than-jax-accepts"]["title"]
+    assert "cu128" in rules["companion-variant-differs"]["title"]

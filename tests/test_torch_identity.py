@@ -12,7 +12,8 @@ import pytest
 from envguard.model import Distribution
 from envguard.probe import distributions, torch_identity
 from envguard.probe.fastpath.rows import RecordRows
-from envguard.probe.torch_identity import cuda_wheels, parse_version_py
+from envguard.probe.stated import parse_version_py
+from envguard.probe.torch_identity import cuda_wheels
 from tests.wheelfactory import VenvFactory, build_wheel, fake_torch_files
 
 H200_VERSION_PY = """\

@@ -1,6 +1,8 @@
-"""Doctor rules about how installed distributions were built, one environment alone: a
-torch companion built for another CUDA variant than torch's, and a binary package built
-here from its source where the index ships a ready-made (manylinux) wheel."""
+"""Doctor rules about how installed distributions were built and what they state about
+themselves, one environment alone: a torch companion built for another CUDA variant than
+torch's (its version label, or its own ``version.py``), a binary package built here from
+its source where the index ships a ready-made (manylinux) wheel, and a jaxlib older than
+the installed jax says it accepts (``jax/version.py``)."""
 
 from __future__ import annotations
 
@@ -42,7 +44,8 @@ def companion_variant_differs(scene: Scene) -> Iterator[Finding]:
         return
     odd: list[tuple[Distribution, str]] = []
     for dist in snap.packages:
-        theirs = variant(dist.version)
+        stated = dist.stated.get("cuda")  # torchvision/version.py's cuda = "12.8"
+        theirs = variant(dist.version) or ("cu" + stated.replace(".", "") if stated else None)
         if dist.name in TORCH_COMPANIONS and theirs and _family(theirs) != _family(mine):
             odd.append((dist, theirs))
     if not odd:
@@ -93,7 +96,36 @@ def built_here_from_source(scene: Scene) -> Iterator[Finding]:
         weight=70, keywords=("cannot import name 'CLoader'", "CSafeLoader", *names))
 
 
+def jaxlib_older_than_jax_accepts(scene: Scene) -> Iterator[Finding]:
+    from packaging.version import InvalidVersion, Version
+
+    jax, jaxlib = scene.snapshot.package("jax"), scene.snapshot.package("jaxlib")
+    floor = jax.stated.get("_minimum_jaxlib_version") if jax else None
+    if jax is None or jaxlib is None or not floor or not jaxlib.version:
+        return
+    try:
+        if Version(jaxlib.version) >= Version(floor):
+            return
+    except InvalidVersion:
+        return
+    yield Finding(
+        rule="jaxlib-older-than-jax-accepts", severity=Severity.CRITICAL,
+        title=f"jaxlib {jaxlib.version} is older than jax {jax.version} accepts ({floor})",
+        explanation="jax states the oldest jaxlib it works with in jax/version.py "
+                    "(_minimum_jaxlib_version) and refuses an older one at import; pip's "
+                    "metadata does not always say so.",
+        evidence=(f"jax {jax.version}: _minimum_jaxlib_version = {floor!r}",
+                  f"installed: jaxlib {jaxlib.version}"),
+        remedy=(remedy(lambda: uv_pip_install([f"jaxlib>={floor}"]), "upgrade jaxlib: "),
+                remedy(lambda: uv_pip_install([f"jax=={jax.version}", f"jaxlib>={floor}"]),
+                       "or both together: ")),
+        weight=93, keywords=("jaxlib", "is version", "but this version of jax requires"))
+
+
 RULES = (
+    DoctorRule(id="jaxlib-older-than-jax-accepts",
+               title="a jaxlib older than the installed jax accepts",
+               check=jaxlib_older_than_jax_accepts),
     DoctorRule(id="companion-variant-differs",
                title="a torch companion built for another CUDA variant",
                check=companion_variant_differs),

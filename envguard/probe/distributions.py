@@ -27,6 +27,7 @@ from envguard.probe.fastpath.marshal_file import Key, stat_key
 from envguard.probe.fastpath.records import RecordMemo, folder_entry, folder_parts
 from envguard.probe.fastpath.rows import RecordRows
 from envguard.probe.recordfile import fingerprint_record, read_record, top_level_modules
+from envguard.probe.stated import read_stated
 from envguard.redact import redact_data
 
 _NORMALIZE_RE = re.compile(r"[-_.]+")
@@ -276,6 +277,7 @@ def _read_folder(site_dir: str, meta_name: str, memo: RecordMemo | None) -> Inst
         wheel_build=str(build).strip() if build else None,
         requires=requires,
         top_level=top_level_modules([row[0] for row in record.rows()]) if record else [],
+        stated=read_stated(site_dir, normalize_name(name)),
     )
     return InstalledDist(dist=dist, site_dir=site_dir, record=record, record_total=record_total,
                          record_mtime_ns=record_mtime_ns, issues=issues)

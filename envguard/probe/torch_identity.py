@@ -7,7 +7,6 @@ holds only literal assignments, so parsing it is safe and takes well under 1 ms.
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import os
 
@@ -15,34 +14,9 @@ from envguard.explain.tables import CUDA_SUFFIX, TRACKS_CUDA_MAJOR, UNSUFFIXED_C
 from envguard.input_file import SMALL_FILE_BYTES, NotReadable, read_bounded
 from envguard.model import Distribution, ProbeIssue, TorchIdentity
 from envguard.probe.distributions import InstalledDist
+from envguard.probe.stated import parse_version_py
 
 _TRITON_NAMES = ("triton", "pytorch-triton", "pytorch-triton-rocm", "triton-rocm")
-
-
-def parse_version_py(text: str) -> dict[str, str | bool | None]:
-    """Every ``NAME = literal`` (or ``NAME: T = literal``) at module level.
-
-    No fixed field set is assumed: CPU wheels lack ``rocm``, newer builds add ``xpu``.
-    """
-    fields: dict[str, str | bool | None] = {}
-    for node in ast.parse(text).body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target, value = node.targets[0], node.value
-        elif isinstance(node, ast.AnnAssign) and node.value is not None:
-            target, value = node.target, node.value
-        else:
-            continue
-        if not isinstance(target, ast.Name):
-            continue
-        try:
-            literal = ast.literal_eval(value)
-        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-            continue
-        if literal is None or isinstance(literal, (str, bool)):
-            fields[target.id] = literal
-        elif isinstance(literal, (int, float)):
-            fields[target.id] = str(literal)
-    return fields
 
 
 def cuda_wheels(dists: list[Distribution]) -> tuple[str | None, list[str]]:
