@@ -84,6 +84,7 @@ def envguard(*args: str, cwd: Path | None = None, env: dict[str, str] | None = N
 class Builder:
     def __init__(self, cache: Path, work: Path, offline: bool) -> None:
         self.cache, self.work, self.offline = cache, work, offline
+        self.no_bisect = False
         self.locks = cache.parent / "locks"
         self.local = cache.parent / "local"
         for d in (cache, self.locks, self.local, work):
@@ -240,7 +241,8 @@ def score(c: Case, b: Builder) -> dict[str, Any]:
     r["pipdeptree"] = names_culprit(pd.stdout + pd.stderr, c.culprit) and pd.returncode != 0
     r["peer_output"] = {"pip": (pc.stdout + pc.stderr)[-400:], "uv": uc.stderr[-400:], "pipdeptree": pd.stderr[-400:]}
     # peers first: they read BAD as it is; bisect then builds its own trial venvs
-    r["bisect"] = score_bisect(c, b, d, bpy) if c.culprit not in MARKERS else {"verdict": "n/a", "exact": None}
+    r["bisect"] = (score_bisect(c, b, d, bpy) if c.culprit not in MARKERS and not b.no_bisect
+                   else {"verdict": "n/a", "exact": None})
     return r
 
 
@@ -351,10 +353,12 @@ def main() -> int:
     ap.add_argument("--work", type=Path, default=HOME / "work")
     ap.add_argument("--markdown", type=Path)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--no-bisect", action="store_true", help="score without bisect (fast)")
     a = ap.parse_args()
     cases, noise = load()
     cases = [c for c in cases if not a.only or c.id in a.only]
     b = Builder(a.cache.expanduser(), a.work.expanduser(), a.offline)
+    b.no_bisect = a.no_bisect
     res: list[dict[str, Any]] = []
     for c in cases:
         try:

@@ -170,3 +170,35 @@ def test_a_real_diff_names_the_distribution_behind_an_import_name(
     assert first["changes"] == ["packages.demo-dist.version"], first
     assert "demo-dist==1.0" in " ".join(first["remedy"])
     assert "noise" not in " ".join(first["remedy"])
+
+
+SHADOWED = ("AttributeError: partially initialized module 'random' has no attribute "
+            "'randint' (most likely due to a circular import)")
+
+
+def test_a_partially_initialized_module_that_did_not_change_is_a_shadow() -> None:
+    old = base()
+    new = versions(old, idna="3.11", certifi="2099.1.1")
+    first = explain(old, new, symptom=SHADOWED)[0]
+    assert first.rule == "shadowed-module-suspected"
+    assert "standard library's 'random'" in first.evidence[0]
+    # the module's own distribution changed: the change is the story, not a shadow
+    jinja = ("AttributeError: partially initialized module 'markupsafe' has no attribute "
+             "'x' (most likely due to a circular import)")
+    assert explain(old, versions(old, markupsafe="3.0.4"), symptom=jinja)[0].rule == \
+        "package-version-changed"
+    assert "shadowed-module-suspected" not in {f.rule for f in explain(old, new)}
+
+
+def test_the_doctor_says_whose_code_failed_when_nothing_else_does() -> None:
+    from envguard.doctor import diagnose
+    from tests.test_doctor import scene
+
+    quiet = replace(base(), packages=[p for p in base().packages if p.name != "cupy-cuda13x"])
+    report = diagnose(scene(quiet), symptom="AttributeError: module 'PIL.Image' has no "
+                                            "attribute 'ANTIALIAS'")
+    first = report.findings[0]
+    assert first.rule == "error-points-at" and "pillow" in first.title
+    assert "pillow<10" in " ".join(first.remedy)  # the known break's fix
+    assert diagnose(scene(quiet)).findings == () or all(
+        f.rule != "error-points-at" for f in diagnose(scene(quiet)).findings)

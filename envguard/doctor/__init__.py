@@ -14,7 +14,9 @@ from envguard.doctor import builds, caches, cuda, packages, shadowing
 from envguard.doctor.interface import DoctorRule, Scene
 from envguard.explain import symptom_score, symptom_text
 from envguard.explain.culprits import ordered
+from envguard.explain.error_forms import read_error
 from envguard.explain.interface import Finding, Severity
+from envguard.explain.pointed import for_doctor
 from envguard.frozen import frozen
 from envguard.model import Snapshot
 from envguard.redact import redact_text
@@ -58,7 +60,9 @@ def diagnose(scene: Scene, *, environment: str = "", symptom: str | None = None
     order (about what the symptom names first, then severity, then weight).
     The symptom and the environment's description enter the report redacted."""
     symptom, environment = symptom_text(symptom), redact_text(environment)
-    findings = ordered((f for rule in ALL_RULES for f in rule.check(scene)), symptom,
-                       (scene.snapshot,), symptom_score)
+    found = [f for rule in ALL_RULES for f in rule.check(scene)]
+    if symptom:
+        found += for_doctor(read_error(symptom), symptom, scene.snapshot, found)
+    findings = ordered(found, symptom, (scene.snapshot,), symptom_score)
     return DoctorReport(environment=environment, snapshot=scene.snapshot,
                         findings=tuple(findings), symptom=symptom)

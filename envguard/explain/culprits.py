@@ -78,11 +78,10 @@ def suspects(facts: ErrorFacts, snapshots: Sequence[Snapshot], text: str = ""
     (:mod:`envguard.explain.knowledge`), those the error names itself, then the owners of
     its modules, then of its traceback's site-packages folders (nearest frame first).
     Only distributions in ``snapshots``."""
-    from envguard.explain.knowledge import known_breaks
+    from envguard.explain.knowledge import reported
 
     installed = {d.name for s in snapshots for d in s.packages}
-    found = [e.dependency for e in known_breaks() if text and e.matches_error(text)
-             and e.dependency in installed]
+    found = reported(text, snapshots) if text else []
     found += [d for d in (_normalize(x) for x in facts.dists) if d in installed]
     for module in facts.modules:
         found.extend(_owners(module, snapshots))

@@ -12,6 +12,7 @@ from envguard.explain import caches, conda, environment, packages, torch
 from envguard.explain.culprits import ordered, suspects
 from envguard.explain.error_forms import read_error
 from envguard.explain.interface import Context, Finding, Rule
+from envguard.explain.pointed import for_diff
 from envguard.explain.symptoms import table_score
 from envguard.model import Snapshot
 
@@ -69,7 +70,10 @@ def explain(old: Snapshot, new: Snapshot, changes: SnapshotDiff | None = None,
     """
     ctx = Context(old=old, new=new, diff=changes if changes is not None else diff(old, new))
     findings = [f for rule in ALL_RULES for f in rule.check(ctx)]
-    names = suspects(read_error(symptom), (new, old), symptom) if symptom else ()
+    facts = read_error(symptom)
+    names = suspects(facts, (new, old), symptom) if symptom else ()
     if names:
         findings = [part for f in findings for part in _split(f, names, ctx)]
+    if symptom:
+        findings += for_diff(facts, new, old)
     return ordered(findings, symptom, (new, old), symptom_score)

@@ -47,6 +47,10 @@ FORMS: tuple[tuple[str, str], ...] = (
     # pkg_resources: ``The 'x>=2' distribution was not found``, ``VersionConflict: (x 1.0 ..``
     ("requirement", r"The ['\"]" + _DIST + r"(?:[<>=!~][^'\"]*)?['\"] distribution was not"),
     ("requirement", r"VersionConflict: \(" + _DIST + r" [0-9]"),
+    # a requirement quoted in prose: ``no longer supported in openai>=1.0.0``
+    ("requirement", r"(?<![\w.-])" + _DIST + r"(?:>=|<=|==|~=|<|>)[0-9]"),
+    # an exception raised by a module names it: ``pydantic.errors.PydanticImportError``
+    ("raised-by", r"(?<![\w.])" + _MODULE + r"\.[A-Z][A-Za-z0-9]*(?:Error|Exception|Warning)\b"),
     # jax: ``jaxlib is version 0.4.1, but this version of jax requires version >= 0.4.7``
     ("requirement", _DIST + r" is version [0-9][^,]*, but this version of"),
     ("requirement", r"requires " + _DIST + r"\s*(?:[<>=!~]=?|version)"),

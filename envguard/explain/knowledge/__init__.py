@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 __all__ = ["RULE", "KnownBreak", "Pair", "broken_pairs", "known_breaks", "pair_finding",
-           "parse_breaks"]
+           "parse_breaks", "reported"]
 
 FILE = Path(__file__).with_name("breaks.toml")
 _ID = re.compile(r"[a-z0-9][a-z0-9.]*(?:-[a-z0-9.]+)*")
@@ -43,6 +43,7 @@ class KnownBreak:
 
     id: str
     package: str
+    """Empty for an API the dependency removed: it breaks whatever calls it."""
     versions: str
     dependency: str
     dependency_versions: str
@@ -102,8 +103,11 @@ def parse_breaks(text: str) -> tuple[KnownBreak, ...]:
         if not _ID.fullmatch(entry.id):
             raise ValueError(f"{where}.id: {entry.id!r} is not lower-case words joined by -")
         for key in ("package", "dependency"):
-            if not _NAME.fullmatch(getattr(entry, key)):
+            value = getattr(entry, key)
+            if not _NAME.fullmatch(value) and not (key == "package" and value == ""):
                 raise ValueError(f"{where}.{key}: not a normalized distribution name")
+        if not entry.package and entry.versions:
+            raise ValueError(f"{where}.versions: an entry with no package has no versions")
         for key in ("versions", "dependency_versions"):
             try:
                 SpecifierSet(getattr(entry, key))
@@ -128,6 +132,18 @@ def known_breaks() -> tuple[KnownBreak, ...]:
     return parse_breaks(FILE.read_text(encoding="utf-8"))
 
 
+def reported(text: str, snapshots: Iterable[Snapshot]) -> list[str]:
+    """The dependencies of the entries whose reported error ``text`` holds, where one of
+    ``snapshots`` has that dependency at a version the entry says breaks."""
+    found = []
+    for entry in known_breaks():
+        if entry.matches_error(text) and any(
+                _within(d.version, entry.dependency_versions)
+                for s in snapshots for d in s.packages if d.name == entry.dependency):
+            found.append(entry.dependency)
+    return found
+
+
 def _within(version: str | None, spec: str) -> bool:
     from packaging.specifiers import SpecifierSet
     from packaging.version import InvalidVersion, Version
@@ -145,6 +161,8 @@ def broken_pairs(snapshot: Snapshot) -> Iterator[Pair]:
     versions the entry says break."""
     installed = {d.name: d for d in snapshot.packages}
     for entry in known_breaks():
+        if not entry.package:
+            continue  # an API removed from the dependency: it breaks its callers, not a pair
         package, dependency = installed.get(entry.package), installed.get(entry.dependency)
         if (package is not None and dependency is not None
                 and _within(package.version, entry.versions)
