@@ -378,6 +378,14 @@ HITS: dict[str, tuple[Hit, ...]] = {
             changed(lambda s: with_package(s, "numpy", fingerprint="sha256:" + "9" * 64)),
             severity=Severity.WARNING, title=("1 package(s)", "numpy"),
             evidence=("numpy 2.5.2: d8313b4f7c8d02f3… → 9999999999999999…",)),
+        # PyYAML rebuilt from its sdist without libyaml: a pure wheel where the index's
+        # had compiled code (benchmarks/cases_pypi.toml, yaml/pyyaml#108)
+        Hit("rebuilt-here-without-its-extension",
+            changed(lambda s: with_package(s, "numpy", fingerprint="sha256:" + "9" * 64,
+                                           wheel_tags=["py3-none-any"])),
+            severity=Severity.CRITICAL, title=("numpy rebuilt here from source",),
+            evidence=("numpy: wheel tag py3-none-any (built here; GOOD's: "
+                      "cp312-cp312-manylinux_2_27_x86_64, cp312-cp312-manylinux_2_28_x86_64)",)),
     ),
     "package-version-changed": (
         Hit("major-core", changed(lambda s: with_package(s, "numpy", version="3.0.0")),

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from envguard.doctor.builds import locally_built
 from envguard.doctor.facts import shadows
 from envguard.doctor.shadowing import shadowed
+from envguard.explain.queries import built_here
 from envguard.explain.tables import CA_BUNDLES
 from envguard.model import Snapshot
 
@@ -45,7 +45,7 @@ def not_in_any_set(bad: Snapshot, bad_name: str) -> tuple[str, ...]:
                      f"({edited[0].package}: {edited[0].path}, {edited[0].problem}): a trial "
                      "installs the same versions without the edit; reinstalling "
                      f"{', '.join(packages[:4])} undoes it")
-    local = [d.name for d in bad.packages if locally_built(d)]
+    local = [d.name for d in bad.packages if built_here(d)]
     if local:
         lines.append(f"{', '.join(local[:4])} in {bad_name} were built here from source "
                      "(a bare linux_* wheel tag): a trial installs the index's wheel instead")

@@ -11,14 +11,12 @@ from collections.abc import Iterator
 
 from envguard.doctor.interface import DoctorRule, Scene
 from envguard.explain.interface import Finding, Severity
+from envguard.explain.queries import built_here
 from envguard.explain.remedies import remedy, uv_pip_install
 from envguard.explain.tables import TORCH_COMPANIONS
 from envguard.model import Distribution
 
 _VARIANT = re.compile(r"\+(cpu|cu\d{2,3}|rocm[\d.]+)(?![\w])")
-_LOCAL_PLATFORM = re.compile(r"-linux_[a-z0-9_]+$")
-"""A wheel tag whose platform is the bare ``linux_*``: built on this machine (an index may
-not serve it: PyPI takes only ``manylinux``/``musllinux`` tags)."""
 
 
 def variant(version: str | None) -> str | None:
@@ -68,13 +66,8 @@ def companion_variant_differs(scene: Scene) -> Iterator[Finding]:
                              *names))
 
 
-def locally_built(dist: Distribution) -> bool:
-    """Built on this machine: every wheel tag has the bare ``linux_*`` platform."""
-    return bool(dist.wheel_tags) and all(_LOCAL_PLATFORM.search(t) for t in dist.wheel_tags)
-
-
 def built_here_from_source(scene: Scene) -> Iterator[Finding]:
-    built = [d for d in scene.snapshot.packages if locally_built(d) and not d.editable]
+    built = [d for d in scene.snapshot.packages if built_here(d) and not d.editable]
     if not built:
         return
     names = [d.name for d in built]

@@ -14,7 +14,7 @@ from envguard.explain.interface import (
     Severity,
     short,
 )
-from envguard.explain.queries import conda_reinstall
+from envguard.explain.queries import built_here, conda_reinstall
 from envguard.explain.remedies import (
     UnsafeValue,
     field_key,
@@ -31,7 +31,7 @@ from envguard.explain.tables import (
     is_cuda_wheel,
     is_serving_stack,
 )
-from envguard.model import Distribution
+from envguard.model import Distribution, Snapshot
 
 
 def foreign_stack_installed(ctx: Context) -> Iterator[Finding]:
@@ -86,23 +86,51 @@ def package_build_changed(ctx: Context) -> Iterator[Finding]:
     changed = _others(ctx, "fingerprint")
     if not changed:
         return
+    local = [c.key for c in changed if (built_here(ctx.new.package(c.key))
+                                        and not built_here(ctx.old.package(c.key)))
+             or _lost_compiled(ctx, c.key)]
     yield Finding(
+        # an index's wheel replaced by a build made here: its optional parts may be gone
         rule="package-build-changed",
-        severity=Severity.WARNING,
+        severity=Severity.CRITICAL if local else Severity.WARNING,
         title=f"{len(changed)} package(s) kept their version but are another build: "
-              + ", ".join(c.key for c in changed[:6]) + (" …" if len(changed) > 6 else ""),
+              + ", ".join(c.key for c in changed[:6]) + (" …" if len(changed) > 6 else "")
+              + (f" ({', '.join(local[:3])} rebuilt here from source, without the "
+                 "index wheel's compiled parts)" if local else ""),
         explanation=(
             "Same version, different files: a rebuilt wheel, a wheel from another index "
             "(PyPI vs download.pytorch.org), or a local build. Version-pinned locks cannot "
             "see it; compiled extensions in it may target another torch or CUDA."
+            + (" A build made here from the sdist (a bare linux_* wheel tag, which no index "
+               "serves, or a pure-Python wheel where the index's had compiled code) lacks "
+               "the optional compiled parts of the published wheel: PyYAML without libyaml "
+               "has no CLoader." if local else "")
         ),
         evidence=tuple(f"{c.key} {_version(ctx, c.key)}: {short(c.old, 16)} → "
-                       f"{short(c.new, 16)}" for c in changed),
+                       f"{short(c.new, 16)}" for c in changed)
+        + tuple(f"{name}: wheel tag {', '.join(_tags(ctx, name))} (built here; GOOD's: "
+                f"{', '.join(_tags(ctx, name, ctx.old))})" for name in local),
         remedy=_exact_reinstalls(ctx, changed),
         changes=tuple(changed),
         weight=60,
-        keywords=tuple(c.key for c in changed),
+        keywords=(*(c.key for c in changed),
+                  *(("cannot import name", "has no attribute", "C extension", "_speedups")
+                    if local else ())),
     )
+
+
+def _lost_compiled(ctx: Context, name: str) -> bool:
+    """GOOD's build had compiled code (a platform tag), NOW's of the same version is pure
+    Python (``py3-none-any``): built from the sdist without its optional extension."""
+    old, new = ctx.old.package(name), ctx.new.package(name)
+    return bool(old and new and old.wheel_tags and new.wheel_tags
+                and not any(t.endswith("-none-any") for t in old.wheel_tags)
+                and all(t.endswith("-none-any") for t in new.wheel_tags))
+
+
+def _tags(ctx: Context, name: str, snapshot: Snapshot | None = None) -> list[str]:
+    dist = (snapshot or ctx.new).package(name)
+    return dist.wheel_tags if dist else []
 
 
 def _exact_reinstalls(ctx: Context, changed: list[Change]) -> tuple[str, ...]:

@@ -6,11 +6,13 @@ never from a rule module (``tests/test_architecture.py``); the tables themselves
 
 from __future__ import annotations
 
+import re
+
 from envguard.changes import Change
 from envguard.explain.remedies import conda_command, remedy
 from envguard.explain.tables import CONDA_CUDA
 from envguard.findings import Finding, Severity
-from envguard.model import Snapshot
+from envguard.model import Distribution, Snapshot
 
 __all__ = ["cold_story", "conda_cuda_families", "conda_reinstall", "overlap_finding"]
 
@@ -85,3 +87,10 @@ def cold_story(snapshot: Snapshot) -> tuple[str, str]:
     tail = (", so every process compiles flex_attention cold at its first step" if flex
             else ", so every process compiles cold at its first step")
     return tail, " ".join(parts)
+
+
+def built_here(dist: Distribution | None) -> bool:
+    """Built on this machine from its sdist: every wheel tag has the bare ``linux_*``
+    platform, which no index serves (PyPI takes only ``manylinux``/``musllinux``)."""
+    return bool(dist is not None and dist.wheel_tags) and all(
+        re.search(r"-linux_[a-z0-9_]+$", tag) for tag in (dist.wheel_tags if dist else ()))
