@@ -116,8 +116,10 @@ class Builder:
         lock.write_text("\n".join(pins) + "\n")
         if self.offline:
             return
+        tag = "cp" + pyver.replace(".", "")  # a wheel for this Python, or for any
         have = {re.sub(r"[-_.]+", "_", f.name.split("-")[0]).lower() + "==" + f.name.split("-")[1]
-                for f in self.cache.glob("*.whl")}
+                for f in self.cache.glob("*.whl") if f"-{tag}-" in f.name or "-none-" in f.name
+                or "-abi3-" in f.name}
         need = [p for p in pins if re.sub(r"[-_.]+", "_", p.split("==")[0]).lower() + "==" + p.split("==")[1] not in have]
         if need:  # pip wheel: downloads the wheel as is, or builds one from an sdist
             run([str(self.pip(pyver)), "wheel", "-q", "--no-deps", "-w", str(self.cache), *need], check=True, timeout=1800)
