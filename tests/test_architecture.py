@@ -144,6 +144,42 @@ def test_no_file_or_folder_named_utils(package: str) -> None:
     assert not found, f"name what the code does instead: {found}"
 
 
+def commands_by_module(root: Path) -> dict[str, list[str]]:
+    """``envguard.cli.<module>`` -> the commands its ``add_parsers(sub)`` adds to ``sub``
+    (``sub.add_parser("name", ...)``; a sub-command, added to another parser, not counted),
+    for every module of ``envguard.cli`` that has an ``add_parsers``."""
+    found: dict[str, list[str]] = {}
+    for name, path in modules_of(root, "envguard").items():
+        if not name.startswith("envguard.cli."):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for func in tree.body:
+            if not (isinstance(func, ast.FunctionDef) and func.name == "add_parsers"
+                    and func.args.args):
+                continue
+            sub = func.args.args[0].arg
+            found[name] = [call.args[0].value for call in ast.walk(func)
+                           if isinstance(call, ast.Call) and call.args
+                           and ast.unparse(call.func) == f"{sub}.add_parser"
+                           and isinstance(call.args[0], ast.Constant)]
+    return found
+
+
+def test_each_command_has_its_own_module(tmp_path: Path) -> None:
+    """``envguard <command>`` is defined by ``envguard/cli/<command>.py`` and by no other
+    module (``COMMANDS`` in ``envguard.cli.program`` imports only that one to run it); what
+    commands share lives in ``program``, ``output`` and ``options``."""
+    from envguard.cli.program import COMMANDS
+
+    assert commands_by_module(ROOT) == {f"envguard.cli.{c}": [c] for c in COMMANDS}
+    planted = tmp_path / "envguard" / "cli" / "gate.py"
+    planted.parent.mkdir(parents=True)
+    planted.write_text("def add_parsers(sub):\n    sub.add_parser('lock')\n"
+                       "    chk = sub.add_parser('check')\n"
+                       "    chk.add_subparsers().add_parser('deep')\n", encoding="utf-8")
+    assert commands_by_module(tmp_path) == {"envguard.cli.gate": ["lock", "check"]}
+
+
 LOWER = ("envguard.errors", "envguard.exitcodes", "envguard.paths", "envguard.atomic",
          "envguard.validation", "envguard.model", "envguard.units", "envguard.snapshot_file",
          "envguard.toml_write", "envguard.changes", "envguard.probe", "envguard.explain",

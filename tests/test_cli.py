@@ -159,7 +159,7 @@ def test_the_command_line_writes_no_bytecode_beside_the_sources(tmp_path: Path) 
                          "ENVGUARD_CACHE_DIR": str(tmp_path / "cache")})
     assert proc.returncode == ExitCode.OK, proc.stderr
     folder = tmp_path / "cache" / "bytecode"
-    for module in ("probe/collector", "cli/_common", "errors"):  # the last two load first
+    for module in ("probe/collector", "cli/program", "errors"):  # the last two load first
         cached = list(folder.rglob(f"envguard/{module}.*.pyc"))
         assert bool(cached) is not shipped, module
     assert set(Path(cli.__file__).parent.parent.rglob("__pycache__")) == before

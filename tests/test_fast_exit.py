@@ -1,5 +1,5 @@
-"""The command line ends without the interpreter's teardown (envguard.cli.end_now), but only
-after everything an exit does that matters. Real subprocesses."""
+"""The command line ends without the interpreter's teardown (envguard.cli.program.end_now),
+but only after everything an exit does that matters. Real subprocesses."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-_LOOK = ("import sys; from envguard.gate.shebang import interpreter_of, command_interpreter; "
+_LOOK = ("import sys; from envguard.gate.launch import interpreter_of, command_interpreter; "
          "print(interpreter_of(sys.argv[1]), command_interpreter(sys.argv[1]))")
 
 

@@ -281,7 +281,7 @@ def test_prune_removes_stale_temporaries_only(project: Path) -> None:
 
 def _poisoned_bytecode(tmp_path: Path) -> tuple[Path, Path, Path, Path]:
     """(source copy, cache dir, bytecode folder, marker): a copy of envguard without any
-    ``.pyc``, and in ``<cache>/bytecode`` a ``.pyc`` for its ``envguard.cli._common`` that
+    ``.pyc``, and in ``<cache>/bytecode`` a ``.pyc`` for its ``envguard.cli.program`` that
     creates the marker when it runs (unchecked-hash: Python never compares it with the
     source)."""
     src = tmp_path / "src"
@@ -295,7 +295,7 @@ def _poisoned_bytecode(tmp_path: Path) -> tuple[Path, Path, Path, Path]:
     saved = sys.pycache_prefix
     try:
         sys.pycache_prefix = str(folder)
-        pyc = importlib.util.cache_from_source(str(src / "envguard" / "cli" / "_common.py"))
+        pyc = importlib.util.cache_from_source(str(src / "envguard" / "cli" / "program.py"))
     finally:
         sys.pycache_prefix = saved
     py_compile.compile(str(evil), cfile=pyc, doraise=True,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from envguard.cli._common import StderrProgress
+from envguard.cli.output import StderrProgress
 from envguard.exitcodes import ExitCode
 from envguard.probe.progress import NullProgress, Progress
 from tests.wheelfactory import Venv, VenvFactory, build_wheel, fake_torch_files

@@ -98,7 +98,7 @@ def test_a_utf8_stdout_keeps_the_real_symbols(snapshots: tuple[Path, Path]) -> N
 
 
 def test_encodable_maps_what_envguard_draws() -> None:
-    from envguard.cli._common import encodable
+    from envguard.cli.output import encodable
 
     assert encodable("a → b · c … ┏━┳┓ │", "ascii") == "a -> b - c ... +-++ |"
     assert encodable("torch→2.1 ünïcode 名前", "latin-1") == "torch->2.1 ünïcode ??"

@@ -2,7 +2,8 @@
 ``lockfiles/dflash-train.toml``?
 
 Launched through ``envguard run`` the command trusts the check that already happened
-(``ENVGUARD_VERIFIED`` names this lock); launched directly it runs the same check itself
+(``ENVGUARD_VERIFIED`` names this lock), and keeps the snapshot it handed over
+(:func:`envguard.gate.launch.handed_over`); launched directly it runs the same check itself
 (:func:`envguard.gate.check_command`). Under torchrun every rank checks itself and any
 drifted rank stops all of them, before any training collective, so nobody waits forever.
 """
@@ -10,9 +11,7 @@ drifted rank stops all of them, before any training collective, so nobody waits 
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
 from dflash.distributed.world import World, gather_gate
 from dflash.errors import InputError, RefusedError
@@ -40,34 +39,17 @@ class Gate:
 
 def verify_environment() -> Gate:
     """The gate for this interpreter's environment."""
-    from envguard.gate import SNAPSHOT_ENV, VERIFIED_ENV, check_command
+    from envguard.gate import check_command
+    from envguard.gate.launch import handed_over
 
-    verified = os.environ.get(VERIFIED_ENV, "")
-    if verified.split(":", 1)[0] == LOCK_NAME:
-        return Gate(True, [], f"verified by envguard run ({verified})",
-                    _verified_snapshot(os.environ.get(SNAPSHOT_ENV, ""), verified))
+    handed = handed_over(LOCK_NAME)
+    if handed is not None:
+        return Gate(True, [], f"verified by envguard run ({handed.verified})",
+                    handed.snapshot_json)
     result = check_command(LOCK_NAME)
     mismatch = [] if result.passed else [f"[{f.rule}] {f.title}" for f in result.findings]
     return Gate(result.passed, mismatch, f"checked {result.lock_path}",
                 result.snapshot.to_json())
-
-
-def _verified_snapshot(path: str, verified: str) -> str | None:
-    """The snapshot ``envguard run`` handed over, if it is the one its digest names (a
-    file that is missing, unreadable or another one is no snapshot, not an error)."""
-    from envguard.errors import EnvguardError
-    from envguard.input_file import read_input
-
-    digest = verified.split(":", 2)[-1]
-    if not path:
-        return None
-    try:
-        data = read_input(Path(path), what="snapshot")
-    except (EnvguardError, OSError):
-        return None
-    if "sha256:" + hashlib.sha256(data).hexdigest() != digest:
-        return None
-    return data.decode("utf-8", errors="replace")
 
 
 def check_gate(world: World) -> Gate:

@@ -1,17 +1,22 @@
 """The command line: parse, build options, call one core function, render, map errors to
 exit codes.
 
-Only this package prints or exits. One module per command (``snapshot``, ``diff``,
-``doctor``: doctor/history, ``gate``: lock/check/run, ``runs``, ``restore``, ``cache``,
-``fleet``, ``bisect``, ``completion``), each with its ``add_parsers``; what they share is in
-:mod:`envguard.cli._common`. Exit codes are :class:`~envguard.exitcodes.ExitCode`,
-documented in docs/CLI.md.
+Only this package prints or exits. One module per command, named after it (``snapshot``,
+``diff``, ``doctor``, ``history``, ``lock``, ``check``, ``run``, ``restore``, ``bisect``,
+``cache``, ``fleet``, ``runs``, ``completion``), each with its ``add_parsers``. What they
+share: :mod:`envguard.cli.program` (the parser, the one mapping from errors to exit
+statuses, signals, the fast exit), :mod:`envguard.cli.output` (stdout, stderr, progress)
+and :mod:`envguard.cli.options` (the options several commands take, and the environment
+they select). Exit codes are :class:`~envguard.exitcodes.ExitCode`, documented in
+docs/CLI.md.
+
+This module is the console script's (``envguard.cli:entry``) and imports nothing of
+envguard before :func:`keep_bytecode`: the modules imported after it are compiled into
+the bytecode folder too.
 """
 
 from __future__ import annotations
 
-import importlib
-import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -19,103 +24,31 @@ if TYPE_CHECKING:
 
 __all__ = ["build_parser", "entry", "main"]
 
-MODULES = ("snapshot", "diff", "doctor", "gate", "restore", "bisect", "cache", "fleet", "runs",
-           "completion")
-"""The command modules, in the order ``--help`` lists their commands."""
-COMMANDS = {"snapshot": "snapshot", "diff": "diff", "doctor": "doctor", "history": "doctor",
-            "lock": "gate", "check": "gate", "run": "gate", "restore": "restore",
-            "bisect": "bisect", "cache": "cache", "fleet": "fleet", "runs": "runs",
-            "completion": "completion"}
-"""Which module defines each command."""
-
-
-def _modules_for(argv: list[str] | None) -> tuple[str, ...]:
-    """The command modules the parser needs: only the one of the command named in
-    ``argv`` (the gate in front of every launch should not import the others), all of
-    them for ``--help``, ``-V``, no command or an unknown one (argparse lists them)."""
-    words = sys.argv[1:] if argv is None else argv
-    first = next((w for w in words if not w.startswith("-")), None)
-    return (COMMANDS[first],) if first in COMMANDS and "completion" not in words else MODULES
-
 
 def build_parser(argv: list[str] | None = None, *, every_command: bool = True
                  ) -> argparse.ArgumentParser:
-    """The parser. ``every_command=False``: only the command ``argv`` names (see
-    :func:`_modules_for`)."""
-    from envguard.cli._common import Parser
-    from envguard.version import __version__
+    """The parser (:func:`envguard.cli.program.build_parser`)."""
+    from envguard.cli.program import build_parser as build
 
-    parser = Parser(
-        prog="envguard",
-        description="Record the environment a training run worked in; explain what changed.",
-    )
-    parser.add_argument("-V", "--version", action="version", version=f"envguard {__version__}",
-                        help="print envguard's version and exit")
-    parser.set_defaults(root_parser=parser)  # for envguard completion
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    sub.required = True
-    for name in MODULES if every_command else _modules_for(argv):
-        importlib.import_module(f"envguard.cli.{name}").add_parsers(sub)
-    return parser
+    return build(argv, every_command=every_command)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run envguard; returns the exit status (``__main__`` passes it to sys.exit)."""
-    from envguard.cli._common import run_command
+    from envguard.cli.program import main as run
 
-    return run_command(build_parser(argv, every_command=False), argv)
+    return run(argv)
 
 
 def entry() -> int:
     """The ``envguard`` console script and ``python -m envguard``: :func:`main`, after
-    :func:`keep_bytecode` (this module imports nothing of envguard before it, so that
-    ``envguard.cli._common`` and what it imports are compiled into the bytecode folder
-    too), then :func:`end_now`."""
+    :func:`keep_bytecode`, then :func:`envguard.cli.program.finish` (the fast exit)."""
     keep_bytecode()
+    from envguard.cli.program import finish, main
+
     code = main()
-    say_distrusted()
-    end_now(code)
+    finish(code)
     return code
-
-
-def say_distrusted() -> None:
-    """Under ``ENVGUARD_DEBUG``: each folder envguard did not trust with its bytecode or
-    memo files, and why (:func:`envguard.paths.private_folder`); otherwise that costs only
-    time, silently."""
-    import os
-
-    paths = sys.modules.get("envguard.paths")
-    if paths is not None and paths.DISTRUSTED and os.environ.get("ENVGUARD_DEBUG"):
-        from envguard.cli._common import note
-
-        for line in dict.fromkeys(paths.DISTRUSTED):
-            note(line)
-
-
-def end_now(code: int) -> None:
-    """End the process with ``code`` without the interpreter's teardown, which frees every
-    object one by one (about 10 ms after a snapshot on a 2-core VM), once what an exit
-    does that matters is done: the ``atexit`` handlers (forked workers and probes ended,
-    coverage and the like saved) and stdout and stderr flushed. Returns instead, for an
-    ordinary exit, while another non-daemon thread runs (a normal exit would wait for it),
-    if a flush fails, or on an interpreter without ``atexit._run_exitfuncs``."""
-    import atexit
-    import os
-    import threading
-
-    run_exitfuncs = getattr(atexit, "_run_exitfuncs", None)
-    main_thread = threading.main_thread()
-    if run_exitfuncs is None or any(t is not main_thread and not t.daemon
-                                    for t in threading.enumerate()):
-        return
-    run_exitfuncs()
-    try:
-        for stream in (sys.stdout, sys.stderr):
-            if stream is not None:  # None: the descriptor was closed at the start
-                stream.flush()
-    except (OSError, ValueError):
-        return  # the ordinary exit reports it (a closed pipe, a full disk)
-    os._exit(code)
 
 
 def keep_bytecode() -> None:

@@ -7,15 +7,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from envguard.cli._common import (
-    StderrProgress,
-    add_format_option,
-    add_index_options,
-    index_options,
-    note,
-    show,
-    sigterm_interrupts,
-)
+from envguard.cli.options import add_format_option, add_index_options, index_options
+from envguard.cli.output import StderrProgress, note, show
+from envguard.cli.program import sigterm_interrupts
 from envguard.errors import InputError
 from envguard.exitcodes import ExitCode
 

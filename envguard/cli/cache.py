@@ -14,14 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envguard.cli._common import (
-    StderrProgress,
-    add_format_option,
-    note,
-    select_environment,
-    show,
-    write_stdout,
-)
+from envguard.cli.options import add_format_option, select_environment
+from envguard.cli.output import StderrProgress, note, show, write_stdout
 from envguard.exitcodes import ExitCode
 
 if TYPE_CHECKING:

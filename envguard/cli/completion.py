@@ -14,7 +14,7 @@ import argparse
 import re
 from typing import Any
 
-from envguard.cli._common import write_stdout
+from envguard.cli.output import write_stdout
 from envguard.exitcodes import ExitCode
 from envguard.frozen import frozen
 from envguard.version import __version__

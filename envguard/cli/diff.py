@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envguard.cli._common import add_format_option, show
+from envguard.cli.options import add_format_option
+from envguard.cli.output import show
 from envguard.errors import InputError
 from envguard.exitcodes import ExitCode
 from envguard.frozen import frozen
@@ -82,7 +83,8 @@ def _load(ref: str) -> Side:
 
 def _now(other: Side | None) -> Side:
     """A fresh snapshot; like the other side's run took its own, when it is a run."""
-    from envguard.cli._common import StderrProgress, select_environment
+    from envguard.cli.options import select_environment
+    from envguard.cli.output import StderrProgress
     from envguard.probe import SnapshotOptions, collect
     from envguard.runs.refs import gate_options_for
 

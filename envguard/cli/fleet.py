@@ -15,15 +15,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envguard.cli._common import (
-    StderrProgress,
+from envguard.cli.options import (
     add_format_option,
     add_probe_options,
-    note,
     probe_options,
     select_environment,
-    show,
 )
+from envguard.cli.output import StderrProgress, note, show
 from envguard.errors import InputError
 from envguard.exitcodes import ExitCode
 from envguard.paths import FLEET_DIR

@@ -13,16 +13,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envguard.cli._common import (
-    StderrProgress,
+from envguard.cli.options import (
     add_format_option,
     add_index_options,
     index_options,
-    note,
     select_environment,
-    show,
-    sigterm_interrupts,
 )
+from envguard.cli.output import StderrProgress, note, show
+from envguard.cli.program import sigterm_interrupts
 from envguard.errors import InputError
 from envguard.exitcodes import ExitCode
 

@@ -10,7 +10,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from envguard.cli._common import add_format_option, show, write_stdout
+from envguard.cli.options import add_format_option
+from envguard.cli.output import show, write_stdout
 from envguard.exitcodes import ExitCode
 
 

@@ -7,14 +7,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from envguard.cli._common import (
-    StderrProgress,
-    add_probe_options,
-    probe_options,
-    select_environment,
-    stderr_console,
-    write_stdout,
-)
+from envguard.cli.options import add_probe_options, probe_options, select_environment
+from envguard.cli.output import StderrProgress, stderr_console, write_stdout
 from envguard.exitcodes import ExitCode
 from envguard.paths import SNAPSHOT_DIR
 

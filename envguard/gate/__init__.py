@@ -2,22 +2,19 @@
 
 - :mod:`envguard.gate.check`: compare a snapshot with every entry of a lock.
 - :mod:`envguard.gate.lookup`: find and read a command's lockfile.
-- :mod:`envguard.gate.shebang`: the interpreter a console script runs under.
 - :mod:`envguard.gate.command`: :func:`check_command`, the whole gate for one command,
   and :func:`gate_snapshot_options`, the one place the gate's snapshot is defined.
+- :mod:`envguard.gate.launch`: the command ``envguard run`` launches (the interpreter a
+  console script runs under), what it hands the child (``VERIFIED_ENV``,
+  ``SNAPSHOT_ENV``), and the hand-off read back by a guarded program.
 """
 
 from __future__ import annotations
 
 from envguard.gate.check import EntryComparison, GateResult, check, compare
-from envguard.gate.command import (
-    SNAPSHOT_ENV,
-    VERIFIED_ENV,
-    check_command,
-    gate_snapshot_options,
-)
+from envguard.gate.command import check_command, gate_snapshot_options
+from envguard.gate.launch import SNAPSHOT_ENV, VERIFIED_ENV, interpreter_of
 from envguard.gate.lookup import bundled_lock_dirs, find_lock, project_root_of, read_lock
-from envguard.gate.shebang import interpreter_of
 
 __all__ = ["SNAPSHOT_ENV", "VERIFIED_ENV", "EntryComparison", "GateResult", "bundled_lock_dirs",
            "check",

@@ -14,13 +14,6 @@ from envguard.gate.lockfile import Lock, validate_name
 from envguard.gate.lookup import find_lock, project_root_of, read_lock
 from envguard.probe import SnapshotOptions, collect
 
-VERIFIED_ENV = "ENVGUARD_VERIFIED"
-"""Set by ``envguard run`` for the child: ``<lock name>:<entry id>:sha256:<snapshot digest>``."""
-SNAPSHOT_ENV = "ENVGUARD_SNAPSHOT"
-"""Set by ``envguard run`` beside :data:`VERIFIED_ENV`: a private file (0600, removed when the
-child ends) holding the snapshot the gate took, whose sha256 is the digest in
-:data:`VERIFIED_ENV`; a child that keeps a record of its environment copies it."""
-
 
 def gate_snapshot_options(lock: Lock, project_root: Path, *, python: str | None = None,
                           fast: bool = True) -> SnapshotOptions:
