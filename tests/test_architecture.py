@@ -220,17 +220,12 @@ check and the interpreter probe."""
 
 def test_the_fast_path_sits_below_what_it_speeds_up() -> None:
     """``envguard.probe.fastpath`` (memo files, stat-ahead) is used by the snapshot's
-    modules and never uses them: stat-ahead runs before they are imported. Its old name,
-    ``envguard.probe.memo``, is imported by ``envguard.gate.closure`` alone, until that
-    imports the fast path (then the old name goes)."""
+    modules and never uses them: stat-ahead runs before they are imported."""
     graph = import_graph(ROOT, ["envguard"])
     upward = sorted(f"{m} -> {t}" for m, targets in graph.items() if _within(m, FASTPATH)
                     for t in targets if _within(t, SNAPSHOT))
     assert not upward, upward
-    old = ("envguard.probe.memo",)
-    callers = sorted(m for m, targets in graph.items()
-                     if not _within(m, old) and any(_within(t, old) for t in targets))
-    assert callers in ([], ["envguard.gate.closure"]), callers
+    assert not (ROOT / "envguard" / "probe" / "memo").exists()  # the old name is gone
 
 
 def _frozen_dataclasses(root: Path) -> list[str]:

@@ -188,6 +188,8 @@ def _value(name: str, hint: str) -> Any:
         return 7
     if base == "list[str]":
         return [f"{name}-1", f"{name}-2"]
+    if base == "dict[str, str]":
+        return {f"{name}-key": f"{name}-value"}
     if base == "DirectUrl":
         return DirectUrl(**{f.name: _value(f.name, str(f.type))
                             for f in dataclasses.fields(DirectUrl)})

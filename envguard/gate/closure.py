@@ -73,7 +73,7 @@ def closure(snapshot: Snapshot, root: str, extras: tuple[str, ...] = (),
     key = hashlib.sha256(key_doc.encode("utf-8", "surrogateescape")).hexdigest()[:24]
     from envguard.input_file import NotReadable, read_bounded
     from envguard.paths import memo_dir, private_folder
-    from envguard.probe.memo.marshal_file import MEMO_BYTES
+    from envguard.probe.fastpath.marshal_file import MEMO_BYTES
 
     folder = memo_dir()
     trusted = private_folder(folder)  # else no memo: one others could write is not read
@@ -87,7 +87,7 @@ def closure(snapshot: Snapshot, root: str, extras: tuple[str, ...] = (),
         pass  # absent, not a regular file (a FIFO would block), damaged: no memo
     names = _closure(snapshot, root, extras, root_requires, env)
     if trusted:
-        from envguard.probe.memo.prune import prune
+        from envguard.probe.fastpath.prune import prune
 
         prune(folder)  # at most once a day: memo files unused for a month go
         with contextlib.suppress(EnvguardError):

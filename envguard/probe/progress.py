@@ -4,7 +4,7 @@ A long operation says what it is doing: :meth:`Progress.step` for work of unknow
 (importing torch, waiting for nvidia-smi or for other ranks, writing an archive),
 :meth:`Progress.start` and :meth:`Progress.advance` for work measured in bytes (hashing),
 :meth:`Progress.finish` when it is over. One step at a time: a new step ends the last.
-The command line renders it (:class:`envguard.cli._common.StderrProgress`); tests and
+The command line renders it (:class:`envguard.cli.output.StderrProgress`); tests and
 library callers pass nothing and get :class:`NullProgress`.
 """
 

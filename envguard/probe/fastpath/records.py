@@ -232,11 +232,11 @@ class _Part:
 class Codec:
     """A record class of :mod:`envguard.model` as a tuple of its fields' values, in
     ``dataclasses.fields`` order (less ``skip``), and back. A field may hold a ``str``,
-    ``int``, ``bool`` or ``float``, a ``list[str]``, another record class of the model (as
-    its own tuple), or any of these ``| None``; a value read back is checked for its exact
-    type. A field of another type never reads back (:meth:`check` is false), so every entry
-    is a miss: ``tests/test_record_rows.py`` round-trips a distribution with every field
-    set, and fails for such a field."""
+    ``int``, ``bool`` or ``float``, a ``list[str]``, a ``dict[str, str]``, another record
+    class of the model (as its own tuple), or any of these ``| None``; a value read back is
+    checked for its exact type. A field of another type never reads back (:meth:`check` is
+    false), so every entry is a miss: ``tests/test_record_rows.py`` round-trips a
+    distribution with every field set, and fails for such a field."""
 
     __slots__ = ("_decoders", "_deep", "_encoders", "_kinds", "_parts", "cls", "names")
 
@@ -293,11 +293,17 @@ def _part(hint: str, module: Any) -> _Part:
         return _Part((_SCALARS[base], *more))
     if base == "list[str]":
         return _Part((list, *more), _strings, decode=list)  # a list of each record's own
+    if base == "dict[str, str]":
+        return _Part((dict, *more), _string_map, decode=dict)
     cls = getattr(module, base, None)
     if isinstance(cls, type) and dataclasses.is_dataclass(cls):
         codec = Codec(cls)
         return _Part((tuple, *more), codec.check, codec.encode, codec.decode, codec)
     return _Part(())
+
+
+def _string_map(value: Any) -> bool:
+    return all(type(k) is str and type(v) is str for k, v in value.items())
 
 
 def _strings(value: Any) -> bool:
