@@ -53,9 +53,21 @@ def test_a_large_report_on_stdout_arrives_whole(tmp_path: Path) -> None:
 
 def test_an_ordinary_exit_while_another_thread_runs(tmp_path: Path) -> None:
     """A normal exit waits for non-daemon threads: so does envguard (end_now returns)."""
+    # The thread outlives main() for certain (it waits for main to return, then 0.5 s),
+    # however slow the start under load: the fast exit must see it running.
     script = ENTRY.replace("from envguard.cli import entry", """\
 import threading, time
+import envguard.cli.program as program
+returned = threading.Event()
+real_main = program.main
+def main(*args, **kwargs):
+    try:
+        return real_main(*args, **kwargs)
+    finally:
+        returned.set()
+program.main = main
 def late():
+    returned.wait()
     time.sleep(0.5)
     Path("late").write_text("thread finished")
 threading.Thread(target=late).start()
