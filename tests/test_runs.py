@@ -34,6 +34,10 @@ def main():
     print("demo-train ran " + mode, flush=True)
     if mode == "term":
         os.kill(os.getpid(), signal.SIGTERM)
+    if mode == "import":
+        sys.stderr.write("Traceback (most recent call last):\\n  File \\"train.py\\", line 1\\n"
+                         "ImportError: cannot import name 'merge' from 'helperlib'\\n")
+        return 1
     return int(mode)
 '''
 TRAIN_PY = "import sys\nprint('train.py ran', flush=True)\nsys.exit(int(sys.argv[1]))\n"
@@ -136,6 +140,28 @@ def after_child(proc: subprocess.CompletedProcess[str]) -> list[str]:
 
 
 # ---------------------------------------------------------------------- outcomes, last-good
+
+def test_a_failed_run_is_its_own_symptom(world: World) -> None:
+    """The run's last stderr lines name helperlib: the lines after the failure put its
+    upgrade first, ahead of a critical edit of torch and a new variable; the record keeps
+    the lines (redacted), and the full report ranks by them too."""
+    assert world.run("0").returncode == 0
+    world.venvs.uv_install(world.env, world.helper2, reinstall=True)
+    patch_file(world.env.site_packages() / "torch" / "fx" / "_symbolic_trace.py")
+    failed = world.run("import", guard=("--force",),
+                       extra_env={"NCCL_ALGO": "Tree", "HF_TOKEN": "hf_" + "Ab1" * 11})
+    assert failed.returncode == 1, failed.stderr
+    assert "cannot import name 'merge' from 'helperlib'" in failed.stderr  # passed through
+    lines = after_child(failed)
+    assert "helperlib" in lines[1] and "torch" not in lines[1], lines
+    tail = world.records()[-1]["stderr_tail"]
+    assert tail[-1] == "ImportError: cannot import name 'merge' from 'helperlib'"
+    full = world.envguard("diff", "@last-good", "@run:1", "--format", "json")
+    report = json.loads(full.stdout)
+    assert report["symptom"].endswith("from 'helperlib'")
+    assert report["findings"][0]["changes"] == ["packages.helperlib.version"]
+
+
 
 def test_a_failed_run_names_what_changed_and_last_good_stays(world: World) -> None:
     ok = world.run("0")

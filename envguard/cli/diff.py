@@ -137,7 +137,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from envguard.redact import redact_text
 
     old, new = load_pair(args.old, args.new)
-    symptom = symptom_text(args.symptom)
+    # a failed guarded run is its own symptom: the last lines it wrote to stderr
+    tail = "\n".join(new.run.stderr_tail) if new.run is not None and new.run.failed else ""
+    symptom = symptom_text(args.symptom or tail or None)
     changes = diff(old.snapshot, new.snapshot)
     findings = explain(old.snapshot, new.snapshot, changes, symptom)
     if args.new == NOW:  # this machine, now: its disk says when things were installed

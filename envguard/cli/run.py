@@ -113,7 +113,7 @@ def _explain_failure(shown: str, record: RunRecord, snapshot: Snapshot) -> None:
 
     how = f"{shown} {'was ' if record.signal else ''}{record.outcome.replace('exit ', 'exited ')}"
     try:
-        found = explain_failure(Path.cwd(), snapshot)
+        found = explain_failure(Path.cwd(), snapshot, "\n".join(record.stderr_tail))
     except (EnvguardError, OSError) as exc:
         note(f"{how}; could not compare with the last successful run: {exc}")
         return

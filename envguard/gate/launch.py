@@ -16,6 +16,7 @@ command line says what they mean.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -24,6 +25,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
@@ -130,9 +132,10 @@ def interpreter_of(command: str, env: Mapping[str, str] | None = None) -> str | 
 @frozen
 class ChildExit:
     """How the child ended: ``returncode`` as :class:`subprocess.Popen` gives it (-N when
-    signal N killed it)."""
+    signal N killed it), and the last lines it wrote to stderr."""
 
     returncode: int
+    stderr_tail: tuple[str, ...] = ()
 
     @property
     def signal(self) -> int | None:
@@ -153,8 +156,42 @@ class ChildExit:
         return 128 - self.returncode if self.returncode < 0 else self.returncode
 
 
+TAIL_BYTES = 16 * 1024
+"""The end of the child's stderr that is kept (its last lines: the error of a failure)."""
+TEE_ENV = "ENVGUARD_RUN_TEE"
+"""``0``: the child writes to envguard's stderr itself (no copy of its end is kept; a
+program that colours its output only on a terminal keeps doing so). Else stderr passes
+through envguard, which copies every byte on at once and keeps the last :data:`TAIL_BYTES`
+(the child then sees a pipe, not a terminal, on its stderr)."""
+
+
+def _tee(source: int, tail: bytearray) -> None:
+    """Copy ``source`` to envguard's stderr until end of file, keeping its end in ``tail``."""
+    while True:
+        try:
+            chunk = os.read(source, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        with contextlib.suppress(OSError):
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(2, view):]
+        tail += chunk
+        del tail[:-TAIL_BYTES]
+    os.close(source)
+
+
+def _tail_lines(data: bytes) -> tuple[str, ...]:
+    lines = data.decode("utf-8", "replace").splitlines()
+    return tuple(line for line in lines[1:] if line.strip()) if len(data) >= TAIL_BYTES \
+        else tuple(line for line in lines if line.strip())
+
+
 def run_child(argv: Sequence[str], env: Mapping[str, str]) -> ChildExit:
-    """Run ``argv`` and return how it ended (:attr:`ChildExit.status` is the shell's status).
+    """Run ``argv`` and return how it ended (:attr:`ChildExit.status` is the shell's status)
+    and the last lines of its stderr (through a pipe envguard copies on: :data:`TEE_ENV`).
 
     SIGTERM and SIGHUP received by envguard are passed to the child, which decides
     what to do with them; envguard waits for it either way. SIGINT is passed on too,
@@ -179,13 +216,25 @@ def run_child(argv: Sequence[str], env: Mapping[str, str]) -> ChildExit:
 
     # Installed before the child starts: a SIGTERM in between must not orphan it.
     previous = {s: signal.signal(s, forward) for s in _FORWARDED}
+    tail = bytearray()
+    reader: threading.Thread | None = None
+    write_end: int | None = None
+    if env.get(TEE_ENV, "1") != "0":
+        read_end, write_end = os.pipe()
+        reader = threading.Thread(target=_tee, args=(read_end, tail), daemon=True)
     try:
         try:
-            child = subprocess.Popen(list(argv), executable=executable, env=dict(env))
+            child = subprocess.Popen(list(argv), executable=executable, env=dict(env),
+                                     stderr=write_end)
         except FileNotFoundError:
             raise CommandNotFound(f"command not found: {argv[0]}") from None
         except PermissionError:
             raise CommandNotFound(f"command not executable: {argv[0]}") from None
+        finally:
+            if write_end is not None:
+                os.close(write_end)  # the child holds its own copy
+                if reader is not None:
+                    reader.start()
         for signum in pending:
             child.send_signal(signum)
         while True:
@@ -194,10 +243,12 @@ def run_child(argv: Sequence[str], env: Mapping[str, str]) -> ChildExit:
                 break
             except KeyboardInterrupt:  # pragma: no cover - SIGINT is forwarded instead
                 continue
+        if reader is not None:
+            reader.join(timeout=5)  # a grandchild holding the pipe open is not waited for
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-    return ChildExit(returncode=code)
+    return ChildExit(returncode=code, stderr_tail=_tail_lines(bytes(tail)))
 
 
 # ------------------------------------------------------------------ the writer's side
@@ -258,7 +309,8 @@ def record(result: GateResult, metadata: Mapping[str, Any], launched: Launched |
                                    "signal": None}
     else:
         outcome = {"started_at": launched.started_at, "ended_at": launched.ended_at,
-                   "exit_code": launched.exit.status, "signal": launched.exit.signal_name}
+                   "exit_code": launched.exit.status, "signal": launched.exit.signal_name,
+                   "stderr_tail": launched.exit.stderr_tail}
     return record_run(result.snapshot, cwd=cwd, **metadata, **outcome)
 
 

@@ -51,8 +51,10 @@ def change_line(change: Change) -> str:
     return f"{change.path}: {_short(change.old)} -> {_short(change.new)}"
 
 
-def explain_failure(cwd: Path, snapshot: Snapshot) -> FailureNote:
-    """``diff(last-good, snapshot)``, cut to the few lines a failed run shows."""
+def explain_failure(cwd: Path, snapshot: Snapshot, symptom: str | None = None
+                    ) -> FailureNote:
+    """``diff(last-good, snapshot)``, cut to the few lines a failed run shows, ranked by
+    ``symptom`` (the run's own last stderr lines: the error it failed with)."""
     good = last_good(cwd)
     if good is None:
         return FailureNote(last_good=None, lines=(), more=0)
@@ -63,7 +65,7 @@ def explain_failure(cwd: Path, snapshot: Snapshot) -> FailureNote:
     changes = diff(old, snapshot)
     if changes.equivalent:
         return FailureNote(last_good=good, lines=(), more=0)
-    findings = explain(old, snapshot, changes)
+    findings = explain(old, snapshot, changes, symptom or None)
     covered = {(c.section, c.key) for f in findings for c in f.changes}
     lines = [f"[{f.rule}] {f.title}" for f in findings]
     lines += [change_line(c) for c in changes.material if (c.section, c.key) not in covered]

@@ -41,7 +41,7 @@ from envguard.paths import (
     SNAPSHOT_BY_DIGEST_DIR,
     SNAPSHOT_DIR,
 )
-from envguard.redact import redact_argv, redact_data
+from envguard.redact import redact_argv, redact_data, redact_text
 
 RUN_SCHEMA = "envguard.run/2"
 POINTER_SCHEMA = "envguard.last-good/1"
@@ -73,6 +73,9 @@ class RunRecord:
     findings: tuple[str, ...]
     snapshot: str
     """``sha256-<hex>`` (a file of the store), or a file name in ``runs/`` (old records)."""
+    stderr_tail: tuple[str, ...] = ()
+    """The last lines the command wrote to stderr (at most :data:`TAIL_LINES`, redacted):
+    the error of a failed run, used as its symptom."""
 
     @property
     def succeeded(self) -> bool:
@@ -112,7 +115,14 @@ class RunRecord:
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["argv"], data["findings"] = list(self.argv), list(self.findings)
+        data["stderr_tail"] = list(self.stderr_tail)
         return {"schema": RUN_SCHEMA, **data}
+
+
+TAIL_LINES = 20
+"""Lines of the command's stderr a run record keeps."""
+MAX_TAIL_LINE = 500
+"""Characters kept of each of them."""
 
 
 def now_iso() -> str:
@@ -150,7 +160,7 @@ def store_snapshot(snapshot: Snapshot, cwd: Path) -> str:
 def record_run(snapshot: Snapshot, *, cwd: Path, argv: Sequence[str], lock: str | None,
                lockfile: str | None, entry: str | None, started_at: str, ended_at: str,
                exit_code: int | None, signal: str | None, passed: bool, forced: bool,
-               findings: Sequence[str]) -> RunRecord:
+               findings: Sequence[str], stderr_tail: Sequence[str] = ()) -> RunRecord:
     """Write the run's record (argv redacted) and its snapshot; move ``last-good`` to it
     when it succeeded."""
     digest = store_snapshot(snapshot, cwd)
@@ -160,7 +170,8 @@ def record_run(snapshot: Snapshot, *, cwd: Path, argv: Sequence[str], lock: str 
         id=_unused_id(cwd, f"{stamp}-{name}"), argv=tuple(redact_argv(list(argv))), lock=lock,
         lockfile=lockfile, entry=entry, started_at=started_at, ended_at=ended_at,
         exit_code=exit_code, signal=signal, passed=passed, forced=forced,
-        findings=tuple(findings), snapshot=digest)
+        findings=tuple(findings), snapshot=digest,
+        stderr_tail=tuple(redact_text(line) for line in stderr_tail[-TAIL_LINES:]))
     write_text_atomic(runs_dir(cwd) / f"{record.id}{RECORD_SUFFIX}",
                       json.dumps(record.to_dict(), indent=2, sort_keys=True) + "\n", mode=0o600,
                       state_root=cwd)
@@ -196,6 +207,8 @@ def parse_record(record_id: str, text: str) -> RunRecord:
     if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("envguard.run/"):
         raise InputError(f"run record {record_id}: not an envguard run record")
     argv, findings = data.get("argv", []), data.get("findings", [])
+    tail = data.get("stderr_tail", [])
+    tail = [str(x)[:MAX_TAIL_LINE] for x in tail[-TAIL_LINES:]] if isinstance(tail, list) else []
     code, snap = data.get("exit_code"), data.get("snapshot")
     if not (isinstance(argv, list) and isinstance(findings, list) and isinstance(snap, str)
             and (code is None or (isinstance(code, int) and not isinstance(code, bool)))):
@@ -208,7 +221,7 @@ def parse_record(record_id: str, text: str) -> RunRecord:
         started_at=started, ended_at=_text(data.get("ended_at")) or started,
         exit_code=code, signal=_text(data.get("signal")), passed=data.get("passed") is True,
         forced=data.get("forced") is True, findings=tuple(str(f) for f in findings),
-        snapshot=snap))
+        snapshot=snap, stderr_tail=tuple(tail)))
 
 
 def read_record(cwd: Path, record_id: str) -> RunRecord:
