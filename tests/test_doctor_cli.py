@@ -91,6 +91,26 @@ def test_fix_reinstalls_an_edited_package_after_showing_the_plan(
     assert again.returncode == 0, again.stdout
 
 
+def test_fix_takes_uv_index_options_as_restore_does(
+        env: Venv, wheel_dir: Path, clean_cwd: Path, tmp_path: Path) -> None:
+    """--find-links, --index-url, --offline: passed to uv before the ``--``; envguard adds
+    no index of its own then. A real offline reinstall, no UV_* variables."""
+    edited = env.site_packages() / "helperlib" / "__init__.py"
+    edited.unlink()
+    edited.write_text("V = 1  # patched while debugging\n")
+    args = ("doctor", "--python", env.python, "--fix", "-q", "--find-links", wheel_dir,
+            "--offline")
+    plan = run(*args, "--dry-run", cwd=clean_cwd, extra=_cache_env(tmp_path))
+    assert plan.returncode == 1, plan.stderr
+    assert f"--find-links {wheel_dir} --offline --" in plan.stderr, plan.stderr
+    fixed = run(*args, cwd=clean_cwd, extra=_cache_env(tmp_path))
+    assert fixed.returncode == 0, fixed.stderr
+    assert edited.read_text() == "V = 1\n"
+    usage = run("doctor", "--python", env.python, "--offline", "--find-links", "-x",
+                cwd=clean_cwd)
+    assert usage.returncode == 2 and len(usage.stderr.strip().splitlines()) <= 2
+
+
 def test_bad_input_is_one_line_exit_2(env: Venv, clean_cwd: Path) -> None:
     for args in (("history", "--since", "soon"), ("doctor", "--dry-run"),
                  ("doctor", "--python", str(clean_cwd / "nope"))):

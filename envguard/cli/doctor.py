@@ -8,7 +8,12 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from envguard.cli.options import add_examine_options, examined_snapshot
+from envguard.cli.options import (
+    add_examine_options,
+    add_index_options,
+    examined_snapshot,
+    index_options,
+)
 from envguard.cli.output import note, show, stderr_console
 from envguard.errors import InputError, RestoreError
 from envguard.exitcodes import ExitCode
@@ -34,6 +39,8 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
                           "(reinstall a package whose files were edited, ...)")
     doc.add_argument("--dry-run", action="store_true",
                      help="with --fix: show the plan only")
+    add_index_options(doc, find_links_help="with --fix: a folder or page of wheels, "
+                      "passed to uv (repeatable)")
     doc.set_defaults(handler=cmd_doctor)
 
 
@@ -48,11 +55,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                       symptom=args.symptom)
     show(report, args.format)
     if args.fix:
-        return _fix(report, dry_run=args.dry_run, quiet=args.quiet)
+        return _fix(report, dry_run=args.dry_run, quiet=args.quiet,
+                    index=index_options(args).uv_args())
     return ExitCode.OK if report.healthy else ExitCode.DRIFT
 
 
-def _fix(report: Any, *, dry_run: bool, quiet: bool) -> int:
+def _fix(report: Any, *, dry_run: bool, quiet: bool, index: list[str]) -> int:
     from envguard.doctor.fix import apply, plan
     from envguard.explain.remedies import shell_line
     from envguard.restore.build import find_uv
@@ -61,7 +69,7 @@ def _fix(report: Any, *, dry_run: bool, quiet: bool) -> int:
         uv = find_uv()
     except RestoreError:
         uv = "uv"  # the plan still shows; running it reports the missing uv
-    steps = plan(report, report.snapshot.interpreter.executable, uv=uv)
+    steps = plan(report, report.snapshot.interpreter.executable, uv=uv, index=index)
     console = stderr_console()
     if not steps:
         note("--fix: nothing here has a safe automatic fix; the remedies above say what to do")

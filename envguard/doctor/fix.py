@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from envguard.doctor import DoctorReport
 from envguard.explain.remedies import reinstall_command
@@ -47,8 +47,10 @@ class FixResult:
     message: str
 
 
-def plan(report: DoctorReport, python: str, uv: str = "uv") -> tuple[FixStep, ...]:
-    """The safe fixes for ``report``'s environment (``python``: its interpreter).
+def plan(report: DoctorReport, python: str, uv: str = "uv",
+         index: Sequence[str] = ()) -> tuple[FixStep, ...]:
+    """The safe fixes for ``report``'s environment (``python``: its interpreter; ``index``:
+    uv's index options the user gave, ``--find-links DIR --offline`` and the like).
 
     Names, versions and URLs come from the environment's METADATA and direct_url.json:
     each is checked by :mod:`envguard.explain.remedies`, whose builder also makes the
@@ -64,7 +66,7 @@ def plan(report: DoctorReport, python: str, uv: str = "uv") -> tuple[FixStep, ..
         dist = snap.package(name)
         if dist is None or not dist.version or dist.editable:
             continue
-        argv = reinstall_command(dist, uv=uv, python=python)
+        argv = reinstall_command(dist, uv=uv, python=python, options=index)
         if argv is None:
             continue  # from a folder or a VCS checkout: nothing exact to reinstall from
         files = broken[name]

@@ -257,18 +257,21 @@ def uv_pip_install(requirements: Sequence[str], *, uv: str = "uv", python: str |
 
 
 def reinstall_command(dist: Distribution, *, uv: str = "uv", python: str | None = None,
-                      exists: Callable[[str], bool] = os.path.isfile) -> list[str] | None:
+                      exists: Callable[[str], bool] = os.path.isfile,
+                      options: Sequence[str] = ()) -> list[str] | None:
     """``uv pip install --reinstall --no-deps`` of exactly the build installed now: from the
     wheel file or URL it came from, else ``name==version`` (from the PyTorch index for a
     ``+cu128`` label); None when nothing exact is there (a folder, a VCS checkout, a wheel
-    file that is gone). What ``doctor --fix`` runs and its remedy prints."""
+    file that is gone). What ``doctor --fix`` runs and its remedy prints. ``options``: the
+    index options the user gave (``--find-links``, ``--index-url``, ``--offline``, as uv
+    takes them): then envguard adds no index of its own."""
     field = f"packages.{field_key(dist.name)}"
     source = reinstall_source(dist.direct_url, dist.name, dist.version or "", field, exists)
     if source is None:
         return None
-    index = index_url_for(dist.version) if dist.direct_url is None else None
+    index = index_url_for(dist.version) if dist.direct_url is None and not options else None
     return uv_pip_install([source], uv=uv, python=python, reinstall=True, no_deps=True,
-                          index_url=index, field=field)
+                          index_url=index, options=options, field=field)
 
 
 def uv_pip_uninstall(names: Sequence[str], *, uv: str = "uv", python: str | None = None,
