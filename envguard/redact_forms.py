@@ -27,6 +27,7 @@ import re
 from collections.abc import Callable
 
 from envguard.redact_names import secret_flag
+from envguard.redact_shapes import substitute_needed
 
 MASK = "***"
 
@@ -132,15 +133,21 @@ def _dash_word(text: str, lower: str) -> bool:
     return False
 
 
-def _key_then_separator(text: str, lower: str) -> bool:
-    """A stem, the rest of a key and ``:`` or ``=`` (what :data:`KEY_VALUE` needs)."""
+def _stem_then(lower: str, tail: re.Pattern[str]) -> bool:
+    """Whether a stem of :data:`STEMS` in ``lower`` is followed by a match of ``tail`` (each
+    stem found with ``str.find``, the tail matched there)."""
     for stem in STEMS:
         i = lower.find(stem)
         while i != -1:
-            if _KEY_TAIL.match(lower, i + len(stem)):
+            if tail.match(lower, i + len(stem)):
                 return True
             i = lower.find(stem, i + 1)
     return False
+
+
+def _key_then_separator(text: str, lower: str) -> bool:
+    """A stem, the rest of a key and ``:`` or ``=`` (what :data:`KEY_VALUE` needs)."""
+    return _stem_then(lower, _KEY_TAIL)
 
 
 def _words(*words: str) -> Callable[[str, str], bool]:
@@ -179,16 +186,7 @@ def may_hold_form(text: str) -> bool:
     ``str.find`` and its tail matched there)."""
     if not text.isascii():
         return maybe().search(text) is not None
-    if "-u" in text and USER_FLAG.search(text) is not None:
-        return True
-    lower = text.lower()
-    for stem in STEMS:
-        i = lower.find(stem)
-        while i != -1:
-            if STEM_TAIL.match(lower, i + len(stem)):
-                return True
-            i = lower.find(stem, i + 1)
-    return False
+    return _user_flag(text, "") or _stem_then(text.lower(), STEM_TAIL)
 
 
 def form_hits(joined: str, lower: str) -> list[int]:
@@ -210,16 +208,9 @@ def form_hits(joined: str, lower: str) -> list[int]:
 
 
 def redact_forms(text: str) -> str:
-    """``text`` with the value of every form above masked."""
-    plain = text.isascii()
-    lower = text.lower()
-    for index, (need, _, mask) in enumerate(FORMS):
-        if plain and not need(text, lower):
-            continue
-        new = _form(index).sub(mask, text)
-        if new != text:
-            text, lower = new, new.lower()
-    return text
+    """``text`` with the value of every form above masked, each form tried where its need
+    holds (:func:`envguard.redact_shapes.substitute_needed`)."""
+    return substitute_needed(text, ((need, mask) for need, _, mask in FORMS), _form)
 
 
 SHORT_PASSWORD_FLAGS = frozenset({"-p"})

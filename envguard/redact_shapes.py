@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 Need = Callable[[str, str], bool]
 """``need(text, lower)``: whether a pattern can match ``text`` (an ASCII string; ``lower``
@@ -109,19 +109,30 @@ def secret_value(index: int) -> re.Pattern[str]:
     return re.compile(source, flags)
 
 
-def redact_shapes(text: str, mask: Callable[[re.Match[str]], str]) -> str:
-    """``text`` with every match of :data:`SECRET_VALUES` replaced by ``mask(match)``, each
-    pattern tried where its need holds (every pattern on text beyond ASCII, where case
-    folding is wider)."""
+Mask = Callable[[re.Match[str]], str]
+
+
+def substitute_needed(text: str, rules: Iterable[tuple[Need, Mask]],
+                      pattern: Callable[[int], re.Pattern[str]]) -> str:
+    """``text`` with rule ``i``'s matches (``pattern(i)``, compiled on first use) replaced by
+    its mask, each rule tried only where its need holds: the one loop of the shapes and
+    of :mod:`envguard.redact_forms`. Text beyond ASCII (where case folding is wider) meets
+    every rule."""
     plain = text.isascii()
     lower = text.lower()
-    for index, (need, _, _) in enumerate(SECRET_VALUES):
+    for index, (need, mask) in enumerate(rules):
         if plain and not need(text, lower):
             continue
-        new = secret_value(index).sub(mask, text)
+        new = pattern(index).sub(mask, text)
         if new != text:
             text, lower = new, new.lower()
     return text
+
+
+def redact_shapes(text: str, mask: Mask) -> str:
+    """``text`` with every match of :data:`SECRET_VALUES` replaced by ``mask(match)``."""
+    return substitute_needed(text, ((need, mask) for need, _, _ in SECRET_VALUES),
+                             secret_value)
 
 
 SHAPES = (

@@ -6,23 +6,19 @@ the installed jax says it accepts (``jax/version.py``)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
 from envguard.doctor.interface import DoctorRule, Scene
 from envguard.explain.interface import Finding, Severity
 from envguard.explain.queries import built_here
-from envguard.explain.remedies import remedy, uv_pip_install
+from envguard.explain.remedies import build_label, pytorch_index, remedy, uv_pip_install
 from envguard.explain.tables import TORCH_COMPANIONS
 from envguard.model import Distribution
 
-_VARIANT = re.compile(r"\+(cpu|cu\d{2,3}|rocm[\d.]+)(?![\w])")
 
-
-def variant(version: str | None) -> str | None:
-    """The build variant in a version's local label: ``cpu``, ``cu130``, ``rocm6.2``."""
-    found = _VARIANT.search(version or "")
-    return found.group(1) if found else None
+def _cuda_label(cuda: str) -> str:
+    """``12.8`` (a ``version.cuda``) as the variant label ``cu128``."""
+    return "cu" + cuda.replace(".", "")
 
 
 def _family(v: str) -> str:
@@ -35,15 +31,15 @@ def companion_variant_differs(scene: Scene) -> Iterator[Finding]:
     torch = snap.package("torch")
     if torch is None:
         return
-    mine = variant(torch.version)
+    mine = build_label(torch.version)
     if mine is None and snap.torch.present and not snap.torch.hip:
-        mine = "cu" + snap.torch.cuda.replace(".", "") if snap.torch.cuda else "cpu"
+        mine = _cuda_label(snap.torch.cuda) if snap.torch.cuda else "cpu"
     if mine is None:
         return
     odd: list[tuple[Distribution, str]] = []
     for dist in snap.packages:
         stated = dist.stated.get("cuda")  # torchvision/version.py's cuda = "12.8"
-        theirs = variant(dist.version) or ("cu" + stated.replace(".", "") if stated else None)
+        theirs = build_label(dist.version) or (_cuda_label(stated) if stated else None)
         if dist.name in TORCH_COMPANIONS and theirs and _family(theirs) != _family(mine):
             odd.append((dist, theirs))
     if not odd:
@@ -59,8 +55,8 @@ def companion_variant_differs(scene: Scene) -> Iterator[Finding]:
                     "`undefined symbol`), although every version requirement is met.",
         evidence=(*(f"{d.name} {d.version}: {v}" for d, v in odd),
                   f"torch {torch.version}: {mine}"),
-        remedy=(remedy(lambda: uv_pip_install(
-            names, reinstall=True, index_url=f"https://download.pytorch.org/whl/{mine}"),
+        remedy=(remedy(lambda: uv_pip_install(names, reinstall=True,
+                                              index_url=pytorch_index(mine)),
             f"reinstall them from the index that serves torch's {mine} build: "),),
         weight=92, keywords=("operator torchvision::nms does not exist", "undefined symbol",
                              *names))

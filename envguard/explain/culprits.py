@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 
+from packaging.utils import canonicalize_name
+
 from envguard.explain.error_forms import ErrorFacts, read_error
 from envguard.explain.symptoms import keyed_match
 from envguard.findings import Finding
@@ -48,10 +50,6 @@ snapshots without ``top_level`` and for a module no installed distribution holds
 _SITE = re.compile(r"[/\\](?:site|dist)-packages[/\\](?P<top>[A-Za-z_][A-Za-z0-9_]*)")
 
 
-def _normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def _owners(module: str, snapshots: Sequence[Snapshot]) -> list[str]:
     """Distributions holding ``module`` (or its nearest parent), in any of ``snapshots``."""
     parts = module.split(".")
@@ -66,8 +64,8 @@ def _owners(module: str, snapshots: Sequence[Snapshot]) -> list[str]:
         known = [d for d in IMPORT_NAMES.get(prefix, ()) if d in installed]
         if known:
             return known
-        if _normalize(prefix) in installed:
-            return [_normalize(prefix)]
+        if canonicalize_name(prefix) in installed:
+            return [canonicalize_name(prefix)]
     return []
 
 
@@ -82,7 +80,7 @@ def suspects(facts: ErrorFacts, snapshots: Sequence[Snapshot], text: str = ""
 
     installed = {d.name for s in snapshots for d in s.packages}
     found = reported(text, snapshots) if text else []
-    found += [d for d in (_normalize(x) for x in facts.dists) if d in installed]
+    found += [d for d in (canonicalize_name(x) for x in facts.dists) if d in installed]
     for module in facts.modules:
         found.extend(_owners(module, snapshots))
     for path in facts.paths:
@@ -113,12 +111,14 @@ def rank_key(finding: Finding, score: int, place: int | None) -> tuple[int, int,
 
 
 def ordered(findings: Iterable[Finding], symptom: str | None, snapshots: Sequence[Snapshot],
-            score: Callable[[Finding, str], int]) -> list[Finding]:
+            score: Callable[[Finding, str], int],
+            names: tuple[str, ...] | None = None) -> list[Finding]:
     """``findings`` most likely first, the one order of ``diff`` and ``doctor``: without a
     symptom by severity, then weight; with one, findings about a distribution it names
     (:func:`suspects` in ``snapshots``) or about the one variable a keyed row of the symptom
     table names (:func:`keyed_match`) first, the rest by severity, then ``score``."""
-    names = suspects(read_error(symptom), snapshots, symptom) if symptom else ()
+    if names is None:  # ``names``: the suspects, where the caller found them already
+        names = suspects(read_error(symptom), snapshots, symptom) if symptom else ()
 
     def rank(f: Finding) -> tuple[int, int, int, int, str]:
         if not symptom:

@@ -76,4 +76,4 @@ def explain(old: Snapshot, new: Snapshot, changes: SnapshotDiff | None = None,
         findings = [part for f in findings for part in _split(f, names, ctx)]
     if symptom:
         findings += for_diff(facts, new, old)
-    return ordered(findings, symptom, (new, old), symptom_score)
+    return ordered(findings, symptom, (new, old), symptom_score, names)

@@ -214,14 +214,24 @@ def reinstall_source(direct: DirectUrl | None, name: str, version: str, field: s
     return url
 
 
-def index_url_for(version: str | None) -> str | None:
-    """The PyTorch wheel index for a local label: ``2.11.0+cu128`` -> ``.../whl/cu128``."""
+def build_label(version: str | None) -> str | None:
+    """The build variant a version's local label names, as PyTorch's indexes are named:
+    ``2.11.0+cu128`` -> ``cu128``, ``+cpu``, ``+rocm6.2``; None for any other label."""
     if not version or "+" not in version:
         return None
     label = version.split("+", 1)[1]
-    if re.fullmatch(r"(cu[0-9]+|cpu|rocm[0-9]+(\.[0-9]+)*)", label):
-        return f"https://download.pytorch.org/whl/{label}"
-    return None
+    return label if re.fullmatch(r"(cu[0-9]+|cpu|rocm[0-9]+(\.[0-9]+)*)", label) else None
+
+
+def pytorch_index(label: str) -> str:
+    """The PyTorch wheel index of a build variant: ``cu128`` -> ``.../whl/cu128``."""
+    return f"https://download.pytorch.org/whl/{label}"
+
+
+def index_url_for(version: str | None) -> str | None:
+    """The PyTorch wheel index for a local label: ``2.11.0+cu128`` -> ``.../whl/cu128``."""
+    label = build_label(version)
+    return pytorch_index(label) if label else None
 
 
 def check_requirement(text: str, field: str) -> str:
