@@ -44,8 +44,8 @@ def integrations(session: nox.Session) -> None:
     file store): envguard depends on neither, so the default suite runs stand-ins."""
     _install_project(session, with_torch=False)
     session.install("pytest", "hypothesis", "uv", "wandb", "mlflow-skinny")
-    session.run("pytest", "tests/test_integrations.py", "-m", "real_library", "-rs",
-                *session.posargs)
+    session.run("pytest", "tests/envguard/integrations/test_integrations.py",
+                "-m", "real_library", "-rs", *session.posargs)
 
 
 @nox.session

@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.test_conda_real import install, package  # noqa: E402
+from tests.envguard.probe.test_conda_real import install, package  # noqa: E402
 from tests.wheelfactory import build_wheel  # noqa: E402
 
 

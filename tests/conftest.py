@@ -50,13 +50,30 @@ def wheel_dir(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.fixture
-def venvs(tmp_path: Path, wheel_dir: Path) -> VenvFactory:
+def venv_factory(root: Path, wheels: Path | None = None) -> VenvFactory:
+    """The one way the suite makes venvs: ``root/venvs/<name>``, installing offline from
+    ``wheels`` (``root/wheels`` unless given). Skips the test when uv is missing."""
     if UV is None:
         pytest.skip("uv is not installed")
-    root = tmp_path / "venvs"
-    root.mkdir()
-    return VenvFactory(root, wheel_dir, UV)
+    wheels = wheels if wheels is not None else root / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    (root / "venvs").mkdir(parents=True, exist_ok=True)
+    return VenvFactory(root / "venvs", wheels, UV)
+
+
+@pytest.fixture
+def venvs(tmp_path: Path, wheel_dir: Path) -> VenvFactory:
+    """A venv factory for one test; its wheels go to :func:`wheel_dir`."""
+    return venv_factory(tmp_path, wheel_dir)
+
+
+@pytest.fixture(scope="module")
+def module_venvs(tmp_path_factory: pytest.TempPathFactory,
+                 request: pytest.FixtureRequest) -> VenvFactory:
+    """A venv factory shared by one test module's module-scoped fixtures (venvs are slow to
+    build: a module builds its scene once and its tests only read it, or undo what they do)."""
+    name = request.module.__name__.rsplit(".", 1)[-1]
+    return venv_factory(tmp_path_factory.mktemp(name))
 
 
 @pytest.fixture

@@ -339,3 +339,47 @@ def test_the_dispatch_is_the_only_branch_on_output_format_in_render(tmp_path: Pa
     planted.write_text('def json_or_text(fmt: str) -> str:\n'
                        '    return "{}" if fmt == "json" else ""\n', encoding="utf-8")
     assert _output_format_branches(tmp_path) == ["envguard.render.late:json_or_text"]
+
+
+# Tests mirror the code: tests/envguard/<package>/ for envguard/<package>/ (top-level modules
+# and attacks that cross packages at tests/envguard/), tests/dflash/ for dflash/, tests/cases/
+# for whole breakages rebuilt end to end. At tests/ itself only checks of the project as a
+# whole, and the shared fixtures.
+PROJECT_WIDE = frozenset({"test_architecture.py", "test_readme.py"})
+SCENARIOS = "cases"
+
+
+def misplaced_tests(root: Path) -> list[str]:
+    """Test modules whose folder names no package of the code, or that sit at tests/ without
+    being a check of the whole project."""
+    tests = root / "tests"
+    wrong = []
+    for path in sorted(tests.rglob("test_*.py")):
+        folder = path.parent.relative_to(tests)
+        parts = folder.parts
+        if not parts:
+            ok = path.name in PROJECT_WIDE
+        elif parts[0] == SCENARIOS:
+            ok = len(parts) == 1
+        else:
+            ok = (root / folder / "__init__.py").is_file()
+        if not ok:
+            wrong.append(str(path.relative_to(root)))
+    return wrong
+
+
+def test_tests_mirror_the_packages() -> None:
+    assert misplaced_tests(ROOT) == []
+
+
+def test_a_test_outside_the_mirror_is_named(tmp_path: Path) -> None:
+    for name in ("envguard/__init__.py", "envguard/probe/__init__.py",
+                 "tests/envguard/probe/test_ok.py", "tests/envguard/test_top.py",
+                 "tests/cases/test_case.py", "tests/test_architecture.py",
+                 "tests/test_stray.py", "tests/envguard/nosuch/test_lost.py",
+                 "tests/cases/deep/test_deep.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    assert misplaced_tests(tmp_path) == ["tests/cases/deep/test_deep.py",
+                                         "tests/envguard/nosuch/test_lost.py",
+                                         "tests/test_stray.py"]

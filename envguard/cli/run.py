@@ -4,7 +4,7 @@ Part of the CLI layer (it prints and picks the exit status): the gate is
 :func:`envguard.gate.check_command`; what the child is handed, how it runs and the record
 of the run are :mod:`envguard.gate.launch`'s; what changed after a failed run is
 :mod:`envguard.runs.failure`'s. Only this command's module is imported in front of the
-launch (tests/test_gate_import_budget.py).
+launch (tests/envguard/gate/test_gate_import_budget.py).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """What envguard knows about the ML Python world, as data: one copy of each table.
 
 The diff rules, the doctor, the gate's lockfile, the probe and the command line all import
-their tables from here; ``tests/test_tables.py`` checks that no other module keeps a copy
-(a name of this module assigned again, or a literal with the same members).
+their tables from here; ``tests/envguard/explain/test_tables.py`` checks that no other
+module keeps a copy (a name of this module assigned again, or a literal with the same members).
 
 Importing this module is cheap (``re`` and ``os``; ``envguard.explain``
 loads its rules only on first use): the gate in front of every launch reads

@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 from packaging.tags import sys_tags
 
-from tests.conftest import UV
+from tests.conftest import venv_factory
 from tests.wheelfactory import Venv, VenvFactory, build_wheel, fake_torch_files
 
 PLATFORM_TAG = str(next(t for t in sys_tags() if t.platform.startswith("manylinux")))
@@ -235,7 +235,4 @@ def shop(tmp_path_factory: pytest.TempPathFactory) -> Shop:
 
 @pytest.fixture
 def world(tmp_path: Path, shop: Shop) -> Iterator[World]:
-    if UV is None:
-        pytest.skip("uv is not installed")
-    (tmp_path / "venvs").mkdir()
-    yield World(tmp_path, VenvFactory(tmp_path / "venvs", shop.folder, UV), shop)
+    yield World(tmp_path, venv_factory(tmp_path, shop.folder), shop)

@@ -81,8 +81,8 @@ here: a folder entry holds the fields in ``dataclasses.fields`` order
 ``shadowed`` are not stored), and the changed field list changes the tag, so files
 written before are ignored. Its type must be one the codec knows (``str``, ``int``,
 ``bool``, ``float``, ``list[str]``, a record class of the model, each ``| None``);
-``tests/test_record_rows.py`` round-trips every field and fails for another. Any other
-change to what an entry holds (the hash memo's, the interpreter facts',
+``tests/envguard/probe/fastpath/test_record_rows.py`` round-trips every field and fails
+for another. Any other change to what an entry holds (the hash memo's, the interpreter facts',
 :meth:`~envguard.probe.fastpath.rows.RecordRows.packed`, a RECORD entry's) bumps the
 number in that module's ``TAG``; a JSON memo's reader checks the new value's type.
 
@@ -97,7 +97,8 @@ and ``--deep``. A thread alive anyway only means no fork: this process does the 
 alone. Workers leave with
 ``os._exit`` (no ``atexit`` handler, no flush of the parent's buffers), answer in plain
 data through a pipe, and a unit a failed worker took is checked again here. Nothing on
-the way to the fork imports :mod:`envguard.model` (``tests/test_statahead.py``).
+the way to the fork imports :mod:`envguard.model`
+(``tests/envguard/probe/fastpath/test_statahead.py``).
 
 The private-folder rule. A memo folder is read and written only when
 :func:`envguard.paths.private_folder` trusts it, as ssh trusts ``~/.ssh``: it is owned by

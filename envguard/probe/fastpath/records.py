@@ -235,8 +235,9 @@ class Codec:
     ``int``, ``bool`` or ``float``, a ``list[str]``, a ``dict[str, str]``, another record
     class of the model (as its own tuple), or any of these ``| None``; a value read back is
     checked for its exact type. A field of another type never reads back (:meth:`check` is
-    false), so every entry is a miss: ``tests/test_record_rows.py`` round-trips a
-    distribution with every field set, and fails for such a field."""
+    false), so every entry is a miss:
+    ``tests/envguard/probe/fastpath/test_record_rows.py`` round-trips a distribution
+    with every field set, and fails for such a field."""
 
     __slots__ = ("_decoders", "_deep", "_encoders", "_kinds", "_parts", "cls", "names")
 

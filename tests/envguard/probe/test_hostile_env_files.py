@@ -46,13 +46,11 @@ SAYS = {"fifo": "FIFO", "dev-zero": "character device", "loop": "symlink loop",
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Venv:
+def env(module_venvs: VenvFactory) -> Venv:
     """A uv venv with ``tiny`` (a console script, so an entry_points.txt) and a conda-like
     ``conda-meta/`` (a history and one record)."""
-    assert UV is not None
-    root = tmp_path_factory.mktemp("hostile")
-    wheels = root / "wheels"
-    factory = VenvFactory(root, wheels, UV)
+    factory = module_venvs
+    wheels = factory.wheels
     made = factory.create("venv")
     wheel = build_wheel(wheels, "tiny", "1.0", {"tiny/__init__.py": "def main():\n    pass\n"},
                         scripts={"tiny": "tiny:main"})

@@ -32,6 +32,7 @@ from envguard.explain import explain
 from envguard.explain.report import DiffReport
 from envguard.model import Environment, EnvValue, Snapshot
 from envguard.render import render
+from tests.paths import DATA
 
 PY = sys.executable
 SOURCE = str(Path(redact.__file__).resolve().parent.parent)
@@ -407,7 +408,7 @@ def test_a_file_under_no_key_takes_this_users_key(monkeypatch: pytest.MonkeyPatc
     from envguard.snapshot_file import remask
 
     monkeypatch.setenv("ENVGUARD_MASK_KEY", "k" * 32)
-    base = Snapshot.from_json((Path(__file__).parent / "data" / "h200-snapshot.json")
+    base = Snapshot.from_json((DATA / "h200-snapshot.json")
                               .read_text())
     old = dataclasses.replace(base, environment=Environment(variables={
         "HF_TOKEN": EnvValue(value="S3cr3tRaw1")}))
@@ -543,7 +544,7 @@ def test_bidi_and_zero_width_characters_are_escaped_everywhere(tmp_path: Path) -
 # ------------------------------------------------------------------------ linear diff
 
 def _pair(n: int) -> tuple[Snapshot, Snapshot]:
-    base = Snapshot.from_json((Path(__file__).parent / "data" / "h200-snapshot.json")
+    base = Snapshot.from_json((DATA / "h200-snapshot.json")
                               .read_text())
 
     def with_vars(tag: str) -> Snapshot:

@@ -16,8 +16,8 @@ from envguard.explain import explain
 from envguard.explain.report import DiffReport
 from envguard.render import diff as diff_view
 from tests.incident import incident_pair, real_h200
+from tests.paths import GOLDEN
 
-GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("ENVGUARD_UPDATE_GOLDEN") == "1"
 INCIDENT_RULES = {"torch-build-changed", "compile-cache-cold", "installed-files-modified",
                   "cuda-build-changed", "foreign-stack-installed", "file-changed"}

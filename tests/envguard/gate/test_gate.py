@@ -30,9 +30,9 @@ import pytest
 from envguard.exitcodes import ExitCode
 from envguard.gate import interpreter_of, read_lock
 from envguard.gate.lockfile import dump_lock
-from tests.wheelfactory import Venv, VenvFactory, build_wheel, fake_torch_files, find_uv
+from tests.paths import REPO
+from tests.wheelfactory import Venv, VenvFactory, build_wheel, fake_torch_files
 
-REPO = Path(__file__).resolve().parents[1]
 REPO_PYTHON = REPO / ".venv" / "bin" / "python"
 REPO_DFLASH = REPO / ".venv" / "bin" / "dflash-train"
 
@@ -85,15 +85,9 @@ class Envs:
 
 
 @pytest.fixture(scope="module")
-def envs(tmp_path_factory: pytest.TempPathFactory) -> Envs:
-    uv = find_uv()
-    if uv is None:
-        pytest.skip("uv is not installed")
-    root = tmp_path_factory.mktemp("gate-venvs")
-    wheels = root / "wheels"
-    wheels.mkdir()
-    (root / "venvs").mkdir()
-    venvs = VenvFactory(root / "venvs", wheels, uv)
+def envs(module_venvs: VenvFactory) -> Envs:
+    venvs = module_venvs
+    root, wheels = venvs.root.parent, venvs.wheels
     torch = build_wheel(wheels, "torch", "2.11.0+cu128", fake_torch_files())
     demo = build_wheel(wheels, "demo-train", "1.0", {"demo_train/__init__.py": DEMO_MAIN},
                        requires=("torch",), scripts={"demo-train": "demo_train:main"})
@@ -233,7 +227,7 @@ def test_run_passes_the_childs_status_on(project: Path, envs: Envs, arg: str, co
     assert record["passed"] is True and record["forced"] is False
     assert record["exit_code"] == code
     assert record["argv"] == [str(script(envs.good)), arg]
-    # Only a run that exited 0 becomes last-good (tests/test_runs.py has the rest).
+    # Only a run that exited 0 becomes last-good (tests/envguard/runs/test_runs.py has the rest).
     assert (project / ".envguard" / "runs" / "last-good.json").is_file() == (code == 0)
 
 

@@ -56,7 +56,7 @@ HOSTILE = (
 
 def _inside(text: str) -> str:
     """A hostile text as a ``snapshot_file`` the reader takes: one name inside the lock's
-    folder (a path climbing out is refused: tests/test_hostile_state_reads.py)."""
+    folder (a path climbing out is refused: tests/envguard/test_hostile_state_reads.py)."""
     for bad in ("/", "\\", "\x00"):
         text = text.replace(bad, "_")
     return f"demo.snapshots/e-{text}.json"

@@ -4,7 +4,7 @@ The prefix is a real uv venv (so there is an interpreter to probe) with a ``cond
 folder written by hand, following the documented record format (name, version, build,
 channel, subdir, md5, sha256, requested_spec, ``paths_data`` with ``_path``,
 ``path_type``, ``sha256``, ``size_in_bytes``, ``prefix_placeholder``, ``file_mode``).
-Records written by a real installer (py-rattler) are in tests/test_conda_real.py; the ones
+Records written by a real installer (py-rattler) are in test_conda_real.py; the ones
 here cover what a rattler install does not produce (a pip torch over a conda pytorch, a
 history of several transactions, channel URLs of anaconda.org); the files they list are
 real files in the prefix.

@@ -26,9 +26,16 @@ import pytest
 
 import envguard
 from envguard.exitcodes import ExitCode
-from tests.test_cache_store import Builds, _rewrite, inductor, make_cache, store, tree
-from tests.test_cache_store import builds as builds  # the module's fixture
-from tests.wheelfactory import Venv, VenvFactory, build_wheel, fake_torch_files, find_uv
+from tests.envguard.cache.test_cache_store import (
+    Builds,
+    _rewrite,
+    inductor,
+    make_cache,
+    store,
+    tree,
+)
+from tests.envguard.cache.test_cache_store import builds as builds  # the module's fixture
+from tests.wheelfactory import Venv, VenvFactory, build_wheel, fake_torch_files
 
 SRC = Path(envguard.__file__).resolve().parents[1]
 """The folder holding the envguard under test (the subprocesses import the same one)."""
@@ -71,17 +78,12 @@ class Victim:
 
 
 @pytest.fixture(scope="module")
-def good(tmp_path_factory: pytest.TempPathFactory) -> Venv:
-    uv = find_uv()
-    if uv is None:
-        pytest.skip("uv is not installed")
-    root = tmp_path_factory.mktemp("hostile-venvs")
-    (root / "venvs").mkdir()
-    wheels = root / "wheels"
+def good(module_venvs: VenvFactory) -> Venv:
+    factory = module_venvs
+    wheels = factory.wheels
     torch = build_wheel(wheels, "torch", "2.11.0+cu128", fake_torch_files())
     demo = build_wheel(wheels, "demo-train", "1.0", {"demo_train/__init__.py": DEMO_MAIN},
                        requires=("torch",), scripts={"demo-train": "demo_train:main"})
-    factory = VenvFactory(root / "venvs", wheels, uv)
     env = factory.create("good")
     factory.uv_install(env, torch, demo)
     return env

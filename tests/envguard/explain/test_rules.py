@@ -696,7 +696,7 @@ def _shown(f: Finding) -> str:
 @pytest.mark.parametrize(("rule_id", "case"), _params(HITS))
 def test_rule_hits(rule_id: str, case: Hit | None) -> None:
     if case is None:
-        pytest.fail(f"rule {rule_id} has no hit case in tests/test_rules.py")
+        pytest.fail(f"rule {rule_id} has no hit case in tests/envguard/explain/test_rules.py")
     old, new = case.build()
     findings = explain(old, new)
     mine = [f for f in findings if f.rule == rule_id]
@@ -720,7 +720,7 @@ def test_rule_hits(rule_id: str, case: Hit | None) -> None:
 @pytest.mark.parametrize(("rule_id", "case"), _params(MISSES))
 def test_rule_misses(rule_id: str, case: Miss | None) -> None:
     if case is None:
-        pytest.fail(f"rule {rule_id} has no near-miss case in tests/test_rules.py")
+        pytest.fail(f"rule {rule_id} has no near-miss case in tests/envguard/explain/test_rules.py")
     old, new = case.build()
     fired = [f.rule for f in explain(old, new)]
     assert rule_id not in fired

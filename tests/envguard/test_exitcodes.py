@@ -1,13 +1,12 @@
 """Exit codes are a contract: the enum and docs/CLI.md must agree, and nothing is renumbered."""
-
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from envguard.exitcodes import ExitCode
+from tests.paths import REPO
 
-DOCS = Path(__file__).parent.parent / "docs" / "CLI.md"
+DOCS = REPO / "docs" / "CLI.md"
 
 
 def test_documented_codes_match_the_enum() -> None:

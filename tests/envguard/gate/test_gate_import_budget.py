@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.envguard.test_hostile_state import SRC
+from tests.envguard.test_hostile_state import good as good  # the module's fixture: a passing venv
 from tests.test_architecture import ROOT, explain_rule_modules
-from tests.test_hostile_state import SRC
-from tests.test_hostile_state import good as good  # the module's fixture: a passing venv
 from tests.wheelfactory import Venv
 
 GATE_MODULES = [

@@ -20,6 +20,7 @@ from envguard import redact, redact_forms, redact_shapes
 from envguard.model import Environment, ProbeIssue
 from envguard.probe import SnapshotOptions, collect, envvars
 from envguard.snapshot_file import read_snapshot
+from tests.paths import DATA
 
 HF = "hf_q8Zr7XyWsecretTOKENvalue0001"
 OPENAI = "sk-proj-Zq3secretOPENAIkey9876"
@@ -207,7 +208,7 @@ def test_cli_never_prints_secrets(clean_cwd: Path) -> None:
 # ---------------------------------------------------------------- envguard.redact's rules
 
 GHP = "ghp_" + "Aa1" * 12
-DATA = Path(__file__).parent / "data"
+
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 JWT = ("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."
        "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U")

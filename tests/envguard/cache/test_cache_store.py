@@ -29,7 +29,7 @@ import pytest
 from envguard.exitcodes import ExitCode
 from envguard.probe import caches
 from tests.conftest import is_root
-from tests.wheelfactory import Venv, VenvFactory, build_wheel, fake_torch_files, find_uv
+from tests.wheelfactory import Venv, VenvFactory, build_wheel, fake_torch_files
 
 GIT_A = "a1" * 20
 GIT_B = "b2" * 20
@@ -42,13 +42,9 @@ class Builds:
 
 
 @pytest.fixture(scope="module")
-def builds(tmp_path_factory: pytest.TempPathFactory) -> Builds:
-    uv = find_uv()
-    if uv is None:
-        pytest.skip("uv is not installed")
-    root = tmp_path_factory.mktemp("cache-venvs")
-    (root / "venvs").mkdir()
-    factory = VenvFactory(root / "venvs", root / "wheels", uv)
+def builds(module_venvs: VenvFactory) -> Builds:
+    factory = module_venvs
+    root = factory.root.parent
     wheel_a = build_wheel(root / "wheels", "torch", "2.11.0+cu128",
                           fake_torch_files(git_version=GIT_A))
     # The same version rebuilt from another commit: kept out of the --find-links folder.

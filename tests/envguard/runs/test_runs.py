@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from envguard.exitcodes import ExitCode
+from tests.conftest import venv_factory
 from tests.wheelfactory import Venv, VenvFactory, build_wheel, fake_torch_files, find_uv
 
 DEMO_MAIN = '''\
@@ -99,10 +100,7 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture
 def world(tmp_path: Path, wheels: dict[str, Path]) -> World:
-    uv = find_uv()
-    assert uv is not None
-    (tmp_path / "venvs").mkdir()
-    venvs = VenvFactory(tmp_path / "venvs", wheels["torch"].parent, uv)
+    venvs = venv_factory(tmp_path, wheels["torch"].parent)
     env = venvs.create("good")
     venvs.uv_install(env, wheels["torch"], wheels["demo"], wheels["helper"])
     project = (tmp_path / "project").resolve()

@@ -20,6 +20,7 @@ import pytest
 from envguard.errors import InputError
 from envguard.exitcodes import ExitCode
 from envguard.probe.discovery import discover, is_conda_base, shorten_home
+from tests.paths import DATA
 from tests.wheelfactory import Venv, VenvFactory, build_wheel
 
 DISCOVERY_VARS = ("VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "_CONDA_ROOT",
@@ -292,7 +293,7 @@ def test_selected_by_is_optional_and_never_compared() -> None:
     from envguard.changes import diff
     from envguard.model import Snapshot
 
-    text = (Path(__file__).parent / "data" / "h200-snapshot.json").read_text()
+    text = (DATA / "h200-snapshot.json").read_text()
     assert "selected_by" not in text
     old = Snapshot.from_json(text)
     assert old.interpreter.selected_by is None

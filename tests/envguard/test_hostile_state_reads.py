@@ -4,7 +4,7 @@ repository can commit one pointing anywhere) is refused or skipped, never read; 
 entry's ``snapshot_file`` cannot climb out of the lock's folder.
 
 Real uv venvs from tiny wheels, envguard as a subprocess (the fixtures of
-tests/test_hostile_state.py)."""
+tests/envguard/test_hostile_state.py)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import subprocess
 from pathlib import Path
 
 from envguard.exitcodes import ExitCode
-from tests.test_hostile_state import envguard_cli, lines, lock, run
-from tests.test_hostile_state import good as good  # the module's fixture
-from tests.test_hostile_state import project as project  # the module's fixture
+from tests.envguard.test_hostile_state import envguard_cli, lines, lock, run
+from tests.envguard.test_hostile_state import good as good  # the module's fixture
+from tests.envguard.test_hostile_state import project as project  # the module's fixture
 from tests.wheelfactory import Venv
 
 MARK = "OUTSIDE-THE-PROJECT-7f3a"

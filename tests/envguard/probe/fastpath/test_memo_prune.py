@@ -16,7 +16,7 @@ import pytest
 
 from envguard.probe.fastpath import prune as prune_module
 from envguard.probe.fastpath.prune import MAX_IDLE_S, MEMO_NAME, PERIOD_S, STAMP, prune
-from tests.test_hostile_state import SRC
+from tests.envguard.test_hostile_state import SRC
 
 NOW = time.time()
 OLD = NOW - MAX_IDLE_S - 86400

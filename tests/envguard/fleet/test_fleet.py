@@ -4,7 +4,7 @@ The fleet snapshots are copies of ONE real snapshot of this interpreter, edited 
 way real nodes differ (host names and clocks always; a torch build, a file, a variable on
 the outliers). The gathering tests start real processes: plain subprocesses with
 RANK/WORLD_SIZE for ``--dir``, and torchrun (CPU) for envguard's own TCP transport
-(tests/test_hostile_fleet.py attacks that transport).
+(tests/envguard/fleet/test_hostile_fleet.py attacks that transport).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import pytest
 
 from envguard.fleet.analyse import analyse, member_from_snapshot, normalise
 from envguard.model import Snapshot
+from tests.paths import REPO as ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 180
 
 

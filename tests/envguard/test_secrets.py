@@ -34,7 +34,8 @@ from pathlib import Path
 import pytest
 
 from envguard.model import Snapshot
-from tests.wheelfactory import Venv, VenvFactory, build_wheel, fake_torch_files, find_uv
+from tests.conftest import venv_factory
+from tests.wheelfactory import Venv, build_wheel, fake_torch_files
 
 RNG = random.Random(22)  # noqa: S311 - reproducible test data, not keys
 ALNUM = string.ascii_letters + string.digits
@@ -171,13 +172,8 @@ def _rewrite_direct_url(venv: Venv, dist: str, doc: dict[str, object]) -> None:
 
 
 def _make_world(root: Path) -> World:
-    uv = find_uv()
-    if uv is None:
-        pytest.skip("uv is not installed")
-    wheels, home = root / "wheels", root / "home"
-    wheels.mkdir()
-    (root / "venvs").mkdir()
-    venvs = VenvFactory(root / "venvs", wheels, uv)
+    venvs = venv_factory(root)
+    wheels, home = venvs.wheels, root / "home"
     torch = build_wheel(wheels, "torch", "2.11.0+cu128", fake_torch_files())
     demo = build_wheel(wheels, "demo-train", "1.0", {"demo_train/__init__.py": DEMO_MAIN},
                        requires=("torch",), scripts={"demo-train": "demo_train:main"})

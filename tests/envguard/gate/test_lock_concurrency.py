@@ -17,21 +17,15 @@ import pytest
 
 from envguard.exitcodes import ExitCode
 from envguard.gate import read_lock
-from tests.wheelfactory import Venv, VenvFactory, build_wheel, fake_torch_files, find_uv
+from tests.wheelfactory import Venv, VenvFactory, build_wheel, fake_torch_files
 
 NAME = "demo-train"
 
 
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory: pytest.TempPathFactory) -> Venv:
-    uv = find_uv()
-    if uv is None:
-        pytest.skip("uv is not installed")
-    root = tmp_path_factory.mktemp("lock-venv")
-    wheels = root / "wheels"
-    wheels.mkdir()
-    (root / "venvs").mkdir()
-    venvs = VenvFactory(root / "venvs", wheels, uv)
+def venv(module_venvs: VenvFactory) -> Venv:
+    venvs = module_venvs
+    wheels = venvs.wheels
     torch = build_wheel(wheels, "torch", "2.11.0+cu128", fake_torch_files())
     demo = build_wheel(wheels, NAME, "1.0", {"demo_train/__init__.py": "def main(): pass\n"},
                        requires=("torch",), scripts={NAME: "demo_train:main"})

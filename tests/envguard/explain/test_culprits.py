@@ -19,10 +19,11 @@ from envguard.explain import Severity, explain
 from envguard.explain.culprits import suspects
 from envguard.explain.error_forms import read_error
 from envguard.model import Snapshot
-from tests.test_rules import base, versions
+from tests.envguard.explain.test_rules import base, versions
+from tests.paths import REPO
 from tests.wheelfactory import VenvFactory, build_wheel
 
-SOURCE = str(Path(__file__).resolve().parent.parent)
+SOURCE = str(REPO)
 
 
 @pytest.mark.parametrize(("line", "modules", "names", "dists", "kinds"), [
@@ -115,7 +116,7 @@ def test_the_named_package_leaves_its_group_and_comes_first() -> None:
 
 
 def test_a_symptom_never_lifts_an_unrelated_warning_over_a_critical_finding() -> None:
-    from tests.test_rules import incident_pair
+    from tests.envguard.explain.test_rules import incident_pair
 
     old, new = incident_pair()
     plain = explain(old, new)
@@ -192,7 +193,7 @@ def test_a_partially_initialized_module_that_did_not_change_is_a_shadow() -> Non
 
 def test_the_doctor_says_whose_code_failed_when_nothing_else_does() -> None:
     from envguard.doctor import diagnose
-    from tests.test_doctor import scene
+    from tests.envguard.doctor.test_doctor import scene
 
     quiet = replace(base(), packages=[p for p in base().packages if p.name != "cupy-cuda13x"])
     report = diagnose(scene(quiet), symptom="AttributeError: module 'PIL.Image' has no "
