@@ -157,6 +157,11 @@ class IntegrityIssue:
     ``outside-install-tree`` (``actual``: where the RECORD path leads; never opened)."""
     expected: str | None = None
     actual: str | None = None
+    links: int | None = None
+    """Hard links to a file that differs, when more than one: uv links from its cache, so
+    the edit is in the cache's copy and in every venv linked to it. None: one, or unknown."""
+    shared_with: str | None = None
+    """The other link found in uv's cache: its ``archive-v0/ID`` folder."""
 
 
 @frozen
@@ -374,20 +379,16 @@ class Snapshot:
 def check_schema(value: object) -> tuple[int, int]:
     """Parse a schema string; a newer major is an error, a newer minor is accepted."""
     if not isinstance(value, str):
-        raise SnapshotValidationError(
-            f"missing or invalid schema (expected '{SCHEMA}')", context="schema"
-        )
+        raise SnapshotValidationError(f"missing or invalid schema (expected '{SCHEMA}')",
+                                      context="schema")
     match = _SCHEMA_RE.fullmatch(value)
     if match is None:
-        raise SnapshotValidationError(
-            f"not an envguard snapshot (schema {value!r})", context="schema"
-        )
+        raise SnapshotValidationError(f"not an envguard snapshot (schema {value!r})",
+                                      context="schema")
     major, minor = _schema_int(match.group(1)), _schema_int(match.group(2) or "0")
     if major > SCHEMA_MAJOR:
-        raise UnsupportedSchemaError(
-            f"snapshot schema {value} is newer than this envguard reads ({SCHEMA}); "
-            "upgrade envguard"
-        )
+        raise UnsupportedSchemaError(f"snapshot schema {value} is newer than this envguard "
+                                     f"reads ({SCHEMA}); upgrade envguard")
     if major < 1:
         raise SnapshotValidationError(f"unknown schema version {value!r}", context="schema")
     return major, minor

@@ -123,3 +123,14 @@ def torch_and_tiny(venvs: VenvFactory, wheel_dir: Path) -> Venv:
                      build_wheel(wheel_dir, "tiny", "1.0", {"tiny/__init__.py": "x = 1\n",
                                                            "tiny/data.txt": "data\n"}))
     return made
+
+
+@pytest.fixture
+def uv_hardlinks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """uv as it installs by default on Linux: by hard link from its cache, here a cache this
+    test owns (the session's ``UV_LINK_MODE=copy`` and shared cache are overridden for this
+    test alone, so an edit cannot reach another test's venvs). Returns the cache folder."""
+    cache = tmp_path / "uv-cache"
+    monkeypatch.setenv("UV_CACHE_DIR", str(cache))
+    monkeypatch.setenv("UV_LINK_MODE", "hardlink")
+    return cache

@@ -166,6 +166,10 @@ def collect(options: SnapshotOptions, progress: Progress | None = None) -> Snaps
     commands = _Commands.start(env, str(options.cwd), memo_root, options.git)
     deep_task = Task(lambda: deep.collect(target.executable)) if options.deep else None
     checked = _finish_verify(pending, progress, issues)
+    if any(i.links for i in checked.issues):  # an edited file with other links: uv's cache?
+        from envguard.probe.hardlinks import mark_shared
+
+        checked = mark_shared(checked, pending.installed, env)
     conda_packages, checked = _conda(Path(str(target.facts.get("prefix") or "")), installed,
                                      checked, options.verify, issues)
     lap("integrity")

@@ -63,6 +63,7 @@ class _HashJob:
     algorithm: str
     expected: str
     key: Key
+    links: int
 
 
 def record_digest(digest: bytes) -> str:
@@ -127,8 +128,9 @@ def default_workers() -> int:
 
 
 def _issues(package: str, checked: Checked) -> list[IntegrityIssue]:
-    return [IntegrityIssue(package=package, path=p, problem=k, expected=e, actual=a)
-            for p, k, e, a in checked.issues]
+    links = checked.links
+    return [IntegrityIssue(package=package, path=p, problem=k, expected=e, actual=a,
+                           links=links.get(p)) for p, k, e, a in checked.issues]
 
 
 @dataclass(slots=True)
@@ -225,7 +227,8 @@ def _hash_jobs(jobs: list[_HashJob], memo: HashMemo | None, workers: int, progre
                 memo.put(job.full, job.key, job.algorithm, digest)
             if digest != job.expected:
                 issues.append(IntegrityIssue(package=job.package, path=job.rel, problem="hash",
-                                             expected=job.expected, actual=digest))
+                                             expected=job.expected, actual=digest,
+                                             links=job.links if job.links > 1 else None))
     progress.finish()
     return hashed_bytes
 

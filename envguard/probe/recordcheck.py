@@ -15,6 +15,11 @@ What a row can be (see :mod:`~envguard.probe.integrity` for why):
 - ``modified-after-install``: newer than RECORD itself (size mode), or queued for
   hashing (hash mode).
 
+A file that differs (``size``, ``hash``, ``modified-after-install``) and has more than one
+hard link has its link count kept in :attr:`Checked.links` (``st_nlink`` of the ``stat`` made:
+no system call more); a job to hash carries it too. uv links installed files from its cache,
+so an edit to such a file is an edit to every link (:mod:`~envguard.probe.hardlinks`).
+
 Header folders, size mode: a file under a folder named ``include`` (C and C++ headers,
 which the interpreter never loads; half of a CUDA torch venv's files) is vouched for by
 its folder when that folder is not newer than RECORD: adding, removing, renaming or
@@ -30,7 +35,7 @@ import os
 import re
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from envguard.probe.fastpath.marshal_file import Key, stat_key
@@ -48,8 +53,8 @@ filesystem timestamps are coarse)."""
 
 Issue = tuple[str, str, str | None, str | None]
 """(path, problem, expected, actual)."""
-Job = tuple[str, str, str, str, Key]
-"""A file to hash: (RECORD path, full path, algorithm, expected digest, stat key)."""
+Job = tuple[str, str, str, str, Key, int]
+"""A file to hash: (RECORD path, full path, algorithm, expected digest, stat key, links)."""
 Known = Callable[[str, Key, str], str | None]
 """The digest memoised for (full path, stat key, algorithm), if any."""
 
@@ -92,6 +97,8 @@ class Checked:
     tolerated: int = 0
     by_folder: int = 0
     """Header files vouched for by their unchanged folder, not stat'ed (size mode)."""
+    links: dict[str, int] = field(default_factory=dict)
+    """RECORD path -> hard links, for the files of ``issues`` that have more than one."""
 
 
 def header_folder(folder: str) -> bool:
@@ -174,6 +181,8 @@ def check_rows(site_dir: str, rows: list[RecordRow], installed_ns: int | None, *
         size_sum += size
         if row_size and row_size != str(size) and row_size.isdigit():
             issues.append((rel, "size", row_size, str(size)))
+            if st.st_nlink > 1:
+                out.links[rel] = st.st_nlink
             continue
         if hashing and row_hash:
             algorithm, _, expected = row_hash.partition("=")
@@ -183,11 +192,15 @@ def check_rows(site_dir: str, rows: list[RecordRow], installed_ns: int | None, *
             key = stat_key(st)
             digest = known(full, key, algorithm) if known is not None else None
             if digest is None:
-                out.jobs.append((rel, full, algorithm, expected, key))
+                out.jobs.append((rel, full, algorithm, expected, key, st.st_nlink))
             elif digest != expected:
                 issues.append((rel, "hash", expected, digest))
+                if st.st_nlink > 1:
+                    out.links[rel] = st.st_nlink
         elif newest_ns is not None and st.st_mtime_ns > newest_ns:
             issues.append((rel, "modified-after-install", None, None))
+            if st.st_nlink > 1:
+                out.links[rel] = st.st_nlink
     out.files, out.size, out.tolerated, out.by_folder = files, size_sum, tolerated, by_folder
     return out
 
@@ -203,18 +216,20 @@ def _unchanged_folder(path: str, newest_ns: int) -> bool:
 
 def encode(checked: Checked) -> tuple[Any, ...]:
     """A size-mode result as ``marshal``-able data (a forked worker's answer)."""
-    return (checked.issues, checked.files, checked.size, checked.tolerated, checked.by_folder)
+    return (checked.issues, checked.files, checked.size, checked.tolerated, checked.by_folder,
+            checked.links)
 
 
 def decode(data: Any) -> Checked:
     """:func:`encode` back; raises ValueError for data of another shape (a worker that
     wrote garbage: its units are checked again)."""
     try:
-        issues, files, size, tolerated, by_folder = data
+        issues, files, size, tolerated, by_folder, links = data
         parsed = [(str(p), str(k), e, a) for p, k, e, a in issues]
-    except (TypeError, ValueError) as exc:
+        counts = {str(p): n for p, n in links.items()}
+    except (AttributeError, TypeError, ValueError) as exc:
         raise ValueError(f"not a RECORD check result: {exc}") from None
-    if not all(type(n) is int for n in (files, size, tolerated, by_folder)):
+    if not all(type(n) is int for n in (files, size, tolerated, by_folder, *counts.values())):
         raise ValueError("not a RECORD check result: counts are not integers")
     return Checked(issues=parsed, jobs=[], files=files, size=size, tolerated=tolerated,
-                   by_folder=by_folder)
+                   by_folder=by_folder, links=counts)
