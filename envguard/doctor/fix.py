@@ -6,7 +6,10 @@ Only two kinds qualify:
   reinstalled at the version installed now (from the wheel file or URL it came from, when
   it did not come from an index), without touching its dependencies: the
   files come back as the wheel has them (to undo: reinstall whatever you had; the plan
-  names the files that will be replaced, so an edit you want can be copied first);
+  names the files that will be replaced, so an edit you want can be copied first). When
+  the edit is in uv's cache too (an edited file hard-linked from it:
+  :func:`~envguard.explain.queries.edit_in_uv_cache`), the package is dropped from uv's
+  cache first (``uv cache clean``), or the reinstall would link the edited file back;
 - envguard's own build marker in a compile cache that holds nothing else is removed
   (recreated by the next ``envguard cache mark`` or warm-up).
 
@@ -21,7 +24,8 @@ import subprocess
 from collections.abc import Callable, Sequence
 
 from envguard.doctor import DoctorReport
-from envguard.explain.remedies import reinstall_command
+from envguard.explain.queries import edit_in_uv_cache
+from envguard.explain.remedies import reinstall_command, uv_cache_clean
 from envguard.frozen import frozen
 from envguard.probe.caches import MARKER_NAME
 
@@ -70,6 +74,15 @@ def plan(report: DoctorReport, python: str, uv: str = "uv",
         if argv is None:
             continue  # from a folder or a VCS checkout: nothing exact to reinstall from
         files = broken[name]
+        if edit_in_uv_cache(snap, name):
+            steps.append(FixStep(
+                rule="installed-files-modified",
+                action=f"drop {name} from uv's cache: the edited file is the cache's copy too "
+                       "(hard-linked), so a reinstall alone would link it back; uv fetches "
+                       "the wheel again (from the index or --find-links)",
+                argv=tuple(uv_cache_clean([name], uv=uv)),
+                undo="nothing to undo: uv unpacks the wheel into its cache again when it "
+                     "next installs it"))
         steps.append(FixStep(
             rule="installed-files-modified",
             action=f"reinstall {name} {dist.version} (its {len(files)} changed file(s) come "

@@ -7,7 +7,14 @@ from collections.abc import Iterator
 
 from envguard.doctor.interface import DoctorRule, Scene, ago
 from envguard.explain.interface import Finding, Severity
-from envguard.explain.queries import conda_reinstall, overlap_finding
+from envguard.explain.queries import (
+    SHARED_STORY,
+    clean_then_reinstall,
+    conda_reinstall,
+    edit_in_uv_cache,
+    overlap_finding,
+    shared_note,
+)
 from envguard.explain.remedies import (
     UnsafeValue,
     check_requirement,
@@ -280,7 +287,8 @@ def installed_files_modified(scene: Scene) -> Iterator[Finding]:
     packages = sorted({i.package for i in (*changed, *newer)})
     mode = scene.snapshot.integrity.mode
     confirmed = bool(changed)
-    evidence = [f"{i.package}: {i.path} ({i.problem})" for i in (*changed, *newer)][:12]
+    evidence = [f"{i.package}: {i.path} ({i.problem}{shared_note(i)})"
+                for i in (*changed, *newer)][:12]
     yield Finding(
         rule="installed-files-modified",
         severity=Severity.CRITICAL if confirmed else Severity.WARNING,
@@ -291,6 +299,7 @@ def installed_files_modified(scene: Scene) -> Iterator[Finding]:
                     "install). pip and uv still report the package as installed. An edit "
                     "to a torch .py file also changes torch's source hash, so every "
                     "compile-cache entry misses."
+                    + (SHARED_STORY if any(i.links for i in (*changed, *newer)) else "")
                     + ("" if confirmed else f" Seen by modification time only ({mode} "
                        "check): " + VERIFY_HASH_HINT + "."),
         evidence=tuple(evidence),
@@ -313,6 +322,8 @@ def _reinstall(scene: Scene, name: str) -> str:
         return f"(no command: {exc})"
     if argv is None:
         return f"reinstall {name} from the folder or checkout it was installed from"
+    if edit_in_uv_cache(scene.snapshot, name):
+        return clean_then_reinstall(name, lambda: argv, "  (envguard doctor --fix does it)")
     return remedy(lambda: argv, suffix="  (envguard doctor --fix does it)")
 
 

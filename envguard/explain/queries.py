@@ -7,14 +7,26 @@ never from a rule module (``tests/test_architecture.py``); the tables themselves
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 
 from envguard.changes import Change
-from envguard.explain.remedies import conda_command, remedy
+from envguard.explain.remedies import chain, conda_command, remedy, uv_cache_clean
 from envguard.explain.tables import CONDA_CUDA
 from envguard.findings import Finding, Severity
-from envguard.model import Distribution, Snapshot
+from envguard.model import Distribution, IntegrityIssue, Snapshot
 
-__all__ = ["cold_story", "conda_cuda_families", "conda_reinstall", "overlap_finding"]
+__all__ = ["SHARED_STORY", "clean_then_reinstall", "cold_story", "conda_cuda_families",
+           "conda_reinstall", "edit_in_uv_cache", "overlap_finding", "shared_note"]
+
+SHARED_STORY = (
+    " Edited files with more than one hard link are shared with other paths: uv installs by "
+    "hard link from its cache (its default link mode on Linux), so the edit is in uv's cache "
+    "too, in every venv linked from it, and in the next venv uv installs the package into. A "
+    "reinstall alone links the same edited file back: drop the package from uv's cache "
+    "first, then reinstall. --link-mode=copy (UV_LINK_MODE=copy) on that reinstall gives "
+    "this venv copies of its own, so that a later edit stays in it; on its own it copies the "
+    "edited file out of the cache.")
+"""Said by the diff's and the doctor's ``installed-files-modified`` when a file is shared."""
 
 
 def conda_cuda_families(snapshot: Snapshot) -> dict[str, list[str]]:
@@ -94,3 +106,32 @@ def built_here(dist: Distribution | None) -> bool:
     platform, which no index serves (PyPI takes only ``manylinux``/``musllinux``)."""
     return bool(dist is not None and dist.wheel_tags) and all(
         re.search(r"-linux_[a-z0-9_]+$", tag) for tag in (dist.wheel_tags if dist else ()))
+
+
+def shared_note(issue: IntegrityIssue) -> str:
+    """What shares an edited file, for its evidence line (empty for a file of one link):
+    ``; 3 hard links: uv's cache (/root/.cache/uv/archive-v0/ID) and 1 other path``."""
+    if not issue.links:
+        return ""
+    if not issue.shared_with:
+        return f"; {issue.links} hard links: other paths share the edit"
+    others = max(0, issue.links - 2)
+    return (f"; {issue.links} hard links: uv's cache ({issue.shared_with})"
+            + (f" and {others} other path(s), venvs linked from it" if others else ""))
+
+
+def edit_in_uv_cache(snapshot: Snapshot, name: str) -> bool:
+    """Whether an edit of ``name``'s files is in uv's cache too, so that a reinstall alone
+    would link it back: a shared file was found there, or uv installed the package and a
+    file it edited has other links (the cache was not found within the search's bounds)."""
+    dist = snapshot.package(name)
+    by_uv = dist is not None and dist.installer == "uv"
+    return any(i.package == name and i.links and (i.shared_with or by_uv)
+               for i in snapshot.integrity.issues)
+
+
+def clean_then_reinstall(name: str, reinstall: Callable[[], Sequence[str]],
+                         suffix: str = "") -> str:
+    """``uv cache clean -- "NAME" && <reinstall>``: the remedy for an edit shared with uv's
+    cache (:func:`edit_in_uv_cache`)."""
+    return chain(lambda: uv_cache_clean([name]), reinstall, suffix=suffix)

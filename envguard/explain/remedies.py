@@ -284,6 +284,14 @@ def reinstall_command(dist: Distribution, *, uv: str = "uv", python: str | None 
                           index_url=index, options=options, field=field)
 
 
+def uv_cache_clean(names: Sequence[str], *, uv: str = "uv",
+                   field: str = "packages") -> list[str]:
+    """``uv cache clean -- NAME...``: drop those packages' unpacked wheels from uv's cache,
+    the copy a hard-linked install shares with every venv linked from it."""
+    checked = [check_name(n, f"{field}.{field_key(n)}.name") for n in names]
+    return [uv, "cache", "clean", "--", *checked]
+
+
 def uv_pip_uninstall(names: Sequence[str], *, uv: str = "uv", python: str | None = None,
                      options: Sequence[str] = (), field: str = "packages") -> list[str]:
     """``uv pip uninstall [--python PY] -- NAME...``, each name checked."""
@@ -364,6 +372,16 @@ def shell_line(argv: Sequence[str]) -> str:
     requirement keeps its usual ``"torch==2.11.0"`` form)."""
     return " ".join(f'"{w}"' if _PLAIN_REQUIREMENT.fullmatch(w) and re.search("[=<>~]", w)
                     else shlex.quote(w) for w in argv)
+
+
+def chain(*builds: Callable[[], Sequence[str]], suffix: str = "") -> str:
+    """Commands that run one after the other (``A && B``) as one remedy line, each built and
+    quoted as :func:`remedy` does; a refused value gives ``(no command: ...)``."""
+    try:
+        lines = [shell_line(build()) for build in builds]
+    except UnsafeValue as exc:
+        return f"(no command: {exc})"
+    return " && ".join(lines) + suffix
 
 
 def remedy(build: Callable[[], Sequence[str]], prefix: str = "", suffix: str = "") -> str:

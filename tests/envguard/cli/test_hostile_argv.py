@@ -343,21 +343,36 @@ def test_uninstall_and_venv_builders_refuse_or_quote(names: list[str]) -> None:
     from envguard.explain.remedies import (
         UnsafeValue,
         shell_line,
+        uv_cache_clean,
         uv_pip_uninstall,
         uv_venv,
     )
 
-    try:
-        argv = uv_pip_uninstall(names)
-    except UnsafeValue:
-        assert not all(_NAME.fullmatch(n) for n in names)
-    else:
-        assert all(_NAME.fullmatch(n) for n in names)
-        _no_option_smuggled(argv)
-        assert shlex.split(shell_line(argv)) == argv
+    for builder in (uv_pip_uninstall, uv_cache_clean):
+        try:
+            argv = builder(names)
+        except UnsafeValue:
+            assert not all(_NAME.fullmatch(n) for n in names)
+        else:
+            assert all(_NAME.fullmatch(n) for n in names)
+            _no_option_smuggled(argv)
+            assert shlex.split(shell_line(argv)) == argv
     try:
         venv = uv_venv(names[0], "/tmp/v")
     except UnsafeValue:
         assert not re.fullmatch(r"[0-9]{1,3}\.[0-9]{1,3}(\.[0-9]{1,4})?", names[0])
     else:
         assert venv == ["uv", "venv", "--python", names[0], "--", "/tmp/v"]
+
+
+def test_a_chained_remedy_runs_both_or_says_why_not() -> None:
+    from envguard.explain.remedies import chain, pin, uv_cache_clean, uv_pip_install
+
+    def reinstall(name: str) -> list[str]:
+        return uv_pip_install([pin(name, "1.0", f"packages.{name}")], reinstall=True)
+
+    assert chain(lambda: uv_cache_clean(["torch"]), lambda: reinstall("torch")) == (
+        'uv cache clean -- torch && uv pip install --reinstall -- "torch==1.0"')
+    refused = chain(lambda: uv_cache_clean(["-e"]), lambda: reinstall("-e"))
+    assert refused.startswith("(no command: packages.-e.name: '-e' is not a valid")
+    assert "&&" not in refused
