@@ -14,7 +14,14 @@ from envguard.explain.interface import (
     Severity,
     short,
 )
-from envguard.explain.queries import built_here, conda_reinstall
+from envguard.explain.queries import (
+    SHARED_STORY,
+    built_here,
+    clean_then_reinstall,
+    conda_reinstall,
+    edit_in_uv_cache,
+    shared_note,
+)
 from envguard.explain.remedies import (
     UnsafeValue,
     field_key,
@@ -158,9 +165,16 @@ def _reinstall_from(dist: Distribution) -> str | None:
     return remedy(lambda: uv_pip_install([source], reinstall=True, no_deps=True, field=field))
 
 
-def _reinstall_pin(name: str, version: str) -> str:
-    return remedy(lambda: uv_pip_install([pin(name, version, f"packages.{field_key(name)}")],
-                                         reinstall=True, no_deps=True))
+def _reinstall_pin(name: str, version: str, snapshot: Snapshot | None = None) -> str:
+    """``uv pip install --reinstall --no-deps -- "NAME==VERSION"``, after ``uv cache clean``
+    where ``snapshot`` shows the edit is in uv's cache too."""
+    def build() -> list[str]:
+        return uv_pip_install([pin(name, version, f"packages.{field_key(name)}")],
+                              reinstall=True, no_deps=True)
+
+    if snapshot is not None and edit_in_uv_cache(snapshot, name):
+        return clean_then_reinstall(name, build)
+    return remedy(build)
 
 
 def bump_kind(old: str | None, new: str | None) -> str:
@@ -277,6 +291,9 @@ def installed_files_modified(ctx: Context) -> Iterator[Finding]:
     # Written after install, same size: only the time says so (an exact revert also looks
     # like this); --verify hash tells an edit from a revert.
     by_time_only = all(c.new == "modified-after-install" for c in new_issues)
+    found = {(i.package, i.path): i for i in ctx.new.integrity.issues}
+    notes = {(c.key, c.field): shared_note(found[c.key, c.field or ""])
+             for c in new_issues if (c.key, c.field or "") in found}
     yield Finding(
         rule="installed-files-modified",
         severity=Severity.WARNING if by_time_only else Severity.CRITICAL,
@@ -288,13 +305,15 @@ def installed_files_modified(ctx: Context) -> Iterator[Finding]:
             "as installed and unchanged. An edit to a torch .py file also changes torch's "
             "source hash, so every compile-cache entry misses."
             + (_SPECIAL_FILES if any(c.new in _SPECIAL_KINDS for c in new_issues) else "")
+            + (SHARED_STORY if any(notes.values()) else "")
             + (" Seen by modification time only, with sizes unchanged: " + VERIFY_HASH_HINT + "."
                if by_time_only else "")
         ),
-        evidence=tuple(f"{c.key}: {c.field} ({c.new})" for c in new_issues[:20])
+        evidence=tuple(f"{c.key}: {c.field} ({c.new}{notes.get((c.key, c.field), '')})"
+                       for c in new_issues[:20])
         + ((f"… and {len(new_issues) - 20} more",) if len(new_issues) > 20 else ()),
         remedy=tuple(conda_reinstall(ctx.new, p) if p.startswith("conda:") else
-                     _reinstall_pin(p, str(versions[p]))
+                     _reinstall_pin(p, str(versions[p]), ctx.new)
                      for p in packages[:5] if versions[p] or p.startswith("conda:"))
         + ((VERIFY_HASH_HINT,) if by_time_only else ()) or ("reinstall the affected packages",),
         changes=tuple(new_issues),
