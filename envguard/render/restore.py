@@ -57,7 +57,7 @@ def render_verification(v: Verification) -> RenderableType:
     head = Text()
     head.append(f"verify {clean(v.good_name)} → {clean(v.new_name)}: ", style="bold")
     if v.ok:
-        head.append("the package set is reproduced exactly (versions and builds)",
+        head.append("the package set is reproduced exactly (versions, builds and files)",
                     style="bold green")
     else:
         head.append(f"{len(v.unreproduced)} package difference(s) could not be reproduced",
@@ -141,7 +141,7 @@ def _markdown_venv(report: RestoreReport, show_all: bool) -> str:
     out += [f"- note: {md(n, 600)}" for n in plan.notes] + ([""] if plan.notes else [])
     v = report.verification
     if v is not None:
-        verdict = ("the package set is reproduced exactly (versions and builds)" if v.ok else
+        verdict = ("the package set is reproduced exactly (versions, builds and files)" if v.ok else
                    f"{len(v.unreproduced)} package difference(s) could not be reproduced")
         out += [f"### Verified {md(v.good_name)} → {md(v.new_name)}", "", f"**{verdict}**", ""]
         out += [f"- {md(u.problem)}: {md(u.detail, 800)}" for u in v.unreproduced]
