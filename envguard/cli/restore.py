@@ -106,7 +106,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
     from envguard.restore.build import build_venv, find_uv, sync_in_place
     from envguard.restore.plan import plan_restore
     from envguard.restore.report import RestoreReport
-    from envguard.restore.verify import verify_restore
+    from envguard.restore.verify import proof_snapshot, verify_restore
     from envguard.snapshot_file import read_snapshot
 
     good = read_snapshot(args.good)
@@ -155,7 +155,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
             new_python = str(build_venv(plan, target, uv=uv, python=python, echo=echo,
                                         step=progress.step, python_is_path=same))
     note(f"restored into {target} in {time.perf_counter() - started:.1f} s; verifying")
-    verification = verify_restore(good, _snapshot(new_python), good_name=args.good,
+    verification = verify_restore(good, proof_snapshot(new_python), good_name=args.good,
                                   new_name=str(target))
     show(dataclasses.replace(report, target=str(target), verification=verification),
          args.format, show_all=args.all)
