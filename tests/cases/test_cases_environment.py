@@ -89,7 +89,12 @@ def test_case_21_edit_in_one_venv_reaches_another_through_hardlinks(
         pytest.skip("uv could not hard-link here (cache and venvs on different filesystems)")
     with edited.open("a") as fh:  # in place, as the report's editor did
         fh.write("# accidental edit in project_a\n")
-    assert world.doctor(project_b).rules == [MODIFIED]  # project_b was never touched
+    doctor = world.doctor(project_b)
+    assert doctor.rules == [MODIFIED]  # project_b was never touched
+    # ... and the doctor says why: the file is shared, the cache holds the edit (issue 34)
+    assert "3 hard links: uv's cache (" in doctor.evidence(MODIFIED)
+    assert doctor.document["findings"][0]["remedy"][0].startswith(
+        "uv cache clean -- venv-issue-dep && ")
 
 
 @pytest.fixture
