@@ -19,11 +19,12 @@ def gate_snapshot_options(lock: Lock, project_root: Path, *, python: str | None 
                           fast: bool = True) -> SnapshotOptions:
     """What the gate records. ``fast``: RECORD checks for the locked packages and the
     command's own distribution only, and no git. Nothing is written into the compile
-    caches (docs/CACHE.md, Provenance)."""
+    caches (docs/CACHE.md, Provenance). ``[tool.envguard] env`` of the project's
+    pyproject.toml applies, as to every snapshot; its ``files`` come from the lock."""
     patterns = tuple(str(project_root / p) for p in lock.file_patterns)
     names = {p.name for e in lock.entries for p in e.packages} | {lock.distribution}
     return SnapshotOptions(
-        python=python, file_patterns=patterns, cwd=project_root, use_project_config=False,
+        python=python, file_patterns=patterns, cwd=project_root, project_files=False,
         git=not fast, integrity_only=frozenset(names) if fast and lock.entries else None)
 
 
