@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,11 @@ def _isolated_uv_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Non
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("UV_CACHE_DIR", str(tmp_path_factory.mktemp("uv-cache")))
         mp.setenv("UV_LINK_MODE", "copy")
+        # The suite's own venv first on PATH, as `uv run pytest` puts it: a command run
+        # outside any environment takes the python3 on PATH (docs/CLI.md), and that must be
+        # this venv whether the suite was started by uv or by .venv/bin/python directly.
+        mp.setenv("PATH", os.pathsep.join([str(Path(sys.executable).parent),
+                                            os.environ.get("PATH", "")]))
         yield
 
 

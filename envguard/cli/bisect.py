@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from envguard.cli.options import add_format_option, add_index_options, index_options
+from envguard.cli.options import REF_HELP, add_format_option, add_index_options, index_options
 from envguard.cli.output import StderrProgress, note, show
 from envguard.cli.program import sigterm_interrupts
 from envguard.errors import InputError
@@ -37,8 +37,8 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
         description="Build the environments between GOOD's and BAD's package sets with uv "
         "(in a work folder; yours are left alone) and run CMD in each, until a minimal set "
         "of changes that makes CMD fail is left (delta debugging, so changes that fail only "
-        "together are found too). GOOD and BAD are snapshot files or @last-good, @run:N, "
-        "@latest, @now. CMD exit status: 0 passes, 125 cannot test (skipped), anything "
+        "together are found too). GOOD and BAD are each " + REF_HELP + ". CMD exit "
+        "status: 0 passes, 125 cannot test (skipped), anything "
         "else or a timeout fails.",
         epilog="exit status: 0 culprit found, 1 inconclusive (skipped trials or a flaky "
         "command), 2 bad input, 3 refused (CMD fails in GOOD's set or passes in BAD's), "
@@ -89,7 +89,7 @@ def _split_command(args: argparse.Namespace) -> tuple[argparse.Namespace, list[s
 def cmd_bisect(args: argparse.Namespace) -> int:
     from envguard.bisection.engine import BisectOptions, bisect
     from envguard.bisection.report import FOUND, PLANNED, REFUSED
-    from envguard.cli.diff import load_pair
+    from envguard.cli.options import load_pair
 
     args, argv = _split_command(args)
     if not argv and not args.dry_run:

@@ -52,7 +52,8 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     source = sv.add_mutually_exclusive_group()
     source.add_argument("--python", metavar="PY", help=python_help)
     source.add_argument("--from-snapshot", metavar="SNAPSHOT",
-                        help="take the build and cache locations from this snapshot file")
+                        help="take the build and cache locations from this snapshot (a file, or "
+                        "@last-good, @last-good:LOCK, @latest, @run:N)")
     sv.add_argument("--gzip", action="store_true",
                     help="compress (2.5x smaller, slower to save and restore)")
     sv.set_defaults(handler=cmd_save)
@@ -123,11 +124,13 @@ def cmd_save(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     ref = None
     if args.from_snapshot:
+        from envguard.cli.options import recorded_path
         from envguard.snapshot_file import read_snapshot
 
-        snapshot = read_snapshot(args.from_snapshot)
+        path, _ = recorded_path(args.from_snapshot)
+        snapshot = read_snapshot(path, follow=path == args.from_snapshot)
         ref = cache_manifest.SnapshotRef(created_at=snapshot.created_at,
-                                      file=str(Path(args.from_snapshot).resolve()))
+                                      file=str(Path(path).resolve()))
         if snapshot.system.hostname != socket.gethostname():
             _note(f"warning: the snapshot was taken on {clean(snapshot.system.hostname)}, "
                   f"this is {clean(socket.gethostname())}: saving the caches at its paths here")

@@ -76,7 +76,8 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
         "group is explained against it.",
         epilog="exit status: 0 all equivalent, 1 some differ, 2 bad input or usage")
     dif.add_argument("inputs", nargs="+", metavar="SNAPSHOT.json",
-                     help="snapshot files or fleet documents (at least two snapshots in all)")
+                     help="snapshot files or fleet documents (at least two snapshots in all); "
+                     "@last-good, @last-good:LOCK, @latest, @run:N name recorded ones")
     add_format_option(dif, help="text (default), json (envguard.fleet-diff/1) or markdown")
     dif.add_argument("--baseline", metavar="FILE",
                      help="compare with this snapshot instead of the majority (one of the "
@@ -109,7 +110,10 @@ def cmd_fleet_diff(args: argparse.Namespace) -> int:
     members: list[Member] = []
     paths: dict[int, str] = {}
     sources: list[tuple[str, int, int]] = []
-    for path in args.inputs:
+    from envguard.cli.options import recorded_path
+
+    for given in args.inputs:
+        path, _ = recorded_path(given)
         found = read_members(path)
         sources.append((path, len(members), len(members) + len(found)))
         for m in found:
@@ -121,6 +125,7 @@ def cmd_fleet_diff(args: argparse.Namespace) -> int:
     members = _unique_names(members, paths)
     baseline = None
     if args.baseline:
+        args.baseline, _ = recorded_path(args.baseline)
         inside = [(a, b) for p, a, b in sources if _same_file(p, args.baseline)]
         if inside and inside[0][1] - inside[0][0] == 1:
             baseline = members[inside[0][0]]

@@ -14,11 +14,15 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from envguard.cli.output import StderrProgress, hold_environment_line
+from envguard.errors import InputError
+from envguard.frozen import frozen
 
 if TYPE_CHECKING:
+    from envguard.model import Snapshot
     from envguard.probe import SnapshotOptions
     from envguard.probe.discovery import Selection
     from envguard.restore.plan import IndexOptions
+    from envguard.runs.store import RunRecord
 
 # ------------------------------------------------------------------ the environment
 
@@ -58,7 +62,7 @@ def add_examine_options(parser: argparse.ArgumentParser) -> None:
     alone (``doctor``, ``history``)."""
     parser.add_argument("--python", metavar="PY",
                         help="the environment to examine (default: ENVGUARD_PYTHON, "
-                             "VIRTUAL_ENV, CONDA_PREFIX, .venv, this one)")
+                             "VIRTUAL_ENV, CONDA_PREFIX, .venv, python3 on PATH)")
     add_format_option(parser, help="text (default), json or markdown")
     parser.add_argument("-q", "--quiet", action="store_true",
                         help="no environment line and no progress notes on stderr")
@@ -82,7 +86,8 @@ def add_probe_options(parser: argparse.ArgumentParser) -> None:
     """The flags that say what a snapshot probes (``snapshot`` and ``fleet snapshot``)."""
     parser.add_argument("--python", metavar="PY",
                         help="snapshot another interpreter or venv folder (stdlib-only probe; "
-                        "default: ENVGUARD_PYTHON, VIRTUAL_ENV, CONDA_PREFIX, .venv, this one)")
+                        "default: ENVGUARD_PYTHON, VIRTUAL_ENV, CONDA_PREFIX, .venv, "
+                        "python3 on PATH)")
     parser.add_argument("--file", dest="files", action="append", default=[], metavar="GLOB",
                         help="record size, md5 and sha256 of matching files (repeatable)")
     parser.add_argument("--verify", choices=("size", "hash", "none"), default="size",
@@ -108,6 +113,105 @@ def probe_options(args: argparse.Namespace, selection: Selection) -> SnapshotOpt
         file_patterns=tuple(args.files),
         use_project_config=not args.no_project_config,
     )
+
+
+# ------------------------------------------------------------------ snapshot references
+
+NOW = "@now"
+REF_HELP = ("a snapshot file, - (stdin), @last-good, @last-good:LOCK, @latest, @run:N (the Nth "
+            "newest guarded run) or @now (a fresh one)")
+
+
+@frozen
+class Side:
+    """A snapshot a command was given, and how its report names it."""
+
+    snapshot: Snapshot
+    label: str
+    run: RunRecord | None = None
+
+
+def _read_stdin() -> Snapshot:
+    import sys
+
+    from envguard.model import Snapshot
+    from envguard.snapshot_file import MAX_SNAPSHOT_BYTES, naming, remask
+
+    data = sys.stdin.buffer.read(MAX_SNAPSHOT_BYTES + 1)
+    if len(data) > MAX_SNAPSHOT_BYTES:
+        raise InputError(f"-: the snapshot on stdin is larger than {MAX_SNAPSHOT_BYTES} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError("-: the snapshot on stdin is not UTF-8") from None
+    with naming("-"):
+        return remask(Snapshot.from_json(text))
+
+
+def recorded_path(ref: str) -> tuple[str, str]:
+    """A file, or the file a recorded alias names (not ``@now`` or ``-``): (path, label)."""
+    from pathlib import Path
+
+    from envguard.runs.refs import is_alias, resolve
+
+    if not is_alias(ref):
+        return ref, ref
+    found = resolve(ref, Path.cwd())
+    return str(found.path), found.label
+
+
+def load_side(ref: str, *, other: Side | None = None, python: str | None = None) -> Side:
+    """What a snapshot argument names: a file, ``-``, a recorded alias, or ``@now`` (a fresh
+    snapshot of the environment ``python`` or the discovery rule chooses, said on stderr;
+    like the other side's run took its own when ``other`` is a run)."""
+    from pathlib import Path
+
+    from envguard.runs.refs import is_alias, resolve
+    from envguard.snapshot_file import read_snapshot
+
+    if ref == NOW:
+        return _now(other, python)
+    if ref == "-":
+        return Side(snapshot=_read_stdin(), label="stdin")
+    if is_alias(ref):
+        found = resolve(ref, Path.cwd())
+        return Side(snapshot=read_snapshot(found.path, follow=False), label=found.label,
+                    run=found.run)
+    return Side(snapshot=read_snapshot(ref), label=ref)
+
+
+def _now(other: Side | None, python: str | None) -> Side:
+    from envguard.probe import SnapshotOptions, collect
+    from envguard.probe.discovery import shorten_home
+    from envguard.runs.refs import gate_options_for
+
+    options = None
+    if other is not None and other.run is not None and python is None:
+        options = gate_options_for(other.run, other.snapshot)
+    if options is not None:
+        where = f"the interpreter of run {other.run.id}" if other and other.run else "its run"
+        exe = options.python or ""
+        hold_environment_line(f"environment: {exe} ({where})")
+    else:
+        selection = select_environment(python)
+        options = SnapshotOptions(python=selection.python, selected_by=selection.selected_by)
+    with StderrProgress() as progress:
+        snapshot = collect(options, progress)
+    where = shorten_home(snapshot.interpreter.prefix or snapshot.interpreter.executable or "?")
+    return Side(snapshot=snapshot, label=f"@now ({where})")
+
+
+def load_pair(old_ref: str, new_ref: str, *, python: str | None = None) -> tuple[Side, Side]:
+    """Both sides of a comparison (:func:`load_side`); one side at most from stdin."""
+    if old_ref == "-" and new_ref == "-":
+        raise InputError("only one side can be read from stdin (-)")
+    old = None if old_ref == NOW else load_side(old_ref)
+    new = None if new_ref == NOW else load_side(new_ref)
+    if old is None:
+        old = load_side(NOW, other=new, python=python)
+    if new is None:
+        new = load_side(NOW, other=old, python=python)
+    return old, new
 
 
 # ------------------------------------------------------------------ reports, locks, uv

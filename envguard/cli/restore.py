@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envguard.cli.options import (
+    REF_HELP,
     add_format_option,
     add_index_options,
     index_options,
+    recorded_path,
     select_environment,
 )
 from envguard.cli.output import StderrProgress, note, show
@@ -37,7 +39,8 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
         "snapshot the result and compare its packages with GOOD.json.",
         epilog="exit status: 0 reproduced (or --dry-run), 1 some packages could not be "
         "reproduced, 2 bad input or usage, 4 uv missing or failed (see docs/RESTORE.md)")
-    p.add_argument("good", metavar="GOOD.json", help="the snapshot of the state that worked")
+    p.add_argument("good", metavar="GOOD", help="the snapshot of the state that worked: "
+                   + REF_HELP.replace(" or @now (a fresh one)", ""))
     where = p.add_mutually_exclusive_group()
     where.add_argument("--into", metavar="PATH",
                        help="the new venv (default: <current venv>.restored-<UTC time>)")
@@ -109,14 +112,16 @@ def cmd_restore(args: argparse.Namespace) -> int:
     from envguard.restore.verify import proof_snapshot, verify_restore
     from envguard.snapshot_file import read_snapshot
 
-    good = read_snapshot(args.good)
+    good_path, good_name = recorded_path(args.good)
+    good = read_snapshot(good_path, follow=good_path == args.good)
+    args.good_file, args.good_label = good_path, good_name
     into = Path(args.into).expanduser().absolute() if args.into else None
     if into is not None:
         _check_target(into)
     if good.conda:
         return _restore_conda(args, good, into)
     current = _snapshot(select_environment(args.python).python)
-    plan = plan_restore(good, current, good_name=args.good, index=index_options(args))
+    plan = plan_restore(good, current, good_name=good_name, index=index_options(args))
     report = RestoreReport(plan=plan, in_place=args.in_place)
     # Text shows the plan before uv runs, and the proof after; JSON and Markdown are one
     # document at the end (plan and proof together).
@@ -155,7 +160,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
             new_python = str(build_venv(plan, target, uv=uv, python=python, echo=echo,
                                         step=progress.step, python_is_path=same))
     note(f"restored into {target} in {time.perf_counter() - started:.1f} s; verifying")
-    verification = verify_restore(good, proof_snapshot(new_python), good_name=args.good,
+    verification = verify_restore(good, proof_snapshot(new_python), good_name=args.good_label,
                                   new_name=str(target))
     show(dataclasses.replace(report, target=str(target), verification=verification),
          args.format, show_all=args.all)
@@ -182,7 +187,7 @@ def _restore_conda(args: argparse.Namespace, good: Snapshot, into: Path | None) 
     if args.in_place:
         raise InputError("--in-place is for venvs; a conda snapshot is restored into a new "
                          "prefix (--into PATH)")
-    stem = Path(args.good).name.removesuffix(".json")
+    stem = Path(args.good_file).name.removesuffix(".json")
     if into is None:  # next to GOOD's prefix: a path read from the snapshot, so checked
         good_prefix = Path(check_path(good.interpreter.prefix, "interpreter.prefix")
                            if good.interpreter.prefix else
@@ -207,7 +212,7 @@ def _restore_conda(args: argparse.Namespace, good: Snapshot, into: Path | None) 
     more = " ..." if len(spec.pip_requirements) > 5 else ""
     report = CondaRestoreReport(
         then=remedy(lambda: pip_argv(shown=5), suffix=more) if spec.pip_requirements else "",
-        good_name=args.good, packages=len(good.conda),
+        good_name=args.good_label, packages=len(good.conda),
         pip_requirements=tuple(spec.pip_requirements), explicit=str(explicit),
         environment_yml=str(yml), left_out=tuple(spec.left_out), platform=spec.platform,
         target=str(target), tools=tuple(t for t, _ in tools),

@@ -108,12 +108,15 @@ def _internal(what: str, exc: Exception) -> None:
 
 def _explain_failure(shown: str, record: RunRecord, snapshot: Snapshot) -> None:
     """After a failed run: what changed since the last successful one, in a few lines."""
+    import shlex
+
     from envguard.errors import EnvguardError
     from envguard.runs.failure import explain_failure
 
     how = f"{shown} {'was ' if record.signal else ''}{record.outcome.replace('exit ', 'exited ')}"
     try:
-        found = explain_failure(Path.cwd(), snapshot, "\n".join(record.stderr_tail))
+        found = explain_failure(Path.cwd(), snapshot, "\n".join(record.stderr_tail),
+                                lock=record.lock)
     except (EnvguardError, OSError) as exc:
         note(f"{how}; could not compare with the last successful run: {exc}")
         return
@@ -122,7 +125,8 @@ def _explain_failure(shown: str, record: RunRecord, snapshot: Snapshot) -> None:
         return
     good = found.last_good
     if good is None:
-        note(f"{how}; no successful guarded run recorded here yet to compare with")
+        of = f" of lock {record.lock}" if record.lock else ""
+        note(f"{how}; no successful guarded run{of} recorded here yet to compare with")
     elif found.problem is not None:
         note(f"{how}; could not compare with the last successful run: {found.problem}")
     elif found.identical:
@@ -133,4 +137,5 @@ def _explain_failure(shown: str, record: RunRecord, snapshot: Snapshot) -> None:
         for line in found.lines:
             note(f"  {line}")
         more = f" ({found.more} more)" if found.more else ""
-        note(f"full report{more}: envguard diff @last-good @run:1")
+        good_ref = f"@last-good:{record.lock}" if record.lock else "@last-good"
+        note(f"full report{more}: {shlex.join(['envguard', 'diff', good_ref, '@run:1'])}")

@@ -51,7 +51,8 @@ def _project_config(options: SnapshotOptions, issues: list[ProbeIssue]) -> tuple
     if pyproject is None:
         return [], []
     try:
-        return files.project_config(pyproject)
+        patterns, env = files.project_config(pyproject)
+        return (patterns if options.project_files else []), env
     except InputError as exc:
         issues.append(ProbeIssue(section="files", message=str(exc), path=str(pyproject)))
         return [], []

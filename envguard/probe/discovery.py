@@ -8,16 +8,24 @@
 4. ``CONDA_PREFIX``, an activated conda env that is not the base env;
 5. the venv the working directory is in, or a ``.venv`` in it or a parent (the nearest);
 6. ``CONDA_PREFIX`` of the base env, which counts as a system environment, as uv counts it;
-7. envguard's own interpreter.
+7. the first ``python3`` (else ``python``) on ``PATH``, as uv takes a system interpreter;
+8. envguard's own interpreter, only when ``PATH`` holds no Python at all.
+
+Rule 7 keeps a tool install (``uv tool install envguard``, pipx) from silently reading its
+own tool venv when it is run outside any environment; every command says which rule chose
+(``envguard: environment: /usr (python3 on PATH)``).
 
 A variable that names a folder without an interpreter (a venv deleted after it was
 activated) is an :class:`~envguard.errors.InputError` that names the variable, never a
-silent fall through to the next rule. Nothing here starts an interpreter.
+silent fall through to the next rule. Nothing here starts an interpreter, except to ask a
+shim on ``PATH`` (rule 7) which interpreter it starts.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -33,6 +41,7 @@ CONDA_PREFIX = "CONDA_PREFIX"
 CONDA_BASE = "CONDA_PREFIX, base env"
 DOT_VENV = ".venv"
 WORKING_DIR = "the working directory's venv"
+PATH_PYTHON = "python3 on PATH"
 OWN = "envguard's own interpreter"
 
 _INTERPRETERS = ("bin/python", "bin/python3", "Scripts/python.exe", "python.exe")
@@ -106,7 +115,45 @@ def discover(python: str | None, *, env: Mapping[str, str], cwd: Path) -> Select
         return found
     if conda:
         return _from_folder(_absolute(conda, cwd), CONDA_BASE)
+    on_path = python_on_path(env)
+    if on_path is not None:
+        return on_path
     return this_process()
+
+
+def python_on_path(env: Mapping[str, str]) -> Selection | None:
+    """The first ``python3``, else ``python``, on ``env``'s ``PATH`` (its absolute path,
+    links kept: a venv's ``bin/python3`` is that venv's), or None."""
+    search = env.get("PATH")
+    if not search:
+        return None
+    for name in ("python3", "python"):
+        found = shutil.which(name, path=search)
+        exe = _through_shim(os.path.abspath(found), env) if found is not None else None
+        if exe is not None:
+            return Selection(executable=exe, prefix=prefix_of(exe), selected_by=PATH_PYTHON)
+    return None
+
+
+def _through_shim(path: str, env: Mapping[str, str]) -> str | None:
+    """``path`` itself, or, for a script that starts another interpreter (a pyenv or asdf
+    shim), the interpreter it starts, asked once as uv asks it; None when it answers
+    nothing usable. Only this rule runs anything, and only for a script."""
+    try:
+        with open(path, "rb") as handle:
+            if handle.read(2) != b"#!":
+                return path
+    except OSError:
+        return None
+    try:
+        proc = subprocess.run([path, "-I", "-c", "import sys; print(sys.executable)"],
+                              env=dict(env), capture_output=True, text=True, timeout=20,
+                              check=False, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    answer = proc.stdout.strip()
+    return answer if proc.returncode == 0 and os.path.isabs(answer) and os.path.isfile(answer) \
+        else None
 
 
 def this_process() -> Selection:

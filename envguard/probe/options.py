@@ -21,7 +21,11 @@ class SnapshotOptions:
     file_patterns: tuple[str, ...] = ()
     cwd: Path = field(default_factory=Path.cwd)
     use_project_config: bool = True
-    """Read ``[tool.envguard]`` from the nearest pyproject.toml."""
+    """Read ``[tool.envguard]`` from the nearest pyproject.toml: its ``env`` patterns, and
+    its ``files`` unless :attr:`project_files` is false."""
+    project_files: bool = True
+    """Hash ``[tool.envguard] files`` too (the gate does not: a lock records the files it
+    pins, ``[tool.envguard] files`` among them, when it is made)."""
     remember_caches: bool = True
     """Note in envguard's own state which build saw each non-empty compile cache
     (:mod:`envguard.probe.sightings`); ``envguard cache status`` calls it ``seen``."""

@@ -1,7 +1,7 @@
 """What changed since the last successful run, for a guarded run that just failed: as data.
 
 ``envguard run`` shows it on stderr after the child's output; the full report is
-``envguard diff @last-good @run:1``.
+``envguard diff @last-good:LOCK @run:1``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from envguard.errors import InputError
 from envguard.explain import explain
 from envguard.frozen import frozen
 from envguard.model import Snapshot
-from envguard.runs.store import RunRecord, last_good, snapshot_path
+from envguard.runs.store import RunRecord, last_good, last_good_of, snapshot_path
 from envguard.snapshot_file import read_snapshot
 
 MAX_LINES = 5
@@ -51,11 +51,13 @@ def change_line(change: Change) -> str:
     return f"{change.path}: {_short(change.old)} -> {_short(change.new)}"
 
 
-def explain_failure(cwd: Path, snapshot: Snapshot, symptom: str | None = None
-                    ) -> FailureNote:
+def explain_failure(cwd: Path, snapshot: Snapshot, symptom: str | None = None,
+                    lock: str | None = None) -> FailureNote:
     """``diff(last-good, snapshot)``, cut to the few lines a failed run shows, ranked by
-    ``symptom`` (the run's own last stderr lines: the error it failed with)."""
-    good = last_good(cwd)
+    ``symptom`` (the run's own last stderr lines: the error it failed with). With ``lock``,
+    the last good run of that lock (``@last-good:LOCK``): another lock's environment is not
+    the one this run needed."""
+    good = last_good(cwd) if lock is None else last_good_of(cwd, lock)
     if good is None:
         return FailureNote(last_good=None, lines=(), more=0)
     try:

@@ -1,5 +1,8 @@
-"""Names for recorded snapshots: ``@last-good``, ``@latest``, ``@run:N`` (``@now`` and ``-``
-are the CLI's: one takes a snapshot, the other reads stdin)."""
+"""Names for recorded snapshots: ``@last-good``, ``@last-good:LOCK``, ``@latest``,
+``@run:N`` (``@now`` and ``-`` are the CLI's: one takes a snapshot, the other reads stdin).
+
+``@last-good:LOCK`` is the newest run of that lock that passed the gate and exited 0;
+``@last-good`` is the newest of them all (one pointer file, moved by every such run)."""
 
 from __future__ import annotations
 
@@ -15,12 +18,15 @@ from envguard.runs.store import (
     RECORD_SUFFIX,
     RunRecord,
     last_good,
+    last_good_by_lock,
+    last_good_of,
     list_runs,
     runs_dir,
     snapshot_path,
 )
 
-ALIASES = ("@last-good", "@latest", "@run:N", "@now")
+ALIASES = ("@last-good", "@last-good:LOCK", "@latest", "@run:N", "@now")
+LAST_GOOD_OF = "@last-good:"
 _RUN = re.compile(r"@run:([1-9][0-9]{0,8})")
 
 
@@ -53,6 +59,15 @@ def resolve(ref: str, cwd: Path) -> Resolved:
             raise InputError("@last-good: no successful guarded run recorded yet in "
                              f"{runs_dir(cwd)} (envguard run -- CMD)")
         return _of_run(cwd, ref, good)
+    if ref.startswith(LAST_GOOD_OF):
+        lock = ref.removeprefix(LAST_GOOD_OF)
+        mine = last_good_of(cwd, lock) if lock else None
+        if mine is None:
+            locks = sorted(last_good_by_lock(cwd))
+            known = f" (locks with one: {', '.join(locks)})" if locks else ""
+            raise InputError(f"{ref}: no successful guarded run of lock {lock!r} recorded in "
+                             f"{runs_dir(cwd)}{known}")
+        return _of_run(cwd, ref, mine)
     match = _RUN.fullmatch(ref)
     if match:
         n = int(match.group(1))

@@ -267,6 +267,20 @@ def last_good(cwd: Path) -> RunRecord | None:
         return None
 
 
+def last_good_by_lock(cwd: Path) -> dict[str, RunRecord]:
+    """Each lock's newest run that succeeded (:attr:`RunRecord.succeeded`), by lock name."""
+    found: dict[str, RunRecord] = {}
+    for record in list_runs(cwd):  # newest first
+        if record.succeeded and record.lock and record.lock not in found:
+            found[record.lock] = record
+    return found
+
+
+def last_good_of(cwd: Path, lock: str) -> RunRecord | None:
+    """The newest run of ``lock`` that succeeded, or None."""
+    return last_good_by_lock(cwd).get(lock)
+
+
 @frozen
 class Pruned:
     runs: tuple[str, ...]
@@ -275,10 +289,10 @@ class Pruned:
 
 
 def prune(cwd: Path, keep: int) -> Pruned:
-    """Remove all but the ``keep`` newest run records (the ``last-good`` run is always kept),
-    then every stored snapshot no remaining record refers to, and the temporaries a killed
-    writer left in ``.envguard/``. A symlinked state folder or ``last-good.json`` is refused
-    (OutputError) before anything is removed."""
+    """Remove all but the ``keep`` newest run records (the ``last-good`` run, and each lock's
+    last good run, are always kept), then every stored snapshot no remaining record refers
+    to, and the temporaries a killed writer left in ``.envguard/``. A symlinked state folder
+    or ``last-good.json`` is refused (OutputError) before anything is removed."""
     if keep < 0:
         raise InputError("--keep must be 0 or more")
     check_state_path(runs_dir(cwd) / LAST_GOOD, cwd)
@@ -287,7 +301,8 @@ def prune(cwd: Path, keep: int) -> Pruned:
         sweep_stale_temps(cwd / folder)
     records = list_runs(cwd)
     good = last_good(cwd)
-    keep_ids = {r.id for r in records[:keep]} | ({good.id} if good else set())
+    keep_ids = ({r.id for r in records[:keep]} | ({good.id} if good else set())
+                | {r.id for r in last_good_by_lock(cwd).values()})
     removed = []
     for record in records:
         if record.id not in keep_ids:

@@ -541,7 +541,7 @@ def test_bad_is_this_environment_and_its_rebuild_is_packed_from_it(world: World)
         check=False, cwd=world.root)
     assert proc.returncode == ExitCode.OK, proc.stderr
     doc = json.loads(proc.stdout)
-    assert doc["bad"] == "@now (this environment)"
+    assert doc["bad"] == f"@now ({bad_venv})"
     assert [c["id"] for c in doc["culprits"]] == ["torch"]
     sources = {b["source"] for b in doc["builds"]}
     assert sources == {"--find-links", "installed"}

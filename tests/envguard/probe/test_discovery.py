@@ -83,8 +83,49 @@ def test_activated_venv_is_snapshotted_from_another_interpreter(train: Venv,
     assert line == f"envguard: environment: {train.path} (VIRTUAL_ENV)"
 
 
-def test_without_any_rule_it_is_envguards_own(clean_cwd: Path) -> None:
-    data, line = snapshot(clean_cwd)
+def test_outside_any_environment_it_is_python3_on_path_and_says_so(
+        train: Venv, clean_cwd: Path, tmp_path: Path) -> None:
+    """A tool install run outside any environment: the old code read its own tool venv."""
+    data, line = snapshot(clean_cwd, PATH=f"{train.path / 'bin'}{os.pathsep}/usr/bin")
+    assert same(data["interpreter"]["prefix"], train.path)
+    assert "marker-pkg" in names(data)
+    assert data["interpreter"]["selected_by"] == "python3 on PATH"
+    assert line == f"envguard: environment: {train.path} (python3 on PATH)"
+    # A folder on PATH with only `python` (no python3): that one.
+    only = tmp_path / "only-python"
+    only.mkdir()
+    (only / "python").symlink_to(train.python)
+    data, line = snapshot(clean_cwd, PATH=str(only))
+    assert data["interpreter"]["selected_by"] == "python3 on PATH"
+    assert line == f"envguard: environment: {tmp_path} (python3 on PATH)"
+
+
+def test_a_shim_on_path_is_asked_which_interpreter_it_starts(train: Venv, clean_cwd: Path,
+                                                             tmp_path: Path) -> None:
+    """A pyenv-style shim (a script that execs another interpreter): the old code would
+    name the shim's folder and the probe refuse it as another interpreter."""
+    shims = tmp_path / "shims"
+    shims.mkdir()
+    shim = shims / "python3"
+    shim.write_text(f'#!/bin/sh\nexec "{train.python}" "$@"\n')
+    shim.chmod(0o755)
+    data, line = snapshot(clean_cwd, PATH=f"{shims}{os.pathsep}/usr/bin{os.pathsep}/bin")
+    assert "marker-pkg" in names(data)
+    assert line == f"envguard: environment: {train.path} (python3 on PATH)"
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "python3").write_text("#!/bin/sh\nexit 3\n")
+    (broken / "python3").chmod(0o755)
+    selection = discover(None, env={"PATH": f"{broken}{os.pathsep}{train.path / 'bin'}"},
+                         cwd=tmp_path)
+    assert selection.prefix == str(train.path)  # the shim that answers nothing is passed over
+
+
+def test_with_no_python_on_path_it_is_envguards_own_and_says_so(clean_cwd: Path,
+                                                                 tmp_path: Path) -> None:
+    empty = tmp_path / "no-python-here"
+    empty.mkdir()
+    data, line = snapshot(clean_cwd, PATH=str(empty))
     assert same(data["interpreter"]["prefix"], sys.prefix)
     assert data["interpreter"]["selected_by"] == "envguard's own interpreter"
     assert line.endswith("(envguard's own interpreter)")
@@ -252,6 +293,10 @@ def test_discover_is_pure_of_the_process_environment(train: Venv, tmp_path: Path
     assert selection.python == selection.executable
     own = discover(None, env={}, cwd=tmp_path)
     assert own.python is None and own.executable == sys.executable
+    on_path = discover(None, env={"PATH": f"{tmp_path / 'none'}{os.pathsep}{train.path / 'bin'}"},
+                       cwd=tmp_path)
+    assert on_path.selected_by == "python3 on PATH"
+    assert on_path.prefix == str(train.path) and on_path.python == on_path.executable
     with pytest.raises(InputError, match="VIRTUAL_ENV="):
         discover(None, env={"VIRTUAL_ENV": str(tmp_path / "gone")}, cwd=tmp_path)
 

@@ -160,7 +160,6 @@ def test_a_failed_run_is_its_own_symptom(world: World) -> None:
     assert report["findings"][0]["changes"] == ["packages.helperlib.version"]
 
 
-
 def test_a_failed_run_names_what_changed_and_last_good_stays(world: World) -> None:
     ok = world.run("0")
     assert ok.returncode == 0, ok.stderr
@@ -185,7 +184,7 @@ def test_a_failed_run_names_what_changed_and_last_good_stays(world: World) -> No
     assert 1 <= len(lines) - 2 <= 5, lines
     assert "helperlib" in body and "torch" in body and "NCCL_ALGO" in body, lines
     assert lines[-1].startswith("envguard: full report") and lines[-1].endswith(
-        "envguard diff @last-good @run:1")
+        "envguard diff @last-good:demo-train @run:1")
 
     records = world.records()
     assert records[-1]["exit_code"] == 1 and records[-1]["forced"] is True
@@ -211,8 +210,8 @@ def test_a_first_run_that_fails_says_there_is_no_last_good(world: World) -> None
     failed = world.run("2")
     assert failed.returncode == 2
     assert after_child(failed) == [
-        "envguard: demo-train exited 2; no successful guarded run recorded here yet to "
-        "compare with"]
+        "envguard: demo-train exited 2; no successful guarded run of lock demo-train recorded "
+        "here yet to compare with"]
     assert not (world.runs_dir / "last-good.json").exists()
     assert world.envguard("diff").returncode == ExitCode.USAGE
 
@@ -254,6 +253,77 @@ def test_identical_runs_store_one_snapshot(world: World) -> None:
     assert len(world.stored()) == 2
     for path in [*world.stored(), *world.runs_dir.iterdir()]:
         assert path.stat().st_mode & 0o777 == 0o600, path
+
+
+def test_last_good_is_kept_per_lock(world: World) -> None:
+    """Two locks in one folder: a failed run of one is compared with ITS last good run, not
+    with the other lock's newer one (the old code had one last-good per folder)."""
+    locked = world.envguard("lock", "train", "--python", world.env.python)
+    assert locked.returncode == 0, locked.stderr
+
+    def train(code: str) -> subprocess.CompletedProcess[str]:
+        return world.envguard("run", "--lock", "train", "--", world.env.python, "train.py", code)
+
+    assert world.run("0").returncode == 0
+    world.venvs.uv_install(world.env, world.helper2, reinstall=True)
+    assert world.envguard("lock", "train", "--python", world.env.python).returncode == 0
+    assert train("0").returncode == 0  # newer, and in the environment with helperlib 2
+    demo, trained = world.records()
+    assert world.last_good()["run"] == trained["id"]  # the folder-wide one: the newest
+    failed = world.run("1", guard=("--force",))
+    lines = after_child(failed)
+    assert "helperlib" in "\n".join(lines), lines  # against demo-train's own good run
+    assert lines[-1].endswith("envguard diff @last-good:demo-train @run:1")
+    mine = world.envguard("diff", "@last-good:demo-train", "@run:1", "--format", "json")
+    assert json.loads(mine.stdout)["old"].startswith(f"@last-good:demo-train (run {demo['id']}")
+    other = world.envguard("diff", "@last-good:train", "@run:1", "--format", "json")
+    assert json.loads(other.stdout)["old"].startswith(f"@last-good:train (run {trained['id']}")
+    missing = world.envguard("diff", "@last-good:nope", "@run:1")
+    assert missing.returncode == ExitCode.USAGE
+    assert missing.stderr.startswith("envguard: error: @last-good:nope: no successful guarded "
+                                     "run of lock 'nope'")
+    assert "locks with one: demo-train, train" in missing.stderr
+    # Pruning to one record keeps each lock's last good run.
+    pruned = world.envguard("runs", "prune", "--keep", "1")
+    assert pruned.returncode == 0, pruned.stderr
+    kept = {r["id"] for r in world.records()}
+    assert {demo["id"], trained["id"]} <= kept
+
+
+def test_every_command_that_reads_a_snapshot_takes_the_aliases(world: World,
+                                                                tmp_path: Path) -> None:
+    inductor = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])  # this test's own (conftest)
+    (inductor / "fxgraph").mkdir(parents=True)
+    (inductor / "fxgraph" / "entry").write_text("compiled")
+    assert world.run("0").returncode == 0
+    restore = world.envguard("restore", "@last-good:demo-train", "--dry-run",
+                             "--python", world.env.python, "--format", "json")
+    assert restore.returncode == ExitCode.OK, restore.stderr
+    assert "@last-good:demo-train (run " in restore.stdout
+    fleet = world.envguard("fleet", "diff", "@run:1", "@last-good", "--format", "json")
+    assert fleet.returncode == ExitCode.OK, fleet.stderr
+    save = world.envguard("cache", "save", "--from-snapshot", "@latest", "--store",
+                          tmp_path / "store")
+    assert save.returncode == ExitCode.OK, save.stderr
+    plan = world.envguard("bisect", "@last-good", "@now", "--dry-run", "--python",
+                          world.env.python, "--offline")
+    assert plan.returncode == ExitCode.USAGE  # both aliases read: nothing differs
+    assert f"and @now ({world.env.path}) hold the same packages" in plan.stderr, plan.stderr
+    # @now says which environment it read, in the report and on stderr.
+    now = world.envguard("diff", "@run:1", "@now", "--format", "json")
+    assert json.loads(now.stdout)["new"] == f"@now ({world.env.path})"
+    assert f"envguard: environment: {world.env.python} (the interpreter of run " in now.stderr
+
+
+def test_project_config_env_applies_to_the_gates_snapshot(world: World) -> None:
+    """[tool.envguard] env names a variable the defaults do not record: a guarded run's
+    snapshot records it too (the old gate ignored [tool.envguard]), so a diff sees it."""
+    pyproject = world.project / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text() + '[tool.envguard]\nenv = ["MY_SHARD_*"]\n')
+    assert world.run("0", extra_env={"MY_SHARD_COUNT": "8"}).returncode == 0
+    assert world.run("0", extra_env={"MY_SHARD_COUNT": "4"}).returncode == 0
+    doc = json.loads(world.envguard("diff", "@run:2", "@run:1", "--format", "json").stdout)
+    assert "MY_SHARD_COUNT" in {c["key"] for c in doc["changes"]}, doc["changes"]
 
 
 # ---------------------------------------------------------------------- diff shortcuts
