@@ -40,6 +40,12 @@ def _integrity_line(s: Snapshot) -> Text:
     shown = ", ".join(clean(p) for p in packages[:5]) + (" …" if len(packages) > 5 else "")
     text = Text(f"{head}: ")
     text.append(f"{len(i.issues)} differ from RECORD in {shown}", style="bold yellow")
+    cached = sum(1 for x in i.issues if x.shared_with)
+    linked = sum(1 for x in i.issues if x.links) - cached
+    if cached or linked:
+        text.append(" (" + ", ".join(
+            ([f"{cached} shared with uv's cache by hard link"] if cached else [])
+            + ([f"{linked} hard-linked elsewhere"] if linked else [])) + ")", style="yellow")
     return text
 
 
