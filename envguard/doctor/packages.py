@@ -8,12 +8,12 @@ from collections.abc import Iterator
 from envguard.doctor.interface import DoctorRule, Scene, ago
 from envguard.explain.interface import Finding, Severity
 from envguard.explain.queries import (
-    SHARED_STORY,
     clean_then_reinstall,
     conda_reinstall,
     edit_in_uv_cache,
     overlap_finding,
     shared_note,
+    shared_story,
 )
 from envguard.explain.remedies import (
     UnsafeValue,
@@ -299,7 +299,7 @@ def installed_files_modified(scene: Scene) -> Iterator[Finding]:
                     "install). pip and uv still report the package as installed. An edit "
                     "to a torch .py file also changes torch's source hash, so every "
                     "compile-cache entry misses."
-                    + (SHARED_STORY if any(i.links for i in (*changed, *newer)) else "")
+                    + shared_story(scene.snapshot, packages)
                     + ("" if confirmed else f" Seen by modification time only ({mode} "
                        "check): " + VERIFY_HASH_HINT + "."),
         evidence=tuple(evidence),

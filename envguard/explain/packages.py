@@ -15,12 +15,12 @@ from envguard.explain.interface import (
     short,
 )
 from envguard.explain.queries import (
-    SHARED_STORY,
     built_here,
     clean_then_reinstall,
     conda_reinstall,
     edit_in_uv_cache,
     shared_note,
+    shared_story,
 )
 from envguard.explain.remedies import (
     UnsafeValue,
@@ -305,7 +305,7 @@ def installed_files_modified(ctx: Context) -> Iterator[Finding]:
             "as installed and unchanged. An edit to a torch .py file also changes torch's "
             "source hash, so every compile-cache entry misses."
             + (_SPECIAL_FILES if any(c.new in _SPECIAL_KINDS for c in new_issues) else "")
-            + (SHARED_STORY if any(notes.values()) else "")
+            + shared_story(ctx.new, packages)
             + (" Seen by modification time only, with sizes unchanged: " + VERIFY_HASH_HINT + "."
                if by_time_only else "")
         ),

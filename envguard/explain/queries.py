@@ -7,7 +7,7 @@ never from a rule module (``tests/test_architecture.py``); the tables themselves
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from envguard.changes import Change
 from envguard.explain.remedies import chain, conda_command, remedy, uv_cache_clean
@@ -15,10 +15,10 @@ from envguard.explain.tables import CONDA_CUDA
 from envguard.findings import Finding, Severity
 from envguard.model import Distribution, IntegrityIssue, Snapshot
 
-__all__ = ["SHARED_STORY", "clean_then_reinstall", "cold_story", "conda_cuda_families",
-           "conda_reinstall", "edit_in_uv_cache", "overlap_finding", "shared_note"]
+__all__ = ["clean_then_reinstall", "cold_story", "conda_cuda_families", "conda_reinstall",
+           "edit_in_uv_cache", "overlap_finding", "shared_note", "shared_story"]
 
-SHARED_STORY = (
+_IN_UV_CACHE = (
     " Edited files with more than one hard link are shared with other paths: uv installs by "
     "hard link from its cache (its default link mode on Linux), so the edit is in uv's cache "
     "too, in every venv linked from it, and in the next venv uv installs the package into. A "
@@ -26,7 +26,10 @@ SHARED_STORY = (
     "first, then reinstall. --link-mode=copy (UV_LINK_MODE=copy) on that reinstall gives "
     "this venv copies of its own, so that a later edit stays in it; on its own it copies the "
     "edited file out of the cache.")
-"""Said by the diff's and the doctor's ``installed-files-modified`` when a file is shared."""
+_LINKED = (
+    " Edited files with more than one hard link are shared with other paths (a tree copied "
+    "with cp -l, another installer's cache): the edit is in each of them. A reinstall "
+    "replaces this environment's file only; the other paths keep the edit.")
 
 
 def conda_cuda_families(snapshot: Snapshot) -> dict[str, list[str]]:
@@ -118,6 +121,17 @@ def shared_note(issue: IntegrityIssue) -> str:
     others = max(0, issue.links - 2)
     return (f"; {issue.links} hard links: uv's cache ({issue.shared_with})"
             + (f" and {others} other path(s), venvs linked from it" if others else ""))
+
+
+def shared_story(snapshot: Snapshot, names: Iterable[str]) -> str:
+    """What the ``installed-files-modified`` finding (diff's and doctor's) adds when edited
+    files of ``names`` are shared by hard link: uv's cache, or other paths; else nothing."""
+    names = list(names)
+    if any(edit_in_uv_cache(snapshot, n) for n in names):
+        return _IN_UV_CACHE
+    wanted = set(names)
+    return _LINKED if any(i.links and i.package in wanted
+                          for i in snapshot.integrity.issues) else ""
 
 
 def edit_in_uv_cache(snapshot: Snapshot, name: str) -> bool:

@@ -102,3 +102,22 @@ def test_fix_drops_the_package_from_uvs_cache_then_reinstalls_and_the_file_comes
     assert run("doctor", "--python", second.python, "--fix", "-q", cwd=clean_cwd
                ).returncode == 0
     assert (second.site_packages() / LINEAR).read_text() == ORIGINAL
+
+
+def test_links_that_are_not_uvs_are_named_but_take_the_plain_reinstall(
+        venvs: VenvFactory, wheel_dir: Path, clean_cwd: Path, tmp_path: Path) -> None:
+    """pip never links; a backup made with a hard link (cp -l) shares the edit, and uv's
+    cache has nothing to do with it: no cache step."""
+    wheel = build_wheel(wheel_dir, "torch", "2.11.0",
+                        {**fake_torch_files(version="2.11.0"), LINEAR: ORIGINAL})
+    env = venvs.create("pip-made", with_pip=True)
+    venvs.pip_install(env, wheel)
+    edited = env.site_packages() / LINEAR
+    os.link(edited, tmp_path / "linear-backup.py")
+    with open(edited, "a") as fh:
+        fh.write(EDIT)
+    found = _finding(env, clean_cwd)
+    assert found["evidence"] == [f"torch: {LINEAR} (size; 2 hard links: other paths share "
+                                 "the edit)"]
+    assert "cp -l" in found["explanation"] and "uv's cache" not in found["explanation"]
+    assert not found["remedy"][0].startswith("uv cache clean")
