@@ -46,9 +46,9 @@ from pathlib import Path
 from types import FrameType
 
 from envguard.errors import OutputError
+from envguard.paths import make_folder
 
-__all__ = ["check_state_path", "sweep_stale_temps", "write_bytes_atomic",
-           "write_text_atomic"]
+__all__ = ["check_state_path", "sweep_stale_temps", "write_bytes_atomic", "write_text_atomic"]
 
 _FD_DIR = re.compile(r"/proc/(?P<pid>[^/]+)/(?:task/[^/]+/)?fd")
 """The folder of a descriptor link, once resolved (``/dev/fd`` is ``/proc/self/fd``)."""
@@ -278,8 +278,7 @@ def _state_folder(target: Path, root: Path, *, create: bool) -> int:
                 if not create:
                     os.close(fd)
                     return -1
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(part, 0o777, dir_fd=fd)
+                make_folder(part, fd)
                 sub = os.open(part, _OPEN_DIR | getattr(os, "O_NOFOLLOW", 0), dir_fd=fd)
             os.close(fd)
             fd = sub

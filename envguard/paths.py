@@ -21,7 +21,42 @@ import os
 import stat
 from pathlib import Path
 
-PROJECT_DIR = Path(".envguard")
+STATE_FOLDER = ".envguard"
+"""The project state folder: made with a ``.gitignore`` of ``*`` in it, as ``uv venv`` makes
+a venv, so that run records and snapshots never reach a commit by accident."""
+GITIGNORE = "# created by envguard automatically\n*\n"
+
+
+def make_folder(name: str, parent: int) -> None:
+    """Make folder ``name`` in the open folder ``parent`` (one that exists is left as it is).
+    The state folder, when made here, gets its ``.gitignore``: never through a link, never
+    over a file (a folder made a moment ago holds none unless someone raced us)."""
+    try:
+        os.mkdir(name, 0o777, dir_fd=parent)
+    except FileExistsError:
+        return
+    if name != STATE_FOLDER:
+        return
+    nofollow = getattr(os, "O_NOFOLLOW", 0)
+    try:
+        folder = os.open(name, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | nofollow,
+                         dir_fd=parent)
+    except OSError:
+        return
+    try:
+        fd = os.open(".gitignore", os.O_WRONLY | os.O_CREAT | os.O_EXCL | nofollow, 0o644,
+                     dir_fd=folder)
+        try:
+            os.write(fd, GITIGNORE.encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(folder)
+
+
+PROJECT_DIR = Path(STATE_FOLDER)
 SNAPSHOT_DIR = PROJECT_DIR / "snapshots"
 SNAPSHOT_BY_DIGEST_DIR = SNAPSHOT_DIR / "by-digest"
 """The snapshots guarded runs verified, stored once each: ``sha256-<hex>.json``."""

@@ -42,7 +42,7 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
         "else or a timeout fails.",
         epilog="exit status: 0 culprit found, 1 inconclusive (skipped trials or a flaky "
         "command), 2 bad input, 3 refused (CMD fails in GOOD's set or passes in BAD's), "
-        "4 uv missing or failed (see docs/BISECT.md)")
+        "4 uv missing or failed (envguard help bisect)")
     p.add_argument("good", metavar="GOOD", help="the snapshot of the state that worked")
     p.add_argument("bad", metavar="BAD", help="the snapshot of the state that fails")
     p.add_argument("--python", metavar="PY",

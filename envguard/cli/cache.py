@@ -27,7 +27,7 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     cache = sub.add_parser(
         "cache", help="keep and restore warm torch.compile caches",
         description="Archive the inductor and triton caches under the build that filled "
-        "them, and restore them only into the same build (docs/CACHE.md).",
+        "them, and restore them only into the same build (envguard help cache).",
         epilog="exit status: 0 done, 2 bad input or nothing to save, 3 restore refused "
         "(archive of another build), 5 cannot write")
     actions = cache.add_subparsers(dest="cache_command", metavar="ACTION")

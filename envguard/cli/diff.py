@@ -28,7 +28,7 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
         description="Compare two snapshots and explain the likely causes of a regression, "
         "most likely first, with evidence and a remedy. A snapshot is " + REF_HELP + ".",
         epilog="exit status: 0 equivalent, 1 different, 2 bad input or usage "
-        "(see docs/CLI.md)")
+        "(envguard help cli)")
     dif.add_argument("old", metavar="GOOD", nargs="?", default="@last-good",
                      help="the snapshot of the state that worked (default: @last-good)")
     dif.add_argument("new", metavar="NOW", nargs="?", default=NOW,

@@ -37,7 +37,7 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     fleet = sub.add_parser(
         "fleet", help="snapshot every rank of a distributed job; find the ranks that differ",
         description="Group many snapshots (one per node or rank) into identical environments "
-        "and explain each outlier group against the majority (docs/FLEET.md).",
+        "and explain each outlier group against the majority (envguard help fleet).",
         epilog="exit status: 0 all equivalent, 1 some differ, 2 bad input, "
         "4 the ranks could not exchange snapshots (a rank missing, refused or unreadable)")
     actions = fleet.add_subparsers(dest="fleet_command", metavar="ACTION")
@@ -49,7 +49,7 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
         "envguard's own authenticated TCP connection to MASTER_ADDR, or through --dir), "
         "writes one fleet document and prints the fleet diff. Without RANK/WORLD_SIZE: a "
         "fleet of one. The key: $ENVGUARD_FLEET_KEY, else the mask key; the port: "
-        "$ENVGUARD_FLEET_PORT, else MASTER_PORT+1 (docs/FLEET.md).")
+        "$ENVGUARD_FLEET_PORT, else MASTER_PORT+1 (envguard help fleet).")
     snap.add_argument("-o", "--output", metavar="FLEET.json",
                        help="where rank 0 writes the fleet document (atomically)")
     snap.add_argument("--dir", metavar="DIR",

@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import importlib
 import os
+import re
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -25,7 +26,7 @@ from envguard.errors import EnvguardError
 from envguard.exitcodes import ExitCode
 
 COMMANDS = ("snapshot", "diff", "doctor", "history", "lock", "check", "run", "restore",
-            "bisect", "cache", "fleet", "runs", "completion")
+            "bisect", "cache", "fleet", "runs", "completion", "help")
 """The commands, in the order ``--help`` lists them; each one is defined by the module
 ``envguard.cli.<command>``."""
 
@@ -38,8 +39,48 @@ class Parser(argparse.ArgumentParser):
         from envguard.render.sanitize import clean
 
         line = clean(redact_usage(message, sys.argv[1:]))  # it may quote --token=X
-        sys.stderr.write(f"{self.prog}: error: {line} (see {self.prog} --help)\n")
+        hint = did_you_mean(message, self)
+        sys.stderr.write(f"{self.prog}: error: {line}{hint} (see {self.prog} --help)\n")
         raise SystemExit(ExitCode.USAGE)
+
+
+_INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")
+_UNRECOGNIZED = re.compile(r"unrecognized arguments: (-[^\s=]+)")
+
+
+def did_you_mean(message: str, parser: argparse.ArgumentParser) -> str:
+    """``; did you mean 'snapshot'?`` for a mistyped command, choice or option, as git and uv
+    say it; empty when nothing is close (or the word looks like a secret's place)."""
+    import difflib
+
+    choice = _INVALID_CHOICE.search(message)
+    if choice:
+        word = choice.group(1)
+        known = re.findall(r"'([^']*)'|([^\s,']+)", choice.group(2))
+        candidates = [a or b for a, b in known]
+    else:
+        option = _UNRECOGNIZED.search(message)
+        if option is None:
+            return ""
+        word = option.group(1)
+        candidates = _options_of(parser)
+    close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close and close[0] != word else ""
+
+
+def _options_of(parser: argparse.ArgumentParser) -> list[str]:
+    """The option strings of the command the words name (the root's and its own)."""
+    words = [w for w in sys.argv[1:] if not w.startswith("-")]
+    options = [o for a in parser._actions for o in a.option_strings]
+    current = parser
+    for word in words:
+        subs = [a for a in current._actions if isinstance(a, argparse._SubParsersAction)]
+        child = subs[0].choices.get(word) if subs else None
+        if child is None:
+            break
+        current = child
+        options += [o for a in child._actions for o in a.option_strings]
+    return options
 
 
 def _commands_for(argv: list[str] | None) -> tuple[str, ...]:
@@ -60,6 +101,7 @@ def build_parser(argv: list[str] | None = None, *, every_command: bool = True
     parser = Parser(
         prog="envguard",
         description="Record the environment a training run worked in; explain what changed.",
+        epilog="The manual: envguard help (its topics), envguard help COMMAND.",
     )
     parser.add_argument("-V", "--version", action="version", version=f"envguard {__version__}",
                         help="print envguard's version and exit")

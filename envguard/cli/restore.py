@@ -38,7 +38,7 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
         "exactly that set into a new venv with uv (the current one is left alone), then "
         "snapshot the result and compare its packages with GOOD.json.",
         epilog="exit status: 0 reproduced (or --dry-run), 1 some packages could not be "
-        "reproduced, 2 bad input or usage, 4 uv missing or failed (see docs/RESTORE.md)")
+        "reproduced, 2 bad input or usage, 4 uv missing or failed (envguard help restore)")
     p.add_argument("good", metavar="GOOD", help="the snapshot of the state that worked: "
                    + REF_HELP.replace(" or @now (a fresh one)", ""))
     where = p.add_mutually_exclusive_group()

@@ -331,3 +331,24 @@ def test_a_memo_file_is_written_through_the_one_writer(tmp_path: Path) -> None:
     blocked.mkdir()
     message = marshal_file.save(blocked, ("t", 1), {})
     assert message is not None and message.startswith(f"cannot write {blocked}")
+
+
+def test_the_state_folder_is_made_with_a_gitignore(tmp_path: Path) -> None:
+    """As `uv venv` does: `.envguard/` ignores itself, so run records never reach a commit."""
+    import subprocess
+
+    from envguard.atomic import write_text_atomic
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    write_text_atomic(tmp_path / ".envguard" / "runs" / "r.json", "{}", state_root=tmp_path)
+    assert (tmp_path / ".envguard" / ".gitignore").read_text().splitlines()[-1] == "*"
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"],
+                            cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert status.stdout == ""
+    # A folder that already exists keeps what its owner put there (no .gitignore forced).
+    own = tmp_path / "other"
+    (own / ".envguard").mkdir(parents=True)
+    write_text_atomic(own / ".envguard" / "x.json", "{}", state_root=own)
+    assert not (own / ".envguard" / ".gitignore").exists()
+    # Other folders made on the way get none.
+    assert not (tmp_path / ".envguard" / "runs" / ".gitignore").exists()
