@@ -109,6 +109,14 @@ class Meter:
         self.ctx_tokens += ctx_tokens
         self.draft_tokens += draft_tokens
 
+    def peek(self) -> dict[str, float | None]:
+        """This rank's mean loss and tau_sim since the last log point, not reduced over
+        ranks and without a collective (the heartbeat's line); waits for the device."""
+        if not self.steps:
+            return {}
+        return {"loss": finite_or_none(float(torch.as_tensor(self.loss).item()) / self.steps),
+                "tau": float(torch.as_tensor(self.tau).item()) / self.steps}
+
     def reduce(self, world: World, device: torch.device) -> None:
         """Sum over ranks (a collective at log points only): losses and tau become means
         over ranks, counts and tokens totals."""

@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dflash.ticks import Tick, TickFn, Values
+
 NAME = "tiny-stdlib"
 SKIP_PARTS = frozenset({"site-packages", "dist-packages", "test", "tests", "idlelib",
                         "lib2to3", "__pycache__", "turtledemo", "ensurepip"})
@@ -92,9 +94,9 @@ def recipe_from_env(env: dict[str, str] | os._Environ[str] = os.environ) -> Reci
 
 
 def ensure(model_config: Any, *, recipe: Recipe | None = None,
-           say: Callable[[str], None] | None = None) -> Path:
+           say: Callable[[str], None] | None = None, on_tick: TickFn | None = None) -> Path:
     """The cached target folder, built first if missing (``model_config``: the tiny shape's
-    transformers config, vocab 512)."""
+    transformers config, vocab 512). ``on_tick`` hears every pretraining step."""
     recipe = recipe or recipe_from_env()
     base, files = corpus()
     if not files:
@@ -109,7 +111,7 @@ def ensure(model_config: Any, *, recipe: Recipe | None = None,
             partial = folder.with_name(f"{folder.name}.partial-{os.getpid()}")
             shutil.rmtree(partial, ignore_errors=True)
             try:
-                _build(partial, model_config, recipe, base, files, say)
+                _build(partial, model_config, recipe, base, files, say, on_tick)
                 shutil.rmtree(folder, ignore_errors=True)
                 os.rename(partial, folder)
             finally:
@@ -122,7 +124,7 @@ def _texts(base: Path, files: list[str]) -> list[str]:
 
 
 def _build(folder: Path, model_config: Any, recipe: Recipe, base: Path, files: list[str],
-           say: Callable[[str], None] | None) -> None:
+           say: Callable[[str], None] | None, on_tick: TickFn | None = None) -> None:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
@@ -165,8 +167,11 @@ def _build(folder: Path, model_config: Any, recipe: Recipe, base: Path, files: l
     if say:
         say(f"{NAME}: pretraining the tiny shape for {recipe.steps} steps on "
             f"{len(data):,} tokens (cached afterwards)")
-    losses = []
+    losses: list[float] = []
     model.train()
+    work = f"pretraining the target ({NAME})"
+    if on_tick is not None:  # when the steps began, for the first rate and ETA
+        on_tick(Tick(work=work, step=0, total=recipe.steps, tokens=0))
     for step in range(recipe.steps):
         frac = step / max(1, recipe.steps)
         lr = recipe.lr * min(1.0, (step + 1) / 50) * (0.1 + 0.45 * (1 + math.cos(math.pi * frac)))
@@ -181,6 +186,10 @@ def _build(folder: Path, model_config: Any, recipe: Recipe, base: Path, files: l
         opt.step()
         opt.zero_grad(set_to_none=True)
         losses.append(float(loss.detach()))
+        if on_tick is not None:
+            on_tick(Tick(work=work, step=step + 1, total=recipe.steps,
+                         tokens=recipe.batch * recipe.length,
+                         read=_loss_reader(losses[-1])))
     model.eval()
     held_loss = _loss(model, held_data, recipe)
     folder.mkdir(parents=True)
@@ -197,6 +206,10 @@ def _build(folder: Path, model_config: Any, recipe: Recipe, base: Path, files: l
     if say:
         say(f"{NAME}: held-out loss {held_loss:.3f} nats/token after "
             f"{time.perf_counter() - started:.0f} s; cached in {folder.parent}")
+
+
+def _loss_reader(loss: float) -> Callable[[], Values]:
+    return lambda: {"loss": loss}
 
 
 def _windows(data: Any, recipe: Recipe, gen: Any) -> tuple[Any, Any]:

@@ -37,6 +37,7 @@ from dflash.config import DrafterConfig, TargetShape, target_layer_ids_for
 from dflash.errors import TargetError
 from dflash.model import KVCache
 from dflash.presets import STDLIB_TARGET, TARGET_SHAPES, target_path
+from dflash.ticks import TickFn
 
 if TYPE_CHECKING:
     from transformers import (
@@ -330,8 +331,8 @@ def target_text(source: str) -> str:
 
 def load_target(source: str, *, device: str | torch.device = "cpu",
                 dtype: torch.dtype = torch.float32, layer_ids: tuple[int, ...] | None = None,
-                num_features: int = 5, mask_token_id: int | None = None, seed: int = 0
-                ) -> TargetModel:
+                num_features: int = 5, mask_token_id: int | None = None, seed: int = 0,
+                on_tick: TickFn | None = None) -> TargetModel:
     """A frozen target from a named shape, a config (random weights) or a weights folder."""
     device = torch.device(device)
     tokenizer = None
@@ -340,7 +341,7 @@ def load_target(source: str, *, device: str | torch.device = "cpu",
         from dflash import stdlib_target
 
         shape = TARGET_SHAPES["tiny"]
-        path = stdlib_target.ensure(transformers_config(_qwen3_config(shape)))
+        path = stdlib_target.ensure(transformers_config(_qwen3_config(shape)), on_tick=on_tick)
         layer_ids = layer_ids or shape.layer_ids
     if path is None:
         shape = TARGET_SHAPES[source]

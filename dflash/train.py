@@ -63,6 +63,7 @@ from dflash.startup import (
 from dflash.state import TrainState
 from dflash.stdlib_target import cache_root
 from dflash.target import TargetModel, drafter_config_for, load_target, target_text
+from dflash.ticks import Tick, TickFn, Values
 
 LogFn = Callable[[dict[str, Any]], None]
 __all__ = ["StepResult", "TrainResult", "TrainState", "Trainer"]
@@ -91,12 +92,13 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, *, target: TargetModel | None = None,
                  examples: list[Example] | None = None, world: World | None = None,
                  feature_server: int | None = None, on_phase: PhaseListener | None = None,
-                 shapes_only: bool = False) -> None:
+                 shapes_only: bool = False, on_tick: TickFn | None = None) -> None:
         """``feature_server``: with split roles, the global rank of this rank's target
         rank; features then come from there, and the local target keeps only its
         embedding and LM head. ``on_phase`` hears each start phase (``start_phases``
         keeps their seconds). ``shapes_only``: the run only warms up, so without a data
-        file no data is generated (:func:`dflash.startup.training_examples`)."""
+        file no data is generated (:func:`dflash.startup.training_examples`). ``on_tick``
+        hears every step of the target's pretraining (when it has one) and of training."""
         require_main_thread("building the trainer")
         self.cfg = cfg
         self.world = world or World()
@@ -104,6 +106,7 @@ class Trainer:
         self.out = Path(cfg.out)
         self.clock = StartClock(self.rt.device, on_phase)
         self.start_phases = self.clock.seconds
+        self.on_tick = on_tick
         """Seconds per start phase: target, drafter, parallelize, data, then warmup (and
         peak, when the run measures the matmul peak)."""
         torch.manual_seed(cfg.seed)
@@ -111,7 +114,7 @@ class Trainer:
         if target is None:
             with self.clock.phase("target", target_text(cfg.target)):
                 target = load_target(cfg.target, device=self.rt.device, dtype=self.rt.dtype,
-                                     layer_ids=cfg.layer_ids, seed=cfg.seed)
+                                     layer_ids=cfg.layer_ids, seed=cfg.seed, on_tick=on_tick)
         self.target = target
         with self.clock.phase("drafter", f"building the drafter ({cfg.draft_layers} layers)"):
             self.dcfg: DrafterConfig = drafter_config_for(
@@ -326,8 +329,12 @@ class Trainer:
         saved: Path | None = None
         stopped = False
         vote = StopVote(self.world)  # a SIGTERM stops every rank at the same step
+        tick = self.on_tick if main else None
+        held: Values = {}  # the latest held-out figures, for the heartbeat
         try:
             t0 = time.perf_counter()
+            if tick is not None:
+                tick(Tick(work="training", step=state.step, total=cfg.steps, tokens=0))
             while state.step < cfg.steps:
                 if vote(stop is not None and stop.is_set()) or (
                         cfg.stop_after and state.step >= cfg.stop_after):
@@ -338,6 +345,10 @@ class Trainer:
                 state.loader_state = loader_state
                 meter.add(step.out, step.pairs, step.grad_norm, step.lr, ids_BS.numel(),
                           mask_BS.shape[0] * cfg.anchors * cfg.block_size)
+                if tick is not None:
+                    tick(Tick(work="training", step=state.step, total=cfg.steps,
+                              tokens=ids_BS.numel() * self.world.size,
+                              read=_reader(meter, held)))
                 if state.step % cfg.log_every == 0 or state.step == cfg.steps:
                     sync_device(self.rt.device)
                     now = time.perf_counter()
@@ -345,7 +356,7 @@ class Trainer:
                                         peak_tflops=peak, world=self.world,
                                         device=self.rt.device)
                     if cfg.eval_every and state.step % cfg.eval_every == 0:
-                        last["held_out_tau"] = self.held_out_tau()
+                        last["held_out_tau"] = held["held_out_tau"] = self.held_out_tau()
                     if log is not None:
                         log.write(last)
                     if on_log is not None and main:
@@ -380,3 +391,7 @@ class Trainer:
         batch, feats_BSF = ahead.next(prefetch.get, more=self.state.step + 1 < last)
         return (*batch, feats_BSF)
 
+
+def _reader(meter: Meter, held: Values) -> Callable[[], Values]:
+    """The heartbeat's values at a step: ``meter``'s loss and tau, the latest held-out."""
+    return lambda: {**meter.peek(), **held}

@@ -7,6 +7,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from dflash.ticks import Tick
+
 PROG = "dflash-train"
 
 
@@ -19,6 +21,7 @@ class StartPhases:
         self.quiet = quiet
         self.console: Any = None
         self._status: Any = None
+        self._text = ""
         if not quiet and sys.stderr.isatty():
             from rich.console import Console
 
@@ -27,6 +30,7 @@ class StartPhases:
     def begin(self, phase: str, text: str) -> None:
         if self.quiet:
             return
+        self._text = text
         if self.console is not None:
             self._status = self.console.status(f"{text}\N{HORIZONTAL ELLIPSIS}")
             self._status.start()
@@ -45,6 +49,13 @@ class StartPhases:
             self.console.print(line, markup=False, soft_wrap=True)
         else:
             print(line, file=sys.stderr, flush=True)
+
+    def tick(self, tick: Tick) -> None:
+        """A step of a long start phase (the target's pretraining): on a terminal, its
+        count on the phase's status line; piped, nothing (the heartbeat says it)."""
+        if self._status is not None:
+            self._status.update(f"{self._text}\N{HORIZONTAL ELLIPSIS} {tick.work} step "
+                                f"{tick.step}/{tick.total}")
 
     def close(self) -> None:
         """Stop a status line left running by a phase that raised."""

@@ -30,6 +30,8 @@ from dflash.cli import options
 from dflash.cli.command import Command
 from dflash.cli.command import entry as command_entry
 from dflash.cli.gate import Gate, check_gate, gather, refuse
+from dflash.cli.heartbeat import DEFAULT_SECONDS
+from dflash.cli.reporting import CHOICES, check_installed
 from dflash.config import TrainConfig, kernels_for
 from dflash.distributed.world import Roles, World, barrier, detect, init, shutdown
 from dflash.errors import ConfigError
@@ -67,7 +69,17 @@ def build_parser() -> argparse.ArgumentParser:
                         help="start even if the environment does not match its lock")
     parser.add_argument("--check", action="store_true",
                         help="only check the environment, write OUT/metadata.json, exit")
-    parser.add_argument("--quiet", action="store_true", help="no progress display")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress display (nor heartbeat lines)")
+    parser.add_argument("--log-every-seconds", type=float, default=DEFAULT_SECONDS,
+                        metavar="S", help="when stderr is not a terminal: a progress line "
+                        "there every S seconds (default 30; 0: none by time)")
+    parser.add_argument("--log-every-steps", type=int, default=0, metavar="N",
+                        help="when stderr is not a terminal: a progress line every N steps "
+                        "(default 0: none by steps)")
+    parser.add_argument("--report-to", choices=CHOICES, default="none",
+                        help="also log the metrics to wandb or tensorboard (that library "
+                        "must be installed; default none)")
     parser.add_argument("--target-ranks", type=int, default=0, metavar="K",
                         help="under torchrun: run the frozen target on the last K ranks, "
                         "which stream features to the drafter ranks (default 0: every "
@@ -84,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
 def _main(command: Command, args: argparse.Namespace) -> int:
     cfg = config_of(args)
     resume_from = check_inputs(cfg, resume=args.resume)
+    options.at_least("--log-every-seconds", args.log_every_seconds, 0)
+    options.at_least("--log-every-steps", args.log_every_steps, 0)
+    check_installed(args.report_to)  # before anything is loaded: one line, exit 2
     world = detect()
     if args.target_ranks:  # checked before the process group: every rank stops alike
         if not world.distributed:
@@ -173,11 +188,16 @@ def _train(command: Command, args: argparse.Namespace, cfg: TrainConfig,
         server = roles.server_of(world.rank)
         world = role_world
     from dflash.cli.display import StartPhases
+    from dflash.cli.heartbeat import heartbeat_for
 
-    phases = StartPhases(args.quiet or not world.is_main)
+    quiet = args.quiet or not world.is_main
+    phases = StartPhases(quiet)
+    beat = heartbeat_for(quiet=quiet, every_seconds=args.log_every_seconds,
+                         every_steps=args.log_every_steps)
     try:
         trainer = Trainer(cfg, world=world, feature_server=server, on_phase=phases,
-                          shapes_only=args.warmup_only)
+                          shapes_only=args.warmup_only,
+                          on_tick=beat if beat is not None else phases.tick)
     finally:
         phases.close()
     trainer.environment = meta.get("environment")  # each checkpoint names env.json's digest
@@ -217,9 +237,22 @@ def _train(command: Command, args: argparse.Namespace, cfg: TrainConfig,
                   f"({'compiled' if trainer.rt.compile else 'eager'}); exiting")
             return ExitCode.OK
         from dflash.cli.display import Display
+        from dflash.cli.reporting import open_reporter
 
-        with Display(cfg.steps, trainer.state.step, args.quiet or not world.is_main) as show:
-            result = trainer.run(show, stop)
+        reporter = (open_reporter(args.report_to, Path(cfg.out), cfg.to_dict())
+                    if world.is_main else None)
+        try:
+            with Display(cfg.steps, trainer.state.step, quiet) as show:
+
+                def on_log(record: dict[str, Any]) -> None:
+                    show(record)
+                    if reporter is not None:
+                        reporter.log(record)
+
+                result = trainer.run(on_log, stop)
+        finally:
+            if reporter is not None:
+                reporter.close()
     finally:
         signal.signal(signal.SIGTERM, previous)
         warning = trainer.close()
