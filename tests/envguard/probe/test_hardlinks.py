@@ -66,9 +66,10 @@ def test_a_same_size_edit_is_shared_in_hash_mode(uv_hardlinks: Path, venvs: Venv
     edited = first.site_packages() / LINEAR
     with open(edited, "r+") as fh:
         fh.write("class Lineaz")
-    issue = _issue(_snapshot(second, verify="hash"))
-    assert (issue.problem, issue.links, issue.shared_with) == ("hash", 3,
-                                                               str(_archive(uv_hardlinks)))
+    for _ in range(2):  # hashed, then the digest from the hash memo
+        issue = _issue(_snapshot(second, verify="hash"))
+        assert (issue.problem, issue.links, issue.shared_with) == ("hash", 3,
+                                                                   str(_archive(uv_hardlinks)))
 
 
 def test_a_copied_install_with_an_edit_is_not_called_shared(
