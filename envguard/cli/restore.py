@@ -164,7 +164,18 @@ def cmd_restore(args: argparse.Namespace) -> int:
                                   new_name=str(target))
     show(dataclasses.replace(report, target=str(target), verification=verification),
          args.format, show_all=args.all)
+    if not args.in_place and args.format == "text":
+        _say_how_to_switch(target)
     return ExitCode.OK if verification.ok else ExitCode.DRIFT
+
+
+def _say_how_to_switch(target: Path) -> None:
+    """The new venv is not the one the shell has activated: say how to use it."""
+    import shlex
+
+    activate = shlex.join(["source", str(target / "bin" / "activate")])
+    note(f"to use it: {activate} (envguard commands take it as --python "
+         f"{shlex.quote(str(target))})")
 
 
 def _restore_conda(args: argparse.Namespace, good: Snapshot, into: Path | None) -> int:

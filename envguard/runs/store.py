@@ -164,7 +164,7 @@ def record_run(snapshot: Snapshot, *, cwd: Path, argv: Sequence[str], lock: str 
     """Write the run's record (argv redacted) and its snapshot; move ``last-good`` to it
     when it succeeded."""
     digest = store_snapshot(snapshot, cwd)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    stamp = _id_stamp(started_at)
     name = re.sub(r"[^A-Za-z0-9._-]+", "_", lock or "run")[:64]
     record = RunRecord(
         id=_unused_id(cwd, f"{stamp}-{name}"), argv=tuple(redact_argv(list(argv))), lock=lock,
@@ -184,6 +184,18 @@ def record_run(snapshot: Snapshot, *, cwd: Path, argv: Sequence[str], lock: str 
                               json.dumps(pointer, indent=2, sort_keys=True) + "\n", mode=0o600,
                               state_root=cwd)
     return record
+
+
+def _id_stamp(started_at: str) -> str:
+    """A run id's time: when the run STARTED (as ``envguard runs`` sorts and shows it), in
+    UTC to the microsecond; the time now for a start time that does not parse."""
+    try:
+        when = datetime.fromisoformat(started_at.replace("Z", "+00:00"))
+    except ValueError:
+        when = datetime.now(timezone.utc)
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
 
 
 def _unused_id(cwd: Path, base: str) -> str:

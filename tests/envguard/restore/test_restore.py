@@ -227,6 +227,9 @@ def test_a_build_the_index_no_longer_serves_is_reported_as_a_build_change(world:
     assert "could not be reproduced" in out
     _, rules = package_changes(w, new)
     assert rules == ["torch-build-changed"]
+    # It says how to switch to the new venv (text only: JSON has "target").
+    assert f"envguard: to use it: source {new / 'bin' / 'activate'} (envguard commands take " \
+           f"it as --python {new})" in proc.stderr
 
 
 def test_dry_run_shows_the_plan_and_creates_nothing(world: World) -> None:

@@ -35,6 +35,10 @@ def main():
     print("demo-train ran " + mode, flush=True)
     if mode == "term":
         os.kill(os.getpid(), signal.SIGTERM)
+    if mode == "sleep":
+        import time
+        time.sleep(1.2)
+        return 0
     if mode == "import":
         sys.stderr.write("Traceback (most recent call last):\\n  File \\"train.py\\", line 1\\n"
                          "ImportError: cannot import name 'merge' from 'helperlib'\\n")
@@ -238,6 +242,17 @@ def test_refused_and_forced_runs_never_become_last_good(world: World, breakage: 
     assert world.run("0", guard=("--force",)).returncode == 0
     assert [r["exit_code"] for r in world.records()] == [None, 0]
     assert not (world.runs_dir / "last-good.json").exists()
+
+
+def test_a_run_id_is_named_after_its_start(world: World) -> None:
+    """The old id took the time the record was written (the end), while `envguard runs`
+    showed the start: a long run's id and its row disagreed."""
+    assert world.run("sleep").returncode == 0
+    (record,) = world.records()
+    started = record["started_at"]  # 2026-12-06T11:34:07.561Z
+    stamp = started[:19].replace("-", "").replace(":", "") + started[20:23]
+    assert record["id"].startswith(stamp), (record["id"], started)
+    assert record["ended_at"] > started
 
 
 def test_identical_runs_store_one_snapshot(world: World) -> None:
