@@ -27,6 +27,9 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
                                 "entry) or markdown")
     chk.add_argument("--strict", action="store_true",
                      help="every distribution must match, not only the command's closure")
+    chk.add_argument("-v", "--verbose", action="store_true",
+                     help="on a mismatch, every finding and change in full (text; by default "
+                     "a summary of about 20 lines)")
     chk.set_defaults(handler=cmd_check)
 
 
@@ -37,6 +40,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     python = select_environment(args.python, probe=True).python
     from envguard.gate import check_command
 
-    result = check_command(name, lock=lock_path, python=python, strict=args.strict)
-    show(result, args.format)
+    result = check_command(name, lock=lock_path, python=python, strict=args.strict,
+                           relock_python=args.python)
+    show(result, args.format, show_all=args.verbose)
     return ExitCode.OK if result.passed else ExitCode.DRIFT

@@ -29,8 +29,16 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     lock.add_argument("--python", metavar="PY", help="lock another interpreter's environment")
     lock.add_argument("--lock", metavar="PATH", help="lockfile path (default lockfiles/NAME.toml)")
     lock.add_argument("--entry", metavar="ID", help="entry id (default <host>-py<X.Y>-<cuda>)")
-    lock.add_argument("--distribution", metavar="DIST",
-                      help="the command's distribution (default: found from its entry point)")
+    lock.add_argument("--distribution", dest="distributions", action="append", default=None,
+                      metavar="DIST",
+                      help="pin DIST and what it requires (repeatable; default: the "
+                      "distribution of the command's entry point, else the project of "
+                      "pyproject.toml, else every installed distribution)")
+    lock.add_argument("-r", "--requirement", dest="requirements", action="append",
+                      default=None, metavar="FILE",
+                      help="pin the distributions a requirements file names and what they "
+                      "require (repeatable; names only: versions, options and markers that "
+                      "do not apply are left out)")
     lock.add_argument("--extra", dest="extras", action="append", default=None, metavar="EXTRA",
                       help="extras of the distribution the command needs (repeatable)")
     lock.add_argument("--file", dest="files", action="append", default=None, metavar="GLOB",
@@ -47,8 +55,10 @@ def _utf8_values(args: argparse.Namespace) -> None:
     """The lock's words go into a UTF-8 TOML file: a name, pattern or extra that is not
     UTF-8 (bytes on the command line that Python keeps as surrogate escapes) is refused
     here with one line, exit 2, instead of failing when the lock is written."""
-    for option, value in (("NAME", args.name), ("--distribution", args.distribution),
-                          ("--entry", args.entry), *(("--file", v) for v in args.files or ()),
+    for option, value in (("NAME", args.name), ("--entry", args.entry),
+                          *(("--distribution", v) for v in args.distributions or ()),
+                          *(("-r", v) for v in args.requirements or ()),
+                          *(("--file", v) for v in args.files or ()),
                           *(("--forbid", v) for v in args.forbid or ()),
                           *(("--extra", v) for v in args.extras or ())):
         try:
@@ -66,7 +76,8 @@ def cmd_lock(args: argparse.Namespace) -> int:
     request = LockRequest(
         name=args.name, lock_path=args.lock, from_snapshot=args.from_snapshot,
         python=args.python if args.from_snapshot else select_environment(args.python).python,
-        entry_id=args.entry, distribution=args.distribution,
+        entry_id=args.entry, distributions=tuple(args.distributions or ()),
+        requirement_files=tuple(args.requirements or ()),
         extras=tuple(args.extras) if args.extras is not None else None,
         file_patterns=tuple(args.files) if args.files is not None else None,
         cache_policy=args.cache_policy,

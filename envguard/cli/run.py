@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from envguard.gate.check import GateResult
     from envguard.gate.launch import Launched
     from envguard.model import Snapshot
+    from envguard.probe.discovery import Selection
     from envguard.runs.store import RunRecord
 
 
@@ -54,20 +55,21 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     require_command(argv[0], os.environ)  # before the gate: a typo is not a drifted environment
     name, lock_path = lock_choice(os.path.basename(argv[0]), args.lock)
-    python = select_environment(args.python, command=argv[0], probe=True).python
+    selection = select_environment(args.python, command=argv[0], probe=True)
     from envguard.gate import check_command
     from envguard.gate.launch import launch, run_metadata
 
-    result = check_command(name, lock=lock_path, python=python, strict=args.strict)
+    result = check_command(name, lock=lock_path, python=selection.python, strict=args.strict,
+                           relock_python=_relock_python(args.python, selection))
     say_environment()  # before the refusal, or the child's own output
     meta = run_metadata(argv, result, force=args.force)
     shown = os.path.basename(argv[0])
     if not result.passed and not args.force:
-        show_on_stderr(result)
         why = ("this machine is new to" if result.new_machine is not None
                else "the environment does not match")
         sys.stderr.write(f"envguard: refused to run {shown}: {why} {result.lock_path} (use "
                          "--force to run anyway)\n")
+        show_on_stderr(result)  # its last line: the command to run next
         _record(result, meta, None)
         return ExitCode.REFUSED
     if not result.passed:
@@ -83,6 +85,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     if record is not None and record.failed:
         _explain_failure(shown, record, result.snapshot)
     return launched.exit.status
+
+
+def _relock_python(given: str | None, selection: Selection) -> str | None:
+    """The ``--python`` a refusal's ``envguard lock`` needs: the one given, or the command's
+    interpreter when ``envguard lock`` would not find that environment by itself."""
+    if given or selection.python is None:
+        return given
+    from envguard.probe.discovery import discover
+
+    found = discover(None, env=os.environ, cwd=Path.cwd())
+    return None if found.prefix == selection.prefix else selection.executable
 
 
 def _record(result: GateResult, meta: dict[str, Any],

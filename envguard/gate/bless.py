@@ -4,9 +4,15 @@ Writes (or updates) ``lockfiles/NAME.toml`` with the environment as one entry, k
 the other machines' entries, and its full snapshot beside the lock in
 ``NAME.snapshots/<entry>.json``.
 
+What a new lock pins: the closure of the distributions ``--distribution`` and ``-r`` name;
+else of the distribution whose console script NAME is, or of the project its
+``pyproject.toml`` names; else, with no such metadata, every distribution of the
+environment (scope ``environment``).
+
 Several ``envguard lock`` at once (one per node of a job) keep every entry: the snapshot is
 taken first, then, under an exclusive ``flock`` of ``.NAME.toml.lock`` beside the TOML, the
-lock is read again, the entry added and both files written.
+lock is read again, the entry added and both files written. Everything that can refuse is
+tried before the ``.lock`` file or the folder is made: a refused lock leaves nothing behind.
 
 The TOML, the ``NAME.snapshots`` folder, its files and the ``.lock`` file are envguard's
 state (a repository may commit symlinks): a link among them is refused with one line
@@ -23,6 +29,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from envguard.atomic import check_state_path, write_text_atomic
 from envguard.errors import InputError, OutputError
@@ -30,16 +37,20 @@ from envguard.explain.tables import DEFAULT_FORBIDDEN
 from envguard.frozen import frozen
 from envguard.gate.command import gate_snapshot_options
 from envguard.gate.lockfile import (
+    SCOPE_CLOSURE,
+    SCOPE_ENVIRONMENT,
     Lock,
     LockEntry,
     build_entry,
     dump_lock,
     hash_files,
+    marker_environment,
     refuse_credential,
     script_owner,
     validate_name,
 )
 from envguard.gate.lookup import project_root_of, read_lock
+from envguard.gate.requirements import Wanted, applicable, read_requirements
 from envguard.model import Snapshot
 
 
@@ -52,7 +63,10 @@ class LockRequest:
     from_snapshot: str | None = None
     python: str | None = None
     entry_id: str | None = None
-    distribution: str | None = None
+    distributions: tuple[str, ...] = ()
+    """``--distribution``, in order: the first is the command's own (``--extra`` is its)."""
+    requirement_files: tuple[str, ...] = ()
+    """``-r``: the distributions these files name are roots of the closure too."""
     extras: tuple[str, ...] | None = None
     file_patterns: tuple[str, ...] | None = None
     cache_policy: str | None = None
@@ -68,17 +82,44 @@ class Blessed:
     """An entry of the same id was there before."""
 
 
-def _merged(request: LockRequest, name: str, existing: Lock | None) -> Lock:
-    lock = existing or Lock(name=name, command=name, distribution=request.distribution or "")
+def _merged(request: LockRequest, name: str, existing: Lock | None, root: Path) -> Lock:
+    """The lock asked for, before its roots are resolved against the snapshot: what the
+    request names, else what the existing lock says, else the defaults."""
+    lock = existing or Lock(name=name, command=name, distribution="",
+                            file_patterns=_project_files(root))
+    extras = request.extras
+    if request.distributions or request.requirement_files:  # new roots replace the old
+        first, *rest = request.distributions or ("",)
+        if extras is None and first != lock.distribution:
+            extras = ()
+        lock = dataclasses.replace(lock, distribution=first, requires=tuple(rest),
+                                   scope=SCOPE_CLOSURE)
     return dataclasses.replace(
         lock,
-        distribution=request.distribution or lock.distribution,
-        extras=request.extras if request.extras is not None else lock.extras,
+        extras=extras if extras is not None else lock.extras,
         file_patterns=(request.file_patterns if request.file_patterns is not None
                        else lock.file_patterns),
         cache_policy=request.cache_policy or lock.cache_policy,
         forbidden=request.forbidden if request.forbidden is not None else
         (lock.forbidden if existing else DEFAULT_FORBIDDEN))
+
+
+def _project_files(root: Path) -> tuple[str, ...]:
+    """``[tool.envguard] files`` of ``root/pyproject.toml``, relative to it (a new lock's
+    default for ``--file``); none without one."""
+    from envguard.probe.files import project_config
+
+    pyproject = root / "pyproject.toml"
+    if not pyproject.is_file():
+        return ()
+    patterns, _ = project_config(pyproject)
+    out = []
+    for pattern in patterns:
+        try:
+            out.append(Path(pattern).relative_to(root).as_posix())
+        except ValueError:
+            out.append(pattern)  # an absolute pattern stays absolute
+    return tuple(out)
 
 
 def _snapshot(request: LockRequest, lock: Lock, root: Path) -> Snapshot:
@@ -97,39 +138,110 @@ LOCK_WAIT_S = 120.0
 
 @contextlib.contextmanager
 def exclusive(path: Path, *, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``.<name>.lock`` beside ``path`` (made if needed; never
-    removed, since removing a lock file races with the next process that opens it)."""
+    """Hold an exclusive ``flock`` on ``.<name>.lock`` beside ``path``, made if needed.
+
+    A holder checks, once it has the lock, that the name still refers to the file it
+    locked (else it opens the file again): so the one that made the file can remove it
+    again when what it guards fails, and leaves nothing behind. After a success the file
+    stays (a next writer may already be waiting on it)."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - not POSIX: no locking
         yield
         return
     lock_file = path.parent / f".{path.name}.lock"
+    made = _missing_folders(path.parent)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        # Not followed if a link, not opened if a FIFO or device (which could block).
-        fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
-                     | os.O_NONBLOCK, 0o666)
     except OSError as exc:
-        why = "a symbolic link, not followed" if os.path.islink(lock_file) else \
-            exc.strerror or exc
-        raise OutputError(f"cannot lock {path}: {lock_file}: {why}") from None
+        raise OutputError(f"cannot lock {path}: {path.parent}: {exc.strerror or exc}") from None
+    deadline = time.monotonic() + wait_s
+    fd, created = _open_locked(path, lock_file, fcntl, deadline, wait_s)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OutputError(f"cannot lock {path}: {lock_file} is not a regular file")
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise OutputError(f"cannot lock {path}: another envguard lock has held "
-                                      f"{lock_file} for {wait_s:g} s") from None
-                time.sleep(0.05)
         yield
+    except BaseException:
+        if created:  # still ours: every other holder re-checks the name after locking
+            with contextlib.suppress(OSError):
+                os.unlink(lock_file)
+            for folder in made:  # the innermost first; only if left empty
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+        raise
     finally:
         os.close(fd)  # releases the lock
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and those of its parents that do not exist yet, innermost first."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+def _open_locked(path: Path, lock_file: Path, fcntl: Any, deadline: float,
+                 wait_s: float) -> tuple[int, bool]:
+    """(fd of ``lock_file``, flocked; whether this call made the file)."""
+    flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    while True:
+        if time.monotonic() > deadline:
+            raise OutputError(f"cannot lock {path}: {lock_file} kept being removed for "
+                              f"{wait_s:g} s")
+        created = True
+        try:
+            # Not followed if a link, not opened if a FIFO or device (which could block).
+            try:
+                fd = os.open(lock_file, flags | os.O_CREAT | os.O_EXCL, 0o666)
+            except FileExistsError:
+                created = False
+                fd = os.open(lock_file, flags)
+        except FileNotFoundError:  # removed, or its folder, by a maker that failed
+            with contextlib.suppress(OSError):
+                path.parent.mkdir(parents=True, exist_ok=True)
+            continue
+        except OSError as exc:
+            why = "a symbolic link, not followed" if os.path.islink(lock_file) else \
+                exc.strerror or exc
+            raise OutputError(f"cannot lock {path}: {lock_file}: {why}") from None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OutputError(f"cannot lock {path}: {lock_file} is not a regular file")
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise OutputError(f"cannot lock {path}: another envguard lock has "
+                                          f"held {lock_file} for {wait_s:g} s") from None
+                    time.sleep(0.05)
+            if _same_file(fd, lock_file):
+                return fd, created
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # its maker removed it while this one waited: lock the new one
+
+
+def _same_file(fd: int, name: Path) -> bool:
+    try:
+        now = os.stat(name, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino)
+
+
+@frozen
+class _Plan:
+    """Everything ``envguard lock`` writes, made and checked before any of it is."""
+
+    lock: Lock
+    entry: LockEntry
+    snapshot_rel: str
+    snapshot_text: str
+    lock_text: str
 
 
 def bless(request: LockRequest) -> Blessed:
@@ -142,30 +254,59 @@ def bless(request: LockRequest) -> Blessed:
     # (a planted one can point anywhere) is never read, and refused before the long probe.
     existing = read_lock(path) if path.exists() and not path.is_symlink() else None
     check_state_path(path, path.parent)
-    snapshot = _snapshot(request, _merged(request, name, existing), root)
+    wanted = tuple(w for f in request.requirement_files for w in read_requirements(Path(f)))
+    snapshot = _snapshot(request, _merged(request, name, existing, root), root)
+    _plan(request, name, path, root, existing, snapshot, wanted)  # refused before any write
     with exclusive(path):
         # Read again: another envguard lock may have added its entry while this one probed.
         existing = read_lock(path) if path.exists() else None
-        return _write(request, name, path, root, existing, snapshot)
+        plan = _plan(request, name, path, root, existing, snapshot, wanted)
+        snapshot_file = path.parent / plan.snapshot_rel
+        new_snapshot = not snapshot_file.exists()
+        write_text_atomic(snapshot_file, plan.snapshot_text, state_root=path.parent)
+        try:
+            write_text_atomic(path, plan.lock_text, state_root=path.parent)
+        except BaseException:
+            if new_snapshot:  # no snapshot file without the entry that names it
+                with contextlib.suppress(OSError):
+                    snapshot_file.unlink()
+            raise
+    replaced = existing is not None and any(e.id == plan.entry.id for e in existing.entries)
+    return Blessed(path=path, lock=plan.lock, entry=plan.entry, replaced=replaced)
 
 
-def _write(request: LockRequest, name: str, path: Path, root: Path, existing: Lock | None,
-           snapshot: Snapshot) -> Blessed:
-    lock = _merged(request, name, existing)
-    if not lock.distribution:
-        # A plain `python train.py`: no console script, so the project's own dependencies.
-        owner = script_owner(snapshot, lock.command) or _project_of(root)
-        if owner is None:
-            raise InputError(f"no installed distribution provides the command {lock.command!r}"
-                             " and no pyproject.toml names a project here; pass --distribution")
-        lock = dataclasses.replace(lock, distribution=owner[0],
-                                   extras=lock.extras or owner[1])
+def _roots(request: LockRequest, lock: Lock, root: Path, snapshot: Snapshot,
+           wanted: tuple[Wanted, ...]) -> Lock:
+    """The lock with its roots resolved: the requirements that apply to this interpreter;
+    else the owner of the command or the project; else the whole environment."""
+    if request.distributions or request.requirement_files:
+        kept = applicable(wanted, marker_environment(snapshot))
+        lock = dataclasses.replace(lock, requires=tuple(dict.fromkeys(
+            (*lock.requires, *(w.root for w in kept)))))
+        if not lock.distribution and not lock.requires:
+            raise InputError(f"{', '.join(request.requirement_files)}: no requirement "
+                             "applies to this interpreter (their markers exclude it all)")
+        return lock
+    if lock.distribution or lock.requires or lock.scope == SCOPE_ENVIRONMENT:
+        return lock  # as the existing lock says
+    # A plain `python train.py`: no console script, so the project's own dependencies, or
+    # with no project either, everything installed.
+    owner = script_owner(snapshot, lock.command) or _project_of(root)
+    if owner is None:
+        return dataclasses.replace(lock, scope=SCOPE_ENVIRONMENT)
+    return dataclasses.replace(lock, distribution=owner[0], extras=lock.extras or owner[1])
+
+
+def _plan(request: LockRequest, name: str, path: Path, root: Path, existing: Lock | None,
+          snapshot: Snapshot, wanted: tuple[Wanted, ...]) -> _Plan:
+    lock = _roots(request, _merged(request, name, existing, root), root, snapshot, wanted)
     forbidden = lock.forbidden_installed(snapshot)
     if forbidden:
         raise InputError(f"will not lock an environment with forbidden packages installed: "
                          f"{', '.join(forbidden)} (uninstall them, or change --forbid)")
     entry = build_entry(snapshot, lock, entry_id=request.entry_id, project_root=root)
-    lock = dataclasses.replace(lock, files=hash_files(lock, root))
+    own = (path, path.parent / f"{name}.snapshots")  # the lock never pins itself
+    lock = dataclasses.replace(lock, files=hash_files(lock, root, skip=own))
     _refuse_credentials(lock, entry)
     snap_rel = f"{name}.snapshots/{entry.id}.json"
     check_state_path(path, path.parent)  # both refused before either is written
@@ -174,10 +315,8 @@ def _write(request: LockRequest, name: str, path: Path, root: Path, existing: Lo
     lock = lock.with_entry(entry)
     snapshot_text, lock_text = snapshot.to_json(), dump_lock(lock)
     _utf8(snapshot_text, lock_text)  # neither written unless both can be
-    write_text_atomic(path.parent / snap_rel, snapshot_text, state_root=path.parent)
-    write_text_atomic(path, lock_text, state_root=path.parent)
-    replaced = existing is not None and any(e.id == entry.id for e in existing.entries)
-    return Blessed(path=path, lock=lock, entry=entry, replaced=replaced)
+    return _Plan(lock=lock, entry=entry, snapshot_rel=snap_rel, snapshot_text=snapshot_text,
+                 lock_text=lock_text)
 
 
 def _utf8(*texts: str) -> None:
@@ -198,6 +337,7 @@ def _refuse_credentials(lock: Lock, entry: LockEntry) -> None:
     fields = [("entry id", entry.id), ("command", lock.command),
               ("--distribution", lock.distribution)]
     fields += [("--extra", x) for x in lock.extras]
+    fields += [("a required distribution", x) for x in lock.requires]
     fields += [("--forbid", x) for x in lock.forbidden]
     fields += [("--file", x) for x in lock.file_patterns]
     fields += [("a pinned file", f.path) for f in lock.files]

@@ -19,7 +19,7 @@ from envguard.changes import SnapshotDiff, diff
 from envguard.errors import InputError
 from envguard.findings import Finding, Severity
 from envguard.frozen import frozen
-from envguard.gate.lockfile import Lock, LockEntry, closure, project_requires
+from envguard.gate.lockfile import Lock, LockEntry, pinned_names
 from envguard.model import (
     Distribution,
     Files,
@@ -49,6 +49,14 @@ class EntryComparison:
 
 
 @frozen
+class NextStep:
+    """What to do about a refusal: why, then the one command, as a person pastes it."""
+
+    why: str
+    command: str
+
+
+@frozen
 class GateResult:
     lock: Lock
     lock_path: str
@@ -58,6 +66,14 @@ class GateResult:
     """A cold compile cache under ``warn-if-cold`` (a warning) or ``require-warm`` (fatal)."""
     new_machine: NewMachine | None = None
     """Set when nothing matches and no entry was recorded on this machine or one like it."""
+    relock: tuple[str, ...] = ()
+    """On a refusal: the arguments of ``envguard lock`` that lock this environment into the
+    lock checked (``NAME``, with ``--lock`` and ``--python`` where the defaults differ);
+    ``envguard check`` takes the same ones."""
+    project_root: str = ""
+    """The folder the lock's file paths are relative to."""
+    next_step: NextStep | None = None
+    """On a refusal: remove what the lock forbids, re-lock, or bless a new machine."""
 
     @property
     def matched(self) -> EntryComparison | None:
@@ -115,6 +131,29 @@ class GateResult:
                           refused_by=blocking.title if blocking is not None else None)
 
 
+def next_step(result: GateResult, relock: tuple[str, ...]) -> NextStep | None:
+    """The command a refusal ends with (None when the gate passed). ``relock``: the
+    arguments of ``envguard lock`` that write this environment into this lock."""
+    if result.passed:
+        return None
+    from envguard.explain.remedies import remedy, shell_line, uv_pip_uninstall
+
+    forbidden = result.lock.forbidden_installed(result.snapshot)
+    if forbidden:  # a re-lock would be refused too
+        python = relock[relock.index("--python") + 1] if "--python" in relock else None
+        return NextStep(why="remove what the lock forbids first (a lock refuses it too):",
+                        command=remedy(lambda: uv_pip_uninstall(forbidden, python=python)))
+    if result.matched is not None:  # only the compile cache blocks
+        return NextStep(why="the environment matches, but the lock requires a warm compile "
+                        "cache: warm it with one single-threaded step, or restore a saved one:",
+                        command="envguard cache restore")
+    why = ("this machine is new to the lock; if this environment is known-good, bless it:"
+           if result.new_machine is not None else
+           "if the change is intended, re-lock this environment (else undo it: the remedies "
+           "are in --verbose):")
+    return NextStep(why=why, command=shell_line(["envguard", "lock", *relock]))
+
+
 def _closeness(comparison: EntryComparison) -> tuple[int, str]:
     return len(comparison.diff.material), comparison.entry.id
 
@@ -127,10 +166,9 @@ def _minor(version: str) -> str:
 
 
 def _current_closure(lock: Lock, snapshot: Snapshot, project_root: Path) -> set[str]:
-    """The command's closure as installed now, plus forbidden packages; the same for every
-    entry, so computed once per check."""
-    names = set(closure(snapshot, lock.distribution, lock.extras,
-                        project_requires(project_root, lock.distribution)))
+    """What the lock pins as installed now (the closure, or every distribution), plus
+    forbidden packages; the same for every entry, so computed once per check."""
+    names = pinned_names(snapshot, lock, project_root)
     names |= set(lock.forbidden_installed(snapshot))
     return names - {p.name for p in snapshot.packages if p.editable}
 
@@ -320,10 +358,11 @@ def check(snapshot: Snapshot, lock: Lock, lock_path: str, project_root: Path, *,
         explained = _explained(entries[i], lock, snapshot, sides[i])
         comparisons = (*comparisons[:i], explained, *comparisons[i + 1:])
     result = GateResult(lock=lock, lock_path=lock_path, snapshot=snapshot,
-                        comparisons=comparisons, cache_note=_cache_note(lock, snapshot))
+                        comparisons=comparisons, cache_note=_cache_note(lock, snapshot),
+                        project_root=str(project_root))
     if result.matched is None and result.closest is not None:
         from envguard.gate.machine import new_machine
 
         new = new_machine(lock, lock_dir, snapshot, result.closest.entry)
         result = dataclasses.replace(result, new_machine=new)
-    return result
+    return dataclasses.replace(result, next_step=next_step(result, (lock.name,)))

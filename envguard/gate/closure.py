@@ -129,6 +129,13 @@ def _closure(snapshot: Snapshot, root: str, extras: tuple[str, ...],
     return sorted(n for n in wanted if n in by_name)
 
 
+def split_root(root: str) -> tuple[str, tuple[str, ...]]:
+    """``"envguard[dflash]"`` → ``("envguard", ("dflash",))``: a root of a lock's closure."""
+    name, _, rest = root.partition("[")
+    extras = tuple(e.strip() for e in rest.rstrip("]").split(",") if e.strip())
+    return name.strip(), extras
+
+
 def project_requires(project_root: Path, distribution: str) -> list[str] | None:
     """Requires-Dist of ``distribution`` read from the project's own pyproject.toml."""
     from envguard.input_file import read_input_text

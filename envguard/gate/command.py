@@ -22,20 +22,52 @@ def gate_snapshot_options(lock: Lock, project_root: Path, *, python: str | None 
     caches (docs/CACHE.md, Provenance). ``[tool.envguard] env`` of the project's
     pyproject.toml applies, as to every snapshot; its ``files`` come from the lock."""
     patterns = tuple(str(project_root / p) for p in lock.file_patterns)
-    names = {p.name for e in lock.entries for p in e.packages} | {lock.distribution}
+    names = {p.name for e in lock.entries for p in e.packages} | set(lock.roots())
     return SnapshotOptions(
         python=python, file_patterns=patterns, cwd=project_root, project_files=False,
         git=not fast, integrity_only=frozenset(names) if fast and lock.entries else None)
 
 
 def check_command(name: str, *, lock: str | Path | None = None, python: str | None = None,
-                  cwd: Path | None = None, strict: bool = False) -> GateResult:
+                  cwd: Path | None = None, strict: bool = False,
+                  relock_python: str | None = None) -> GateResult:
     """Does the environment of ``python`` (default: this one) match the lock of command
     ``name``? The lock is ``lock`` if given, else ``lockfiles/NAME.toml`` under ``cwd``
     (default: the working directory) or the bundled one. ``strict``: every distribution
-    must match the entry's full snapshot, not only the command's closure."""
-    path = Path(lock) if lock else find_lock(validate_name(name), cwd or Path.cwd())
+    must match the entry's full snapshot, not only the command's closure.
+    ``relock_python``: the ``--python`` a refusal's re-lock command names (None: none, the
+    environment ``envguard lock`` finds by itself is this one)."""
+    here = cwd or Path.cwd()
+    path = Path(lock) if lock else find_lock(validate_name(name), here)
     parsed = read_lock(path)
     root = project_root_of(path)
     snapshot = collect(gate_snapshot_options(parsed, root, python=python, fast=not strict))
-    return check(snapshot, parsed, str(path), root, strict=strict)
+    result = check(snapshot, parsed, str(path), root, strict=strict)
+    if result.passed:
+        return result
+    import dataclasses
+
+    from envguard.gate.check import next_step
+
+    relock = relock_args(parsed, path, here, relock_python)
+    return dataclasses.replace(result, relock=relock, next_step=next_step(result, relock))
+
+
+def relock_args(lock: Lock, path: Path, cwd: Path, python: str | None) -> tuple[str, ...]:
+    """The arguments of ``envguard lock`` that write this environment into the lock at
+    ``path``: ``NAME``, with ``--lock`` unless it is ``lockfiles/NAME.toml`` here (none for a
+    bundled lock either: a new lock here is found before it), and ``--python``."""
+    from envguard.gate.lookup import bundled_lock_dirs
+
+    argv = [lock.name]
+    folder = path.resolve().parent
+    default = cwd.resolve() / "lockfiles"
+    if path.name != f"{lock.name}.toml" or not (
+            folder == default or folder in bundled_lock_dirs()):
+        import os
+
+        shown = os.path.relpath(path.absolute(), cwd.absolute())
+        argv += ["--lock", shown if not shown.startswith("..") else str(path.absolute())]
+    if python:
+        argv += ["--python", python]
+    return tuple(argv)

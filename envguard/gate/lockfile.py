@@ -22,7 +22,7 @@ from typing import Any
 from envguard.errors import InputError, UnsupportedSchemaError
 from envguard.explain.tables import CACHE_POLICIES, DEFAULT_FORBIDDEN
 from envguard.frozen import frozen
-from envguard.gate.closure import closure, marker_environment, project_requires
+from envguard.gate.closure import closure, marker_environment, project_requires, split_root
 from envguard.globs import matches_any
 from envguard.input_file import METADATA_BYTES, NotReadable, read_bounded_text
 from envguard.model import ProbeIssue, Snapshot
@@ -31,8 +31,8 @@ from envguard.toml_write import toml_string
 
 __all__ = ["DEFAULT_FORBIDDEN", "LOCK_SCHEMA", "Lock", "LockEntry", "LockedFile",
            "LockedPackage", "build_entry", "closure", "dump_lock", "hash_files",
-           "marker_environment", "parse_lock", "project_requires", "script_owner",
-           "validate_name"]
+           "marker_environment", "parse_lock", "pinned_names", "project_requires",
+           "script_owner", "split_root", "validate_name"]
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -40,6 +40,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 LOCK_SCHEMA = "envguard.lock/1"
+SCOPE_CLOSURE, SCOPE_ENVIRONMENT = "closure", "environment"
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
@@ -84,6 +85,11 @@ class Lock:
     """The command's own distribution; its requirements define the closure."""
     extras: tuple[str, ...] = ()
     """Extras of ``distribution`` that the command needs (``dflash`` pulls in torch)."""
+    requires: tuple[str, ...] = ()
+    """More roots of the closure: the distributions ``-r`` files and further
+    ``--distribution`` options named, each a name with its extras (``envguard[dflash]``)."""
+    scope: str = "closure"
+    """``closure``: the roots and what they require; ``environment``: every distribution."""
     cache_policy: str = "warn-if-cold"
     forbidden: tuple[str, ...] = DEFAULT_FORBIDDEN
     file_patterns: tuple[str, ...] = ()
@@ -97,6 +103,15 @@ class Lock:
         kept = tuple(e for e in self.entries if e.id != entry.id)
         return dataclasses.replace(self, entries=tuple(sorted((*kept, entry),
                                                              key=lambda e: e.id)))
+
+    @property
+    def whole_environment(self) -> bool:
+        return self.scope == SCOPE_ENVIRONMENT
+
+    def roots(self) -> tuple[str, ...]:
+        """The closure's roots by name (for the gate's RECORD check)."""
+        return (*((self.distribution,) if self.distribution else ()),
+                *(split_root(r)[0] for r in self.requires))
 
     def forbidden_installed(self, snapshot: Snapshot) -> list[str]:
         return sorted(p.name for p in snapshot.packages
@@ -112,31 +127,58 @@ def default_entry_id(snapshot: Snapshot) -> str:
     return f"{host}-py{py}-{build}"
 
 
-def hash_files(lock: Lock, project_root: Path) -> tuple[LockedFile, ...]:
-    """The lock's file patterns, hashed from the working tree; paths relative to the root."""
+def hash_files(lock: Lock, project_root: Path,
+               skip: tuple[Path, ...] = ()) -> tuple[LockedFile, ...]:
+    """The lock's file patterns, hashed from the working tree; paths relative to the root.
+    ``skip``: files and folders left out (the lock's own file and snapshots, which a
+    pattern such as ``lockfiles/*`` matches but which change with every lock)."""
     from envguard.probe.files import track
 
     issues: list[ProbeIssue] = []
     tracked = track([str(project_root / p) for p in lock.file_patterns], issues)
     if issues:
         raise InputError(f"cannot hash the locked files: {issues[0].message} ({issues[0].path})")
+    left_out = tuple(p.resolve() for p in skip)
     out = []
     for f in tracked:
+        real = Path(f.path).resolve()
+        if any(real == s or s in real.parents for s in left_out):
+            continue
         if f.exists and f.md5 and f.sha256:
             rel = Path(f.path).resolve().relative_to(project_root.resolve()).as_posix()
             out.append(LockedFile(path=rel, md5=f.md5, sha256=f.sha256))
     return tuple(sorted(out, key=lambda f: f.path))
 
 
+def pinned_names(snapshot: Snapshot, lock: Lock, project_root: Path, *,
+                 locking: bool = False) -> set[str]:
+    """What the lock pins in ``snapshot``: every distribution (scope ``environment``), or
+    the closure of its roots. ``locking``: a root whose requirements are unknown (not
+    installed, and not the project being developed) is an InputError."""
+    if lock.whole_environment:
+        return {p.name for p in snapshot.packages}
+    installed = {p.name for p in snapshot.packages}
+    names: set[str] = set()
+    if lock.distribution:
+        here = normalize_name(lock.distribution) in installed
+        root_requires = None if here else project_requires(project_root, lock.distribution)
+        if locking and not here and root_requires is None:
+            raise InputError(f"{lock.distribution} is not installed in "
+                             f"{snapshot.interpreter.executable} and is not the project in "
+                             f"{project_root}: its requirements are unknown")
+        names |= set(closure(snapshot, lock.distribution, lock.extras, root_requires))
+    for root in lock.requires:
+        name, extras = split_root(root)
+        if locking and normalize_name(name) not in installed:
+            raise InputError(f"{name} is not installed in {snapshot.interpreter.executable}: "
+                             "install it, or leave it out of the lock")
+        names |= set(closure(snapshot, name, extras))
+    return names
+
+
 def build_entry(snapshot: Snapshot, lock: Lock, *, entry_id: str | None,
                 project_root: Path) -> LockEntry:
-    installed = normalize_name(lock.distribution) in {p.name for p in snapshot.packages}
-    root_requires = None if installed else project_requires(project_root, lock.distribution)
-    if not installed and root_requires is None:
-        raise InputError(f"{lock.distribution} is not installed in "
-                         f"{snapshot.interpreter.executable} and is not the project in "
-                         f"{project_root}: its requirements are unknown")
-    names = closure(snapshot, lock.distribution, lock.extras, root_requires)
+    names = sorted(pinned_names(snapshot, lock, project_root, locking=True))
     by_name = {p.name: p for p in snapshot.packages}
     packages = tuple(LockedPackage(name=n, version=by_name[n].version or "",
                                    fingerprint=by_name[n].fingerprint)
@@ -233,7 +275,9 @@ def parse_lock(text: str, source: str) -> Lock:
             snapshot_file=_snapshot_file(_get(raw, "snapshot_file", str, ctx, None), ctx)))
     return Lock(name=_get(data, "name", str, source), command=_get(data, "command", str, source),
                 distribution=_get(data, "distribution", str, source),
-                extras=_str_list(data, "extras", source), cache_policy=policy,
+                extras=_str_list(data, "extras", source),
+                requires=_str_list(data, "requires", source), scope=_scope(data, source),
+                cache_policy=policy,
                 forbidden=_str_list(data, "forbidden", source) if "forbidden" in data
                 else DEFAULT_FORBIDDEN,
                 file_patterns=_str_list(data, "files", source),
@@ -242,6 +286,13 @@ def parse_lock(text: str, source: str) -> Lock:
                                        sha256=_get(f, "sha256", str, source))
                             for f in _tables(data, "file", source)),
                 entries=tuple(entries))
+
+
+def _scope(data: dict[str, Any], source: str) -> str:
+    scope = _get(data, "scope", str, source, SCOPE_CLOSURE)
+    if scope not in (SCOPE_CLOSURE, SCOPE_ENVIRONMENT):
+        raise InputError(f"{source}: scope must be {SCOPE_CLOSURE} or {SCOPE_ENVIRONMENT}")
+    return str(scope)
 
 
 def _tables(raw: dict[str, Any], key: str, ctx: str) -> list[dict[str, Any]]:
@@ -271,8 +322,13 @@ def dump_lock(lock: Lock) -> str:
     lines = ["# envguard lockfile: known-good environments for one command.",
              "# Regenerate with `envguard lock` (see docs/LOCK.md); review changes in PRs.",
              f"schema = {toml_string(LOCK_SCHEMA)}"]
-    head = {"name": lock.name, "command": lock.command, "distribution": lock.distribution,
-            "extras": list(lock.extras), "cache_policy": lock.cache_policy,
+    head: dict[str, object] = {"name": lock.name, "command": lock.command}
+    if lock.whole_environment:  # written only where it is not the default
+        head["scope"] = lock.scope
+    head |= {"distribution": lock.distribution, "extras": list(lock.extras)}
+    if lock.requires:
+        head["requires"] = list(lock.requires)
+    head |= {"cache_policy": lock.cache_policy,
             "forbidden": list(lock.forbidden), "files": list(lock.file_patterns)}
     lines += [f"{k} = {_toml_value(v)}" for k, v in head.items()]
     for fl in lock.files:

@@ -9,11 +9,13 @@ from envguard.errors import InputError
 from envguard.gate.lockfile import Lock, parse_lock
 from envguard.input_file import read_input
 
+_PACKAGE = Path(__file__).resolve().parents[1]
+"""envguard/, as installed or in the checkout."""
+
 
 def bundled_lock_dirs() -> list[Path]:
     """Lockfiles shipped with envguard: inside the wheel, or the source checkout's."""
-    package = Path(__file__).resolve().parents[1]  # envguard/
-    return [package / "lockfiles", package.parent / "lockfiles"]
+    return [_PACKAGE / "lockfiles", _PACKAGE.parent / "lockfiles"]
 
 
 def find_lock(name: str, cwd: Path) -> Path:
@@ -39,6 +41,12 @@ def read_lock(path: Path) -> Lock:
 
 
 def project_root_of(lock_path: Path) -> Path:
-    """The folder that holds ``lockfiles/``: locked file paths are relative to it."""
+    """The folder that holds ``lockfiles/``: locked file paths are relative to it.
+
+    A lock bundled inside the installed package (``envguard/lockfiles/``, where the wheel
+    puts the checkout's ``lockfiles/``) pins files of the checkout (``dflash/**/*.py``):
+    they are where the same wheel installed them, beside ``envguard/`` (site-packages)."""
     folder = lock_path.resolve().parent
+    if folder == _PACKAGE / "lockfiles":
+        return _PACKAGE.parent
     return folder.parent if folder.name == "lockfiles" else folder
