@@ -6,11 +6,14 @@ edited after that is newer than its ``RECORD``, a compile cache's entries carry 
 they were written, conda keeps ``conda-meta/history``, and envguard keeps its own run
 records. :func:`read_timeline` gathers them (:mod:`.collect`) into :class:`Event` s, and
 :func:`group` puts the events that happened together into one :class:`Episode`
-("14:02 one install: sglang, flashinfer-python and 31 others").
+("14:02 one install: sglang, flashinfer-python and 31 others"). A recorded run is an
+episode of its own: no install episode spans one.
 
-What it cannot see: a removed package leaves nothing on disk (only a recorded snapshot
-or conda's history names it), and an install that replaced files keeps only its own time.
-docs/HISTORY.md says more.
+Each package event says its direction (:attr:`Event.change`): installed, upgraded,
+downgraded, reinstalled, removed, or replaced (installed again over an install whose
+version the disk does not keep). The versions replaced come from the snapshots recorded
+runs keep (:mod:`.recorded`) and from conda's history (:mod:`.conda`); nothing else on
+disk names them, and the timeline says so rather than guess. docs/HISTORY.md says more.
 """
 
 from __future__ import annotations
@@ -31,8 +34,25 @@ FILE_MODIFIED = "file-modified"
 CACHE_CREATED = "cache-created"
 CACHE_WRITTEN = "cache-written"
 CONDA = "conda"
+CONDA_INSTALLED = "conda-installed"
+"""A ``conda-meta/*.json`` record's time, used when ``conda-meta/history`` is empty
+(rattler and pixi leave it so)."""
+RECORDED = "recorded-change"
+"""A change two recorded snapshots show that left no time on disk (a removal): it
+happened after :attr:`Event.not_before` and by :attr:`Event.at`."""
 RUN = "run"
 CREATED = "environment-created"
+
+# Directions (:attr:`Event.change`).
+NEW = "installed"
+UPGRADED = "upgraded"
+DOWNGRADED = "downgraded"
+REBUILT = "reinstalled"
+REMOVED = "removed"
+REPLACED = "replaced"
+"""Installed again over an earlier install whose version the disk does not keep."""
+CHANGED = "changed"
+"""Another version, of a version scheme that cannot be ordered."""
 
 BLIND_SPOTS = (
     "removed packages leave no trace on disk (a recorded snapshot, `envguard runs`, or "
@@ -57,10 +77,35 @@ class Event:
     """Version and installer, the package a file belongs to, the run's outcome, ..."""
     evidence: str = ""
     """Where the time comes from (``torch-2.11.0.dist-info/RECORD``)."""
+    change: str = ""
+    """A package's direction: :data:`NEW`, :data:`UPGRADED`, :data:`DOWNGRADED`,
+    :data:`REBUILT`, :data:`REMOVED`, :data:`REPLACED` or :data:`CHANGED`; empty for other
+    events, and for an install the disk cannot tell from a replacement (no recorded run
+    before it)."""
+    version: str | None = None
+    """The package's version after the event (None for a removal or another event)."""
+    old: str | None = None
+    """The version it replaced, where a recorded snapshot or conda's history names it."""
+    ended_at: float | None = None
+    """A run's end."""
+    not_before: float | None = None
+    """A :data:`RECORDED` change happened after this (the earlier run's end)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"at": self.at, "kind": self.kind, "subject": self.subject,
-                "detail": self.detail, "evidence": self.evidence}
+                "detail": self.detail, "evidence": self.evidence, "change": self.change,
+                "version": self.version, "old": self.old, "ended_at": self.ended_at,
+                "not_before": self.not_before}
+
+    @property
+    def arrow(self) -> str:
+        """``helperlib 2.0 → 1.0``, ``sglang 0.5.6``, ``flash-attn 2.8.3`` (removed),
+        ``torch 2.11.0 (same version, other build)``."""
+        if self.old is not None and self.old == self.version:
+            return f"{self.subject} {self.version} (same version, other build)"
+        if self.old is not None and self.version is not None:
+            return f"{self.subject} {self.old} → {self.version}"
+        return f"{self.subject} {self.version or self.old or ''}".strip()
 
 
 @frozen
@@ -79,6 +124,11 @@ class Episode:
 
     def of_kind(self, *kinds: str) -> list[Event]:
         return [e for e in self.events if e.kind in kinds]
+
+    @property
+    def run(self) -> str | None:
+        """The run id when this episode is a recorded run (and what happened during it)."""
+        return self.events[0].subject if self.events[0].kind == RUN else None
 
 
 @frozen
@@ -121,47 +171,83 @@ class Timeline:
                 "created_at": self.created_at, "taken_at": self.taken_at,
                 "events": [e.to_dict() for e in self.events],
                 "episodes": [{"start": ep.start, "end": ep.end, "summary": summarize(ep),
-                              "events": len(ep.events)} for ep in self.episodes],
+                              "events": len(ep.events), "run": ep.run}
+                             for ep in self.episodes],
                 "blind_spots": list(self.blind_spots)}
 
 
 def group(events: tuple[Event, ...], gap_s: float = GAP_S) -> tuple[Episode, ...]:
-    """Consecutive events no more than ``gap_s`` apart, as episodes."""
+    """Consecutive events no more than ``gap_s`` apart, as episodes; a recorded run starts
+    an episode of its own, holding what happened while it ran, so that an install before
+    a run and one after it are two episodes however close in time."""
     episodes: list[list[Event]] = []
+    run_end: float | None = None
+    """While the open episode is a run's: when that run ended."""
     for event in sorted(events, key=lambda e: (e.at, e.kind, e.subject)):
-        if episodes and event.at - episodes[-1][-1].at <= gap_s:
+        if event.kind == RUN:
+            episodes.append([event])
+            run_end = max(event.at, event.ended_at or event.at)
+        elif episodes and (event.at - episodes[-1][-1].at <= gap_s if run_end is None
+                           else event.at <= run_end):
             episodes[-1].append(event)
         else:
             episodes.append([event])
+            run_end = None
     return tuple(Episode(events=tuple(ep)) for ep in episodes)
 
 
 def _names(events: list[Event], limit: int = 4) -> str:
-    shown = [f"{e.subject} {e.detail.split(' ')[0]}".strip() for e in events[:limit]]
+    shown = [e.arrow if e.version is not None or e.old is not None
+             else f"{e.subject} {e.detail.split(' ')[0]}".strip() for e in events[:limit]]
     more = len(events) - limit
     text = ", ".join(shown)
     return f"{text} and {more} other{'s' if more > 1 else ''}" if more > 0 else text
 
 
+_DIRECTED = (UPGRADED, DOWNGRADED, CHANGED, REBUILT, REMOVED)
+
+
+def _packages(events: list[Event], prefix: str, first: bool) -> list[str]:
+    """The parts of a summary for package events of one kind: plain installs together,
+    then each direction a recorded snapshot or conda's history names."""
+    parts = []
+    plain = [e for e in events if e.change in ("", NEW)]
+    if plain:
+        parts.append(f"{prefix}{'one install' if len(plain) > 1 else 'installed'}: "
+                     f"{_names(plain)}")
+        if not first and any(e.change == "" for e in plain):
+            parts[-1] += " (whether it replaced earlier versions is not on disk)"
+    for change in _DIRECTED:
+        moved = [e for e in events if e.change == change]
+        if moved:
+            parts.append(f"{prefix}{change}: {_names(moved)}")
+    return parts
+
+
 def summarize(episode: Episode) -> str:
     """One line: ``one install: sglang 0.5.0, flashinfer-python 0.4.0 and 31 others;
-    torch 2.11.0 reinstalled (...)``."""
+    downgraded: numpy 2.1.0 → 1.26.4; torch 2.11.0 installed again (...)``."""
     parts: list[str] = []
     created = episode.of_kind(CREATED)
     if created:
         parts.append("environment created")
-    installed = episode.of_kind(INSTALLED)
-    if installed:
-        parts.append(f"{'one install' if len(installed) > 1 else 'installed'}: "
-                     f"{_names(installed)}")
-    for event in episode.of_kind(REINSTALLED):
-        parts.append(f"{event.subject} {event.detail}")
+    for event in episode.of_kind(RUN):
+        parts.append(f"run: {event.subject}" + (f" ({event.detail})" if event.detail else ""))
+    installs = episode.of_kind(INSTALLED, REINSTALLED)
+    parts += _packages([e for e in installs if e.change != REPLACED], "", bool(created))
+    parts += [f"{e.subject} {e.detail}" for e in installs if e.change == REPLACED]
+    parts += _packages(episode.of_kind(CONDA_INSTALLED), "conda ", bool(created))
+    for event in episode.of_kind(RECORDED):
+        window = (f"between {utc(event.not_before)} and {utc(event.at)}"
+                  if event.not_before is not None else f"by {utc(event.at)}")
+        parts.append(f"{event.change}: {event.arrow} ({window}, seen in recorded snapshots; "
+                     "the disk keeps no time for it)")
     modified = episode.of_kind(FILE_MODIFIED)
     if modified:
         parts.append(f"{len(modified)} installed file(s) modified: "
                      + ", ".join(f"{e.subject} ({e.detail})" for e in modified[:3])
                      + (" ..." if len(modified) > 3 else ""))
-    for event in episode.of_kind(CACHE_CREATED, CACHE_WRITTEN, CONDA, RUN):
+    for event in episode.of_kind(CACHE_CREATED, CACHE_WRITTEN, CONDA):
         parts.append(f"{event.kind.replace('-', ' ')}: {event.subject}"
                      + (f" ({event.detail})" if event.detail else ""))
     return "; ".join(parts)

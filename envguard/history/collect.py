@@ -2,8 +2,10 @@
 
 Every time comes from a file's modification time, read with one ``stat``: a
 distribution's ``RECORD`` (written last by pip and uv, after the files), a modified
-file, a compile cache's entries, ``pyvenv.cfg``; plus ``conda-meta/history`` and
-envguard's run records, which carry their own times.
+file, a compile cache's entries, ``pyvenv.cfg``; plus ``conda-meta/history`` (or, when
+it is empty, the times of ``conda-meta/*.json``: :mod:`.conda`) and envguard's run records,
+which carry their own times and the snapshots that name the versions replaced
+(:mod:`.recorded`).
 """
 
 from __future__ import annotations
@@ -12,32 +14,35 @@ import os
 import re
 import time
 from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 
 from envguard.history import (
     BLIND_SPOTS,
     CACHE_CREATED,
     CACHE_WRITTEN,
-    CONDA,
     CREATED,
     FILE_MODIFIED,
     GAP_S,
     INSTALLED,
     REINSTALLED,
-    RUN,
+    REPLACED,
     Event,
     Timeline,
     group,
-    parse_iso,
 )
-from envguard.input_file import METADATA_BYTES, NotReadable, read_bounded_text
+from envguard.history.conda import (
+    MAX_CONDA_HISTORY_BYTES,
+    conda_history,
+    created,
+    record_events,
+)
+from envguard.history.recorded import annotate, read_runs
 from envguard.model import Distribution, Snapshot
 
+__all__ = ["MAX_CONDA_HISTORY_BYTES", "conda_history", "created_at", "read_timeline"]
+
 _CHANGED = frozenset({"size", "hash", "modified-after-install"})
-_CONDA_HEADER = re.compile(r"^==> (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) <==$")
 _REQ_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
-MAX_CONDA_HISTORY_BYTES = METADATA_BYTES
 
 
 def _mtime(path: Path) -> float | None:
@@ -61,14 +66,15 @@ def _install_time(dist: Distribution) -> tuple[float, str] | None:
     return (at, folder.name) if at is not None else None
 
 
-def created_at(prefix: Path, conda: list[Event] | None = None) -> tuple[float, str] | None:
-    """When the environment was made: ``pyvenv.cfg``, else conda's first history entry
-    (``conda``: :func:`conda_history`'s events, when already read)."""
+def created_at(prefix: Path, conda: list[Event] | None = None,
+               records: list[Event] | None = None) -> tuple[float, str] | None:
+    """When the environment was made: ``pyvenv.cfg``, else what the conda prefix says
+    (:func:`envguard.history.conda.created`; ``conda``: its history's events, when already
+    read, ``records``: its records' when the history is empty)."""
     at = _mtime(prefix / "pyvenv.cfg")
     if at is not None:
         return at, "pyvenv.cfg"
-    first = next(iter(conda_history(prefix) if conda is None else conda), None)
-    return (first.at, "conda-meta/history") if first is not None else None
+    return created(prefix, conda_history(prefix) if conda is None else conda, records or [])
 
 
 def _requirers(snapshot: Snapshot) -> dict[str, list[str]]:
@@ -85,8 +91,11 @@ def _requirers(snapshot: Snapshot) -> dict[str, list[str]]:
     return out
 
 
-def _installs(snapshot: Snapshot, created: float | None,
-              recorded: Snapshot | None) -> Iterator[Event]:
+def _installs(snapshot: Snapshot, created: float | None) -> Iterator[Event]:
+    """Each distribution at its ``.dist-info`` time. Which version it replaced the disk does
+    not say (:mod:`.recorded` names it between recorded runs); one installed after packages
+    that require it, long after the environment was made, was installed again over an
+    earlier install (:data:`REPLACED`)."""
     times: dict[str, tuple[float, str]] = {}
     for dist in snapshot.packages:
         found = _install_time(dist)
@@ -97,23 +106,19 @@ def _installs(snapshot: Snapshot, created: float | None,
         if dist.name not in times:
             continue
         at, evidence = times[dist.name]
-        detail = f"{dist.version or '?'} ({dist.installer or 'unknown installer'})"
         earlier = sorted(r for r in requirers.get(dist.name, ())
                          if r in times and times[r][0] < at - GAP_S)
-        before = recorded.package(dist.name) if recorded is not None else None
-        if before is not None and before.version == dist.version \
-                and before.fingerprint != dist.fingerprint and dist.fingerprint:
-            yield Event(at=at, kind=REINSTALLED, subject=dist.name, evidence=evidence,
-                        detail=f"{dist.version} reinstalled (same version, new build: RECORD "
-                               "fingerprint differs from the last successful run's)")
-        elif earlier and (created is None or at > created + GAP_S):
+        if earlier and (created is None or at > created + GAP_S):
             names = ", ".join(earlier[:3]) + (" ..." if len(earlier) > 3 else "")
             yield Event(at=at, kind=REINSTALLED, subject=dist.name, evidence=evidence,
+                        change=REPLACED, version=dist.version,
                         detail=f"{dist.version} installed again, after {len(earlier)} "
                                f"package(s) that require it ({names}): a reinstall or a "
-                               "replacement")
+                               "replacement; the version it replaced is not on disk")
         else:
-            yield Event(at=at, kind=INSTALLED, subject=dist.name, detail=detail,
+            yield Event(at=at, kind=INSTALLED, subject=dist.name, version=dist.version,
+                        detail=f"{dist.version or '?'} "
+                               f"({dist.installer or 'unknown installer'})",
                         evidence=evidence)
 
 
@@ -151,91 +156,29 @@ def _caches(snapshot: Snapshot) -> Iterator[Event]:
                         evidence=str(folder))
 
 
-def conda_history(prefix: Path, notes: list[str] | None = None) -> list[Event]:
-    """``conda-meta/history``: one event per transaction (``+`` added, ``-`` removed).
-
-    Read bounded (:func:`~envguard.input_file.read_bounded`): a FIFO, a device, a symlink
-    loop or a file over :data:`MAX_CONDA_HISTORY_BYTES` gives no events, and a line in
-    ``notes`` that says why."""
-    path = prefix / "conda-meta" / "history"
-    try:
-        text = read_bounded_text(path, limit=MAX_CONDA_HISTORY_BYTES, what="conda history")
-    except FileNotFoundError:
-        return []
-    except NotReadable as exc:
-        if notes is not None:
-            notes.append(f"conda-meta/history not read ({path}): {exc.reason}")
-        return []
-    events: list[Event] = []
-    at: float | None = None
-    command = ""
-    added: list[str] = []
-    removed: list[str] = []
-
-    def flush() -> None:
-        if at is not None and (added or removed or command):
-            what = [f"+{len(added)}" if added else "", f"-{len(removed)}" if removed else ""]
-            names = ", ".join(n.split("::")[-1] for n in [*added, *removed][:4])
-            events.append(Event(at=at, kind=CONDA, subject=command or "conda transaction",
-                                detail=" ".join(w for w in what if w) + (f": {names}"
-                                                                         if names else ""),
-                                evidence=str(path)))
-
-    for line in text.splitlines():
-        header = _CONDA_HEADER.match(line.strip())
-        if header:
-            flush()
-            stamp = datetime.strptime(header.group(1), "%Y-%m-%d %H:%M:%S")
-            at, command, added, removed = stamp.timestamp(), "", [], []
-        elif line.startswith("# cmd:"):
-            command = line[len("# cmd:"):].strip()
-        elif line.startswith("+"):
-            added.append(line[1:].strip())
-        elif line.startswith("-"):
-            removed.append(line[1:].strip())
-    flush()
-    return events
-
-
-def _runs(cwd: Path) -> tuple[list[Event], Snapshot | None]:
-    from envguard.errors import EnvguardError
-    from envguard.runs.store import last_good, list_runs, snapshot_path
-    from envguard.snapshot_file import read_snapshot
-
-    try:
-        records = list_runs(cwd)
-        good = last_good(cwd)
-        recorded = read_snapshot(snapshot_path(cwd, good.snapshot), follow=False) if good else None
-    except (EnvguardError, OSError):
-        return [], None
-    events = []
-    for record in records:
-        at = parse_iso(record.started_at)
-        if at is not None:
-            events.append(Event(at=at, kind=RUN, subject=record.id,
-                                detail=f"{record.outcome}, gate {record.gate}",
-                                evidence=".envguard/runs"))
-    return events, recorded
-
-
 def read_timeline(snapshot: Snapshot, *, cwd: Path | None = None,
                   now: float | None = None) -> Timeline:
-    """Every event the disk holds for ``snapshot``'s environment (and envguard's runs
-    recorded under ``cwd``), oldest first, grouped into episodes."""
+    """Every event the disk holds for ``snapshot``'s environment (and envguard's runs of it
+    recorded under ``cwd``), oldest first, grouped into episodes; each install between two
+    recorded runs named with the versions it replaced."""
     prefix = Path(snapshot.interpreter.prefix)
+    taken_at = now if now is not None else time.time()
     notes: list[str] = []
     conda = conda_history(prefix, notes)
-    made = created_at(prefix, conda)
-    runs, recorded = _runs(cwd or Path.cwd())
+    records = [] if conda else record_events(snapshot, prefix)
+    made = created_at(prefix, conda, records)
+    runs = read_runs(cwd or Path.cwd(), prefix)
     events: list[Event] = []
     if made is not None:
         events.append(Event(at=made[0], kind=CREATED, subject=str(prefix), evidence=made[1]))
-    events += _installs(snapshot, made[0] if made else None, recorded)
+    events += _installs(snapshot, made[0] if made else None)
     events += _modified_files(snapshot)
     events += _caches(snapshot)
     events += conda
-    events += runs
+    events += records
+    events += runs.events
+    events = annotate(events, runs, snapshot, taken_at, conda_history=bool(conda))
     ordered = tuple(sorted(events, key=lambda e: (e.at, e.kind, e.subject)))
     return Timeline(environment=str(prefix), created_at=made[0] if made else None,
-                    taken_at=now if now is not None else time.time(), events=ordered,
-                    episodes=group(ordered), blind_spots=(*notes, *BLIND_SPOTS))
+                    taken_at=taken_at, events=ordered, episodes=group(ordered),
+                    blind_spots=(*notes, *runs.notes, *BLIND_SPOTS))

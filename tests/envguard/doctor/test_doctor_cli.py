@@ -147,7 +147,8 @@ def test_conda_history_becomes_one_event_per_transaction(tmp_path: Path) -> None
     first, second = conda_history(tmp_path)
     assert first.subject.endswith("conda create -n train python=3.11")
     assert first.detail.startswith("+2: python-3.11.8")
-    assert second.detail == "+1 -1: cudnn-8.9.7-cuda12_0, cudnn-9.1.0-cuda12_0"
+    assert second.detail == ("+1 -1: cudnn-8.9.7-cuda12_0, cudnn-9.1.0-cuda12_0; "
+                             "downgraded: cudnn 9.1.0 → 8.9.7")
     assert second.at - first.at == 4 * 86400 + 6 * 3600 + 30 * 60 + 12
     assert conda_history(tmp_path / "nowhere") == []
 

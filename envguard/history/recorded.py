@@ -1,0 +1,239 @@
+"""Recorded runs on the timeline, and the versions their snapshots say changed.
+
+``envguard run`` keeps, for each run, the snapshot its gate verified
+(:mod:`envguard.runs.store`). Two runs of the same environment bracket whatever happened
+between them: the earlier snapshot holds the exact versions and builds before, the later
+one (or the environment now) those after. :func:`read_runs` reads the runs of one
+environment (a run whose snapshot is of another environment is left out); :func:`annotate`
+names the direction of each install between two of them (installed, upgraded, downgraded,
+reinstalled) and adds what left no time on disk (a removal) as a :data:`RECORDED` event
+between the two runs.
+
+Reading is bounded: the snapshots of the newest :data:`MAX_SNAPSHOTS` distinct digests
+(identical environments share one); older runs are shown as runs but not compared.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import replace
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from envguard.frozen import frozen
+from envguard.history import (
+    CHANGED,
+    CONDA_INSTALLED,
+    DOWNGRADED,
+    INSTALLED,
+    NEW,
+    REBUILT,
+    RECORDED,
+    REINSTALLED,
+    REMOVED,
+    RUN,
+    UPGRADED,
+    Event,
+    parse_iso,
+)
+from envguard.model import Snapshot
+
+MAX_SNAPSHOTS = 32
+"""Distinct stored snapshots read for one timeline, newest runs first."""
+
+
+@frozen
+class Seen:
+    """One run of this environment and the snapshot its gate verified."""
+
+    at: float
+    """When it started (its snapshot was taken just before)."""
+    run: str
+    snapshot: Snapshot
+
+
+@frozen
+class Runs:
+    events: tuple[Event, ...]
+    """Every run of this environment (and those whose snapshot was not read), as events."""
+    seen: tuple[Seen, ...]
+    """The runs whose snapshot was read, oldest first."""
+    notes: tuple[str, ...] = ()
+
+
+@frozen
+class Held:
+    """What a snapshot says of one package: enough to tell a rebuild from no change."""
+
+    version: str
+    build: str
+
+
+def _same_environment(snapshot: Snapshot, prefix: Path) -> bool:
+    return os.path.realpath(snapshot.interpreter.prefix) == os.path.realpath(prefix)
+
+
+def read_runs(cwd: Path, prefix: Path) -> Runs:
+    """The runs recorded under ``cwd`` of the environment at ``prefix``."""
+    from envguard.errors import EnvguardError
+    from envguard.runs.store import list_runs, snapshot_path
+    from envguard.snapshot_file import read_snapshot
+
+    try:
+        records = list_runs(cwd)  # newest first
+    except (EnvguardError, OSError):
+        return Runs(events=(), seen=())
+    read: dict[str, Snapshot | None] = {}
+    events, seen, others, unread = [], [], 0, 0
+    for record in records:
+        at = parse_iso(record.started_at)
+        if at is None:
+            continue
+        if record.snapshot not in read and len(read) < MAX_SNAPSHOTS:
+            try:
+                read[record.snapshot] = read_snapshot(snapshot_path(cwd, record.snapshot),
+                                                      follow=False)
+            except (EnvguardError, OSError):
+                read[record.snapshot] = None
+        snapshot = read.get(record.snapshot)
+        if snapshot is not None and not _same_environment(snapshot, prefix):
+            others += 1
+            continue
+        if snapshot is None:
+            unread += 1
+        else:
+            seen.append(Seen(at=at, run=record.id, snapshot=snapshot))
+        events.append(Event(at=at, kind=RUN, subject=record.id,
+                            detail=f"{record.outcome}, gate {record.gate}",
+                            evidence=".envguard/runs", ended_at=parse_iso(record.ended_at)))
+    notes = []
+    if others:
+        notes.append(f"{others} recorded run(s) under {cwd} are of another environment and "
+                     "left out")
+    if unread:
+        notes.append(f"{unread} recorded run(s) not compared: their snapshot was not read "
+                     f"(only the newest {MAX_SNAPSHOTS} are, or it is missing)")
+    return Runs(events=tuple(events), seen=tuple(sorted(seen, key=lambda s: s.at)),
+                notes=tuple(notes))
+
+
+def _pip(snapshot: Snapshot) -> dict[str, Held]:
+    out: dict[str, Held] = {}
+    for dist in snapshot.packages:
+        out.setdefault(dist.name, Held(version=dist.version or "?",
+                                        build=dist.fingerprint or ""))
+    return out
+
+
+def _conda(snapshot: Snapshot) -> dict[str, Held]:
+    return {p.name: Held(version=p.version,
+                             build=f"{p.build} {p.sha256 or p.fingerprint or ''}")
+            for p in snapshot.conda}
+
+
+def direction(old: str, new: str) -> str:
+    """:data:`UPGRADED` or :data:`DOWNGRADED`; :data:`CHANGED` when either version is not
+    one that can be ordered."""
+    try:
+        return UPGRADED if Version(new) > Version(old) else DOWNGRADED
+    except InvalidVersion:
+        return CHANGED
+
+
+def _change(before: Held | None, after: Held | None) -> tuple[str, str | None]:
+    """(direction, the version replaced)."""
+    if before is None:
+        return NEW, None
+    if after is None:
+        return REMOVED, before.version
+    if before.version == after.version:
+        return REBUILT, (before.version if before.build != after.build else None)
+    return direction(before.version, after.version), before.version
+
+
+@frozen
+class _Window:
+    start: float
+    end: float
+    """The later run's start, or when the environment was read (a file time after that,
+    a clock's skew, still belongs to the last window)."""
+    last: bool
+    span: str
+    """``between run A and run B`` (the evidence)."""
+    before: dict[str, Held]
+    after: dict[str, Held]
+    kinds: tuple[str, ...]
+    """The disk's events these packages are matched with."""
+
+
+def _windows(seen: tuple[Seen, ...], now: Snapshot, taken_at: float,
+             conda_history: bool) -> Iterable[_Window]:
+    if not seen:
+        return
+    ends = [*((s.at, s.run, s.snapshot) for s in seen[1:]), (taken_at, None, now)]
+    for earlier, (end, run, later) in zip(seen, ends, strict=True):
+        if end <= earlier.at:
+            continue
+        span = (f"recorded snapshots of run {earlier.run} and "
+                + (f"run {run}" if run else "the environment now"))
+        yield _Window(start=earlier.at, end=end, last=run is None, span=span,
+                      before=_pip(earlier.snapshot), after=_pip(later),
+                      kinds=(INSTALLED, REINSTALLED))
+        if not conda_history:  # conda's own history names its changes, with their times
+            yield _Window(start=earlier.at, end=end, last=run is None, span=span,
+                          before=_conda(earlier.snapshot), after=_conda(later),
+                          kinds=(CONDA_INSTALLED,))
+
+
+_INSTALLER = re.compile(r"^\S+ \(([^()]*)\)$")
+
+
+def _named(event: Event, change: str, old: str | None, after: Held, span: str) -> Event:
+    """``event`` named with its direction: ``1.0 (uv); downgraded from 2.0, per the
+    recorded snapshots of run A and run B``."""
+    said = {NEW: "not in the earlier snapshot", REBUILT: (
+        "same version, other build" if old is not None else "same version and build")}
+    installer = _INSTALLER.match(event.detail)
+    detail = (after.version + (f" ({installer.group(1)})" if installer else "")
+              + f"; {change}" + (f" from {old}" if old and old != after.version else "")
+              + (f" ({said[change]})" if change in said else "") + f", per the {span}")
+    kind = REINSTALLED if change == REBUILT and event.kind == INSTALLED else event.kind
+    return replace(event, kind=kind, change=change, old=old, version=after.version,
+                   detail=detail)
+
+
+def annotate(events: list[Event], runs: Runs, now: Snapshot, taken_at: float,
+             conda_history: bool) -> list[Event]:
+    """``events`` with each package event between two recorded runs named with its
+    direction and the version it replaced, plus a :data:`RECORDED` event for each change
+    the snapshots show that no event on disk holds (a removal, an install whose time was
+    lost)."""
+    out = list(events)
+    for window in _windows(runs.seen, now, taken_at, conda_history):
+        matched: set[str] = set()
+        for i, event in enumerate(out):
+            if event.kind in window.kinds and window.start < event.at \
+                    and (event.at <= window.end or window.last):
+                before, after = window.before.get(event.subject), window.after.get(
+                    event.subject)
+                if after is None:
+                    continue  # an event of another window's package of the same name
+                change, old = _change(before, after)
+                out[i] = _named(event, change, old, after, window.span)
+                matched.add(event.subject)
+        for name in sorted(window.before.keys() | window.after.keys()):
+            before, after = window.before.get(name), window.after.get(name)
+            if name in matched or before == after:
+                continue
+            change, old = _change(before, after)
+            conda = window.kinds == (CONDA_INSTALLED,)
+            out.append(Event(
+                at=window.end, kind=RECORDED, subject=name, change=change, old=old,
+                version=after.version if after else None, not_before=window.start,
+                detail=("conda package, " if conda else "") + f"{change}, per the "
+                       f"{window.span}; the disk keeps no time for it",
+                evidence=window.span))
+    return out
