@@ -153,14 +153,14 @@ def check(lock: str | os.PathLike[str], *, python: str | os.PathLike[str] | None
     ``GateResult.findings`` the reasons; :func:`format_report` renders it."""
     from envguard.explain.tables import is_lock_path
     from envguard.gate.command import check_command
-    from envguard.probe.discovery import discover
+    from envguard.probe.discovery import discover, this_process
 
     where = Path(cwd) if cwd is not None else Path.cwd()
     text = os.fspath(lock)
     is_path = isinstance(lock, os.PathLike) or is_lock_path(text)
     name = Path(text).stem if is_path else text
-    selection = discover(os.fspath(python) if python is not None else None,
-                         env=os.environ, cwd=where)
+    selection = (discover(os.fspath(python), env=os.environ, cwd=where) if python is not None
+                 else this_process())
     path = where / text if is_path else None  # an absolute ``text`` replaces ``where``
     return check_command(name, lock=path, python=selection.python, cwd=where, strict=strict)
 
@@ -175,12 +175,12 @@ def diagnose(python: str | os.PathLike[str] | None = None, *, symptom: str | Non
     from envguard.doctor import diagnose as run_rules
     from envguard.doctor.facts import gather, snapshot_options
     from envguard.probe import collect
-    from envguard.probe.discovery import discover
+    from envguard.probe.discovery import discover, this_process
 
     where = Path(cwd) if cwd is not None else Path.cwd()
     variables = os.environ if env is None else env
-    selection = discover(os.fspath(python) if python is not None else None,
-                         env=variables, cwd=where)
+    selection = (discover(os.fspath(python), env=variables, cwd=where) if python is not None
+                 else this_process())
     snap = collect(snapshot_options(selection, verify=verify, cwd=where, env=env))
     return run_rules(gather(snap, env=variables, cwd=where),
                     environment=selection.describe(), symptom=symptom)

@@ -52,7 +52,8 @@ def test_snapshot_write_read_and_the_file_digest(env: Venv, clean_cwd: Path,
     _quiet(capfd)
 
 
-def test_in_process_means_this_process(env: Venv, clean_cwd: Path) -> None:
+def test_in_process_means_this_process(env: Venv, clean_cwd: Path,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """A training script records the environment it runs in: a stale VIRTUAL_ENV naming
     another venv, or another .venv in its folder, changes nothing (the command line's
     discovery rule is for a shell). ``python=`` still looks elsewhere."""
@@ -65,6 +66,11 @@ def test_in_process_means_this_process(env: Venv, clean_cwd: Path) -> None:
         assert snap.package("helperlib") is None
     other = envguard.snapshot(env.path)
     assert other.package("helperlib") is not None and other.torch.version == "2.11.0+cu128"
+    # diagnose() and check() too: the old ones followed VIRTUAL_ENV to the other venv.
+    monkeypatch.setenv("VIRTUAL_ENV", str(env.path))
+    report = envguard.diagnose(verify="none")
+    assert "envguard's own interpreter" in report.environment, report.environment
+    assert report.snapshot.package("helperlib") is None
 
 
 def test_a_script_in_another_venv_records_that_venv(env: Venv, clean_cwd: Path) -> None:
