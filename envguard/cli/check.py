@@ -22,7 +22,7 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     add_lock_option(chk)
     chk.add_argument("--python", metavar="PY",
                      help="check another interpreter or venv folder (default: see "
-                     "'Which environment' in docs/CLI.md)")
+                     "'Which environment' in envguard help cli)")
     add_format_option(chk, help="text (default), json (envguard.diff/1 against the closest "
                                 "entry) or markdown")
     chk.add_argument("--strict", action="store_true",
