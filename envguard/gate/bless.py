@@ -262,14 +262,18 @@ def bless(request: LockRequest) -> Blessed:
         existing = read_lock(path) if path.exists() else None
         plan = _plan(request, name, path, root, existing, snapshot, wanted)
         snapshot_file = path.parent / plan.snapshot_rel
+        made = _missing_folders(snapshot_file.parent)
         new_snapshot = not snapshot_file.exists()
-        write_text_atomic(snapshot_file, plan.snapshot_text, state_root=path.parent)
         try:
+            write_text_atomic(snapshot_file, plan.snapshot_text, state_root=path.parent)
             write_text_atomic(path, plan.lock_text, state_root=path.parent)
         except BaseException:
             if new_snapshot:  # no snapshot file without the entry that names it
                 with contextlib.suppress(OSError):
                     snapshot_file.unlink()
+            for folder in made:
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
             raise
     replaced = existing is not None and any(e.id == plan.entry.id for e in existing.entries)
     return Blessed(path=path, lock=plan.lock, entry=plan.entry, replaced=replaced)

@@ -302,3 +302,24 @@ def test_a_waiter_locks_again_when_the_maker_removes_the_file(tmp_path: Path) ->
     first.join(10)
     second.join(10)
     assert seen == [True]
+
+
+def _small_files() -> None:
+    """In the child: files may grow to 4 KiB, and a larger write fails (EFBIG) instead of
+    killing the process: a full disk, for real, for the lock's snapshot."""
+    import resource
+    import signal
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+
+
+def test_a_lock_whose_write_fails_leaves_nothing_behind(project: Path, env: Venv) -> None:
+    """The write under the lock fails (the snapshot is larger than the file size limit, set
+    in the child: the one way here to make a real write fail for root): exit 5, and the
+    .lock file and the folders the command made are gone again."""
+    done = subprocess.run([sys.executable, "-m", "envguard", "lock", "train"], cwd=project,
+                          env=activated(env), capture_output=True, text=True, timeout=120,
+                          check=False, preexec_fn=_small_files)
+    assert done.returncode == ExitCode.OUTPUT_ERROR, done.stderr
+    assert left_behind(project) == []
