@@ -26,7 +26,9 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
         description="A timeline without any earlier snapshot: packages installed or "
                     "reinstalled (dist-info times), files modified after install, compile "
                     "caches created or written, conda's history, envguard's recorded runs; "
-                    "events close in time grouped into one episode.")
+                    "events close in time grouped into one episode, a recorded run an "
+                    "episode of its own; each install named upgraded, downgraded, ... from "
+                    "the snapshots of the runs around it.")
     add_examine_options(hist)
     hist.add_argument("--since", metavar="DURATION", type=_duration,
                       help="only events newer than this: 90m, 6h, 3d, 2w (a bare number is "
