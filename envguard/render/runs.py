@@ -21,20 +21,25 @@ _GATE_STYLE = {"passed": "green", "forced": "bold yellow", "refused": "bold red"
 def text(report: RunList, show_all: bool = False) -> RenderableType:
     if not report.runs:
         return Text("no guarded runs recorded here yet (envguard run -- CMD)")
+    # The command gets what is left of the width: the other columns are short and fixed
+    # (the last-good run is named below the table, not in a column of its own).
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("#", "started (UTC)", "command", "exit", "gate", "snapshot"):
+    for column in ("#", "started (UTC)", "exit", "gate", "snapshot", "command"):
         table.add_column(column, no_wrap=column != "command", ratio=1 if column == "command"
                          else None)
+    number = {}
     for n, run in enumerate(report.runs, 1):
-        mark = " last-good" if run.id == report.last_good else ""
+        number[run.id] = n
         table.add_row(
-            Text(f"@run:{n}"), Text(clean(run.started_at)),
-            Text(clean(run.command_line, 200), overflow="fold"),
+            Text(f"@run:{n}" + ("*" if run.id == report.last_good else "")),
+            Text(clean(run.started_at[:19].replace("T", " "))),
             Text(clean(run.exit_status or "-"), style="" if run.exit_code == 0 else "yellow"),
             Text(run.gate, style=_GATE_STYLE.get(run.gate, "")),
-            Text(clean(run.snapshot_short) + mark))
+            Text(clean(run.snapshot_short)),
+            Text(clean(run.command_line, 200), overflow="fold"))
     good = report.last_good_run
-    footer = Text(f"last-good: {clean(good.id)} ({clean(good.ended_at)})" if good
+    footer = Text(f"* last-good: @run:{number[good.id]}, run {clean(good.id)} (ended "
+                  f"{clean(good.ended_at)})" if good
                   else "last-good: none yet (a run that passes the gate and exits 0)",
                   style="dim")
     return Group(table, footer)

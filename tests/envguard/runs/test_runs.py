@@ -255,6 +255,20 @@ def test_a_run_id_is_named_after_its_start(world: World) -> None:
     assert record["ended_at"] > started
 
 
+def test_runs_lists_one_line_a_run_in_80_columns(world: World) -> None:
+    """The old table gave the command 7 columns of 80 (`train.p` / `y` / `--confi` ...)."""
+    assert world.run("0").returncode == 0
+    assert world.run("3").returncode == 3
+    listed = world.envguard("runs", extra_env={"COLUMNS": "80"})
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert lines[0].split() == ["#", "started", "(UTC)", "exit", "gate", "snapshot", "command"]
+    assert lines[1].startswith("@run:1 ") and lines[1].rstrip().endswith("demo-train 3")
+    assert lines[2].startswith("@run:2* ") and lines[2].rstrip().endswith("demo-train 0")
+    assert lines[3].startswith("* last-good: @run:2, run ")
+    assert all(len(line) <= 80 for line in lines[:3])
+
+
 def test_identical_runs_store_one_snapshot(world: World) -> None:
     for _ in range(3):
         assert world.run("0").returncode == 0
