@@ -15,11 +15,13 @@ Reading is bounded: the snapshots of the newest :data:`MAX_SNAPSHOTS` distinct d
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
@@ -46,13 +48,30 @@ MAX_SNAPSHOTS = 32
 
 
 @frozen
+class Held:
+    """What a snapshot says of one package: enough to tell a rebuild from no change."""
+
+    version: str
+    build: str
+
+
+@frozen
+class Packages:
+    """What one snapshot says of its environment's packages, and nothing else of it."""
+
+    prefix: str
+    pip: dict[str, Held]
+    conda: dict[str, Held]
+
+
+@frozen
 class Seen:
-    """One run of this environment and the snapshot its gate verified."""
+    """One run of this environment and the packages of the snapshot its gate verified."""
 
     at: float
     """When it started (its snapshot was taken just before)."""
     run: str
-    snapshot: Snapshot
+    packages: Packages
 
 
 @frozen
@@ -64,29 +83,61 @@ class Runs:
     notes: tuple[str, ...] = ()
 
 
-@frozen
-class Held:
-    """What a snapshot says of one package: enough to tell a rebuild from no change."""
+def packages_of(snapshot: Snapshot) -> Packages:
+    pip: dict[str, Held] = {}
+    for dist in snapshot.packages:
+        pip.setdefault(dist.name, Held(version=dist.version or "?",
+                                       build=dist.fingerprint or ""))
+    conda = {p.name: Held(version=p.version, build=f"{p.build} {p.sha256 or p.fingerprint or ''}")
+             for p in snapshot.conda}
+    return Packages(prefix=snapshot.interpreter.prefix, pip=pip, conda=conda)
 
-    version: str
-    build: str
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
 
 
-def _same_environment(snapshot: Snapshot, prefix: Path) -> bool:
-    return os.path.realpath(snapshot.interpreter.prefix) == os.path.realpath(prefix)
+def _rows(data: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    rows = data.get(key)
+    return [r for r in rows if isinstance(r, dict) and _text(r.get("name"))] \
+        if isinstance(rows, list) else []
+
+
+def _stored(text: str) -> Packages | None:
+    """A stored snapshot's packages, read from its JSON alone (the whole snapshot's model,
+    checked and masked, costs several times more and is not needed for names and
+    versions); None when it is not a snapshot."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict) or not _text(data.get("schema")).startswith(
+            "envguard.snapshot/"):
+        return None
+    interpreter = data.get("interpreter")
+    prefix = _text(interpreter.get("prefix")) if isinstance(interpreter, dict) else ""
+    pip: dict[str, Held] = {}
+    for row in _rows(data, "packages"):
+        pip.setdefault(row["name"], Held(version=_text(row.get("version")) or "?",
+                                         build=_text(row.get("fingerprint"))))
+    conda = {row["name"]: Held(version=_text(row.get("version")), build=(
+        f"{_text(row.get('build'))} {_text(row.get('sha256')) or _text(row.get('fingerprint'))}"))
+             for row in _rows(data, "conda")}
+    return Packages(prefix=prefix, pip=pip, conda=conda) if prefix else None
 
 
 def read_runs(cwd: Path, prefix: Path) -> Runs:
     """The runs recorded under ``cwd`` of the environment at ``prefix``."""
     from envguard.errors import EnvguardError
     from envguard.runs.store import list_runs, snapshot_path
-    from envguard.snapshot_file import read_snapshot
+    from envguard.snapshot_file import read_document
 
     try:
         records = list_runs(cwd)  # newest first
     except (EnvguardError, OSError):
         return Runs(events=(), seen=())
-    read: dict[str, Snapshot | None] = {}
+    read: dict[str, Packages | None] = {}
+    here = os.path.realpath(prefix)
     events, seen, others, unread = [], [], 0, 0
     for record in records:
         at = parse_iso(record.started_at)
@@ -94,18 +145,18 @@ def read_runs(cwd: Path, prefix: Path) -> Runs:
             continue
         if record.snapshot not in read and len(read) < MAX_SNAPSHOTS:
             try:
-                read[record.snapshot] = read_snapshot(snapshot_path(cwd, record.snapshot),
-                                                      follow=False)
+                read[record.snapshot] = _stored(read_document(
+                    snapshot_path(cwd, record.snapshot), follow=False))
             except (EnvguardError, OSError):
                 read[record.snapshot] = None
-        snapshot = read.get(record.snapshot)
-        if snapshot is not None and not _same_environment(snapshot, prefix):
+        packages = read.get(record.snapshot)
+        if packages is not None and os.path.realpath(packages.prefix) != here:
             others += 1
             continue
-        if snapshot is None:
+        if packages is None:
             unread += 1
         else:
-            seen.append(Seen(at=at, run=record.id, snapshot=snapshot))
+            seen.append(Seen(at=at, run=record.id, packages=packages))
         events.append(Event(at=at, kind=RUN, subject=record.id,
                             detail=f"{record.outcome}, gate {record.gate}",
                             evidence=".envguard/runs", ended_at=parse_iso(record.ended_at)))
@@ -118,20 +169,6 @@ def read_runs(cwd: Path, prefix: Path) -> Runs:
                      f"(only the newest {MAX_SNAPSHOTS} are, or it is missing)")
     return Runs(events=tuple(events), seen=tuple(sorted(seen, key=lambda s: s.at)),
                 notes=tuple(notes))
-
-
-def _pip(snapshot: Snapshot) -> dict[str, Held]:
-    out: dict[str, Held] = {}
-    for dist in snapshot.packages:
-        out.setdefault(dist.name, Held(version=dist.version or "?",
-                                        build=dist.fingerprint or ""))
-    return out
-
-
-def _conda(snapshot: Snapshot) -> dict[str, Held]:
-    return {p.name: Held(version=p.version,
-                             build=f"{p.build} {p.sha256 or p.fingerprint or ''}")
-            for p in snapshot.conda}
 
 
 def direction(old: str, new: str) -> str:
@@ -169,22 +206,22 @@ class _Window:
     """The disk's events these packages are matched with."""
 
 
-def _windows(seen: tuple[Seen, ...], now: Snapshot, taken_at: float,
+def _windows(seen: tuple[Seen, ...], now: Packages, taken_at: float,
              conda_history: bool) -> Iterable[_Window]:
     if not seen:
         return
-    ends = [*((s.at, s.run, s.snapshot) for s in seen[1:]), (taken_at, None, now)]
+    ends = [*((s.at, s.run, s.packages) for s in seen[1:]), (taken_at, None, now)]
     for earlier, (end, run, later) in zip(seen, ends, strict=True):
         if end <= earlier.at:
             continue
         span = (f"recorded snapshots of run {earlier.run} and "
                 + (f"run {run}" if run else "the environment now"))
         yield _Window(start=earlier.at, end=end, last=run is None, span=span,
-                      before=_pip(earlier.snapshot), after=_pip(later),
+                      before=earlier.packages.pip, after=later.pip,
                       kinds=(INSTALLED, REINSTALLED))
         if not conda_history:  # conda's own history names its changes, with their times
             yield _Window(start=earlier.at, end=end, last=run is None, span=span,
-                          before=_conda(earlier.snapshot), after=_conda(later),
+                          before=earlier.packages.conda, after=later.conda,
                           kinds=(CONDA_INSTALLED,))
 
 
@@ -212,7 +249,7 @@ def annotate(events: list[Event], runs: Runs, now: Snapshot, taken_at: float,
     the snapshots show that no event on disk holds (a removal, an install whose time was
     lost)."""
     out = list(events)
-    for window in _windows(runs.seen, now, taken_at, conda_history):
+    for window in _windows(runs.seen, packages_of(now), taken_at, conda_history):
         matched: set[str] = set()
         for i, event in enumerate(out):
             if event.kind in window.kinds and window.start < event.at \

@@ -19,7 +19,7 @@ import pytest
 
 from envguard.history import Event
 from envguard.history.conda import created, record_events
-from envguard.history.recorded import Runs, Seen, annotate
+from envguard.history.recorded import Runs, Seen, annotate, packages_of
 from envguard.snapshot_file import read_snapshot
 from tests.envguard.history.test_timeline import envguard
 from tests.wheelfactory import VenvFactory
@@ -110,7 +110,7 @@ def test_between_two_recorded_snapshots_a_conda_downgrade_is_named(
                     cwd=tmp_path).returncode == 0
     earlier, later = read_snapshot(before), read_snapshot(now)
     start = (made / "pyvenv.cfg").stat().st_mtime
-    runs = Runs(events=(), seen=(Seen(at=start + 300, run="r1", snapshot=earlier),))
+    runs = Runs(events=(), seen=(Seen(at=start + 300, run="r1", packages=packages_of(earlier)),))
     events = annotate(record_events(later, made), runs, later, time.time(),
                       conda_history=False)
     by_name = {e.subject: e for e in events}

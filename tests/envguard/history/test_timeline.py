@@ -196,6 +196,18 @@ def test_a_run_of_another_environment_neither_splits_nor_names(
     assert {e["change"] for e in doc["events"] if e["kind"] == "installed"} == {""}
 
 
+def test_a_run_whose_snapshot_is_not_one_is_shown_but_not_compared(scene: Scene) -> None:
+    run = guarded_run(scene)
+    scene.venvs.uv_install(scene.env, scene.wheels["helper1"])
+    before_and_after(scene, run, "helperlib")
+    (stored,) = (scene.project / ".envguard" / "snapshots" / "by-digest").glob("*.json")
+    stored.write_text('{"schema": "something/else"}')
+    doc = history(scene.env, scene.project)
+    assert [ep["run"] for ep in doc["episodes"]].count(run["id"]) == 1  # still splits
+    assert {e["change"] for e in doc["events"] if e["subject"] == "helperlib"} == {""}
+    assert any("1 recorded run(s) not compared" in b for b in doc["blind_spots"])
+
+
 def _event(at: float, kind: str = INSTALLED, subject: str = "x", **extra: Any) -> Event:
     return Event(at=at, kind=kind, subject=subject, **extra)
 
