@@ -182,6 +182,21 @@ def test_a_package_upgraded_after_a_run_and_one_removed(scene: Scene) -> None:
     assert "removed: demo-train 1.0 (between " in summaries
 
 
+def test_the_same_version_from_another_build_is_named_reinstalled(scene: Scene,
+                                                                  tmp_path: Path) -> None:
+    run = guarded_run(scene)
+    rebuilt = build_wheel(tmp_path / "rebuilt", "helperlib", "2.0",
+                          {"helperlib/__init__.py": "V = 2  # rebuilt\n"})
+    scene.venvs.uv_install(scene.env, rebuilt, reinstall=True)
+    before_and_after(scene, run, "helperlib")
+    doc = history(scene.env, scene.project)
+    (helper,) = [e for e in doc["events"] if e["subject"] == "helperlib"]
+    assert (helper["kind"], helper["change"], helper["old"], helper["version"]) == (
+        "reinstalled", "reinstalled", "2.0", "2.0")
+    assert doc["episodes"][-1]["summary"] == (
+        "reinstalled: helperlib 2.0 (same version, other build)")
+
+
 def test_a_run_of_another_environment_neither_splits_nor_names(
         scene: Scene, tmp_path: Path) -> None:
     """The runs recorded in the project are of ``train``; a second venv seen from the
