@@ -73,9 +73,15 @@ def _prefix(venvs: VenvFactory, tmp_path: Path, before: Path | None = None
 
 def test_an_empty_history_gives_way_to_the_records_times(prefix: Path,
                                                           clean_cwd: Path) -> None:
+    start = (prefix / "pyvenv.cfg").stat().st_mtime
+    # A record's timestamp is the package's build time (index.json's), not its install's:
+    # a package built in 2017 and linked now is dated by its record's file time.
+    record = prefix / "conda-meta" / "tiny-1.0-0.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()),
+                                  "timestamp": 1500000000000}))
+    os.utime(record, (start + 600, start + 600))
     doc = history(prefix, clean_cwd)
     at = {e["subject"]: e["at"] for e in doc["events"] if e["kind"] == "conda-installed"}
-    start = (prefix / "pyvenv.cfg").stat().st_mtime
     assert at == {"other": pytest.approx(start), "tiny": pytest.approx(start + 600)}
     assert not [e for e in doc["events"] if e["kind"] == "conda"]
     summaries = [ep["summary"] for ep in doc["episodes"]]
