@@ -199,7 +199,7 @@ class _Window:
     a clock's skew, still belongs to the last window)."""
     last: bool
     span: str
-    """``between run A and run B`` (the evidence)."""
+    """``recorded snapshots of run A and run B`` (or ``... and the environment now``)."""
     before: dict[str, Held]
     after: dict[str, Held]
     kinds: tuple[str, ...]
