@@ -290,7 +290,7 @@ def test_every_report_in_the_render_table_has_text_markdown_and_json() -> None:
 
     from envguard.render import MODULES, OutputFormat, renderer
 
-    assert len(set(MODULES.values())) == 9
+    assert len(set(MODULES.values())) == 12
     for kind, name in MODULES.items():
         module = importlib.import_module(f"envguard.render.{name}")
         for fmt in OutputFormat:

@@ -26,7 +26,8 @@ from envguard.errors import EnvguardError
 from envguard.exitcodes import ExitCode
 
 COMMANDS = ("snapshot", "diff", "doctor", "history", "lock", "check", "run", "restore",
-            "bisect", "cache", "fleet", "runs", "completion", "help")
+            "bisect", "cache", "fleet", "runs", "install", "revisions", "undo", "completion",
+            "help")
 """The commands, in the order ``--help`` lists them; each one is defined by the module
 ``envguard.cli.<command>``."""
 

@@ -19,6 +19,9 @@ report                          module
 ``DoctorReport`` (doctor)       :mod:`.doctor`
 ``Timeline`` (history)          :mod:`.history`
 ``BisectReport`` (bisect)       :mod:`.bisect`
+``InstallReport`` (install)     :mod:`.install`
+``RevisionList`` (revisions)    :mod:`.revisions`
+``UndoReport`` (undo)           :mod:`.undo`
 ==============================  ==================
 
 That table is :data:`MODULES`; :func:`renderer` is the one branch over
@@ -49,11 +52,15 @@ if TYPE_CHECKING:
     from envguard.fleet.analyse import FleetReport
     from envguard.gate.check import GateResult
     from envguard.history import Timeline
+    from envguard.install.report import InstallReport
     from envguard.restore.report import CondaRestoreReport, RestoreReport
+    from envguard.revisions.store import RevisionList
+    from envguard.revisions.undo import UndoReport
     from envguard.runs.store import RunList
 
     Report = (DiffReport | GateResult | FleetReport | CacheStatus | RestoreReport
-              | CondaRestoreReport | RunList | DoctorReport | Timeline | BisectReport)
+              | CondaRestoreReport | RunList | DoctorReport | Timeline | BisectReport
+              | InstallReport | RevisionList | UndoReport)
 
 if sys.version_info >= (3, 11):
     from typing import assert_never
@@ -120,7 +127,8 @@ MODULES: dict[str, str] = {
     "DiffReport": "diff", "GateResult": "gate", "FleetReport": "fleet",
     "CacheStatus": "cache", "RestoreReport": "restore", "CondaRestoreReport": "restore",
     "RunList": "runs", "DoctorReport": "doctor", "Timeline": "history",
-    "BisectReport": "bisect",
+    "BisectReport": "bisect", "InstallReport": "install", "RevisionList": "revisions",
+    "UndoReport": "undo",
 }
 """Report type (its class name) -> the module of :mod:`envguard.render` that renders it."""
 

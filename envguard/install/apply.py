@@ -1,0 +1,91 @@
+"""Run the installer command in the real environment, once its prediction was accepted, and
+check the result against the prediction; record the change as a revision.
+
+The installer runs in its own session, so a Ctrl-C at the terminal reaches envguard only:
+envguard lets the installer finish (an installer stopped half-way leaves a half-installed
+environment that no revision describes), records the change, and then reports the
+interruption (exit 130); ``envguard undo`` returns to the state before it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+
+from envguard.frozen import frozen
+from envguard.install.command import InstallerCommand, installer_environment
+from envguard.install.predict import InstallPlan, differences, snapshot_options
+from envguard.probe import collect
+from envguard.revisions.store import Revision, record_revision
+from envguard.runs.store import now_iso
+
+Echo = Callable[[str], None]
+
+
+@frozen
+class Applied:
+    """The command's run in the real environment, and how its result compares."""
+
+    exit_code: int
+    differences: tuple[str, ...]
+    """Where the environment now differs from the prediction (empty: as predicted)."""
+    revision: Revision | None
+    """None when nothing changed (no revision recorded)."""
+    interrupted: bool = False
+
+
+def run_to_end(argv: list[str], *, env: Mapping[str, str], cwd: str,
+               echo: Echo | None) -> int:
+    """Run ``argv`` in its own session to its end, passing each output line to ``echo``;
+    its exit status."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, text=True, errors="replace",
+                            start_new_session=True, env=dict(env), cwd=cwd)
+    with proc:
+        assert proc.stdout is not None  # noqa: S101 - set by stdout=PIPE
+        for line in proc.stdout:
+            if echo is not None:
+                echo(line.rstrip("\n"))
+        return proc.wait()
+
+
+@contextlib.contextmanager
+def deferred_signals() -> Iterator[list[int]]:
+    """SIGINT, SIGTERM and SIGHUP noted, not raised, while the block runs."""
+    got: list[int] = []
+
+    def note(signum: int, frame: object) -> None:
+        got.append(signum)
+
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        with contextlib.suppress(ValueError):  # not the main thread: nothing to defer
+            previous[sig] = signal.signal(sig, note)
+    try:
+        yield got
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def apply_install(plan: InstallPlan, command: InstallerCommand, *, cwd: Path,
+                  env: Mapping[str, str] | None = None, echo: Echo | None = None) -> Applied:
+    """Run ``command`` against ``plan``'s environment, snapshot it, compare with the
+    prediction and record the revision (when anything changed)."""
+    started = now_iso()
+    environ = installer_environment(os.environ if env is None else env)
+    with deferred_signals() as got:
+        code = run_to_end(command.argv_for(plan.python), env=environ, cwd=str(cwd), echo=echo)
+        patterns = tuple(dict.fromkeys(f.pattern for f in plan.before.files.files))
+        after = collect(snapshot_options(plan.python, patterns))
+        found = differences(plan.predicted, after) if code == 0 else ()
+        note = ("differs from the prediction: " + "; ".join(found)) if found else ""
+        revision = (record_revision(plan.environment, plan.before, after, kind="install",
+                                    argv=command.argv, exit_code=code, started_at=started,
+                                    note=note) if differences(plan.before, after) else None)
+    return Applied(exit_code=code, differences=found, revision=revision,
+                   interrupted=bool(got))

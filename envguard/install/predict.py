@@ -1,0 +1,210 @@
+"""Predict what an installer command would do to an environment, exactly to the build.
+
+:func:`predict` snapshots the environment, runs the command against a scratch copy of it
+(:mod:`envguard.install.scratch`), snapshots the copy, and explains the difference with
+the rules ``envguard diff`` uses. The predicted snapshot is the environment's own with the
+copy's packages and torch build put in (their paths written back to the environment's), so
+the rules see exactly what ``envguard diff`` would see after the change, and no path noise.
+A same-version rebuild is visible: the copy holds the new build's RECORD.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from envguard.changes import ADDED, REMOVED, Change, SnapshotDiff, diff
+from envguard.errors import InputError, RestoreError
+from envguard.findings import Finding, Severity
+from envguard.frozen import frozen
+from envguard.install.command import InstallerCommand, installer_environment
+from envguard.install.locks import LockVerdict, broken_locks, lock_patterns, read_locks
+from envguard.install.scratch import check_guard, scratch_copy
+from envguard.model import Snapshot
+from envguard.probe import SnapshotOptions, collect
+from envguard.redact import redact_argv
+
+Echo = Callable[[str], None]
+_IGNORED_TORCH = frozenset({"compat_key", "location"})
+
+
+@frozen
+class PackageChange:
+    """One package the command changes: ``install``, ``remove``, ``change`` (another
+    version, source or editable-ness) or ``rebuild`` (same version, another build)."""
+
+    name: str
+    action: str
+    before: str | None
+    after: str | None
+    detail: str = ""
+
+
+@frozen
+class Costs:
+    clone_s: float
+    linked: int
+    copied: int
+    copied_bytes: int
+    installer_s: float
+    snapshots_s: float
+
+
+@frozen
+class InstallPlan:
+    """What the command would do: ``envguard install --dry-run``'s report."""
+
+    environment: str
+    """The environment's folder (its prefix)."""
+    python: str
+    command: tuple[str, ...]
+    """Redacted."""
+    before: Snapshot
+    predicted: Snapshot
+    diff: SnapshotDiff
+    findings: tuple[Finding, ...]
+    packages: tuple[PackageChange, ...]
+    locks: tuple[LockVerdict, ...] = ()
+    """Locks this environment matches now that the change would break."""
+    locked_by: tuple[str, ...] = ()
+    """Locks (by path) this environment matches now."""
+    notes: tuple[str, ...] = ()
+    costs: Costs | None = None
+
+    @property
+    def critical(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.severity is Severity.CRITICAL)
+
+    @property
+    def refused(self) -> bool:
+        """A critical finding, or a lock the change breaks: refused unless ``--yes``."""
+        return bool(self.critical or self.locks)
+
+
+def snapshot_options(python: str, patterns: tuple[str, ...] = (), *,
+                     memo: bool = True) -> SnapshotOptions:
+    """How install, undo and their checks snapshot: packages and builds, no file check."""
+    return SnapshotOptions(python=python, verify="none", use_project_config=False,
+                           remember_caches=False, git=False, file_patterns=patterns,
+                           use_memo=memo)
+
+
+def as_environment(copy: Snapshot, of: Snapshot, copy_prefix: str, prefix: str) -> Snapshot:
+    """``of`` with ``copy``'s packages and torch build, their paths moved from
+    ``copy_prefix`` to ``prefix``."""
+    def moved(path: str) -> str:
+        if path == copy_prefix or path.startswith(copy_prefix + os.sep):
+            return prefix + path[len(copy_prefix):]
+        return path
+
+    packages = [dataclasses.replace(d, location=moved(d.location),
+                                    metadata_dir=moved(d.metadata_dir),
+                                    shadowed=[moved(p) for p in d.shadowed])
+                for d in copy.packages]
+    torch = dataclasses.replace(copy.torch, location=moved(copy.torch.location)
+                                if copy.torch.location else None)
+    return dataclasses.replace(of, packages=packages, torch=torch)
+
+
+def package_changes(changes: SnapshotDiff) -> tuple[PackageChange, ...]:
+    """The diff's package changes, one row per package."""
+    rows: dict[str, PackageChange] = {}
+    for c in changes.material:
+        if c.section != "packages":
+            continue
+        if c.kind == ADDED:
+            rows[c.key] = PackageChange(name=c.key, action="install", before=None, after=c.new)
+        elif c.kind == REMOVED:
+            rows[c.key] = PackageChange(name=c.key, action="remove", before=c.old, after=None)
+        elif c.field == "fingerprint" and c.key not in rows:
+            rows[c.key] = PackageChange(
+                name=c.key, action="rebuild", before=None, after=None,
+                detail=f"same version, another build ({str(c.old)[7:19]}… → {str(c.new)[7:19]}…)")
+        elif c.field == "version":
+            rows[c.key] = PackageChange(name=c.key, action="change", before=str(c.old),
+                                        after=str(c.new))
+        elif c.key not in rows:
+            rows[c.key] = PackageChange(name=c.key, action="change", before=None, after=None,
+                                        detail=f"{c.field}: {c.old} → {c.new}")
+    return tuple(rows[k] for k in sorted(rows))
+
+
+def _versions(rows: tuple[PackageChange, ...], before: Snapshot,
+              after: Snapshot) -> tuple[PackageChange, ...]:
+    out = []
+    for r in rows:
+        old, new = before.package(r.name), after.package(r.name)
+        out.append(dataclasses.replace(r, before=r.before or (old.version if old else None),
+                                       after=r.after or (new.version if new else None)))
+    return tuple(out)
+
+
+def differences(predicted: Snapshot, after: Snapshot) -> tuple[str, ...]:
+    """Where the environment after the command differs from the prediction: its packages
+    and torch build only (one line each)."""
+    changes = diff(predicted, after)
+    return tuple(_line(c) for c in changes.material
+                 if c.section == "packages"
+                 or (c.section == "torch" and c.key not in _IGNORED_TORCH))
+
+
+def _line(c: Change) -> str:
+    if c.kind == ADDED:
+        return f"{c.key} {c.new} is installed, not predicted"
+    if c.kind == REMOVED:
+        return f"{c.key} {c.old} was predicted, not installed"
+    return f"{c.path}: predicted {c.old}, got {c.new}"
+
+
+def prefix_of(snapshot: Snapshot) -> Path:
+    """The venv's folder; InputError for an interpreter outside a venv."""
+    if not snapshot.interpreter.is_venv or not snapshot.interpreter.prefix:
+        raise InputError(f"{snapshot.interpreter.executable} is not in a venv: envguard "
+                         "install predicts on a copy of a venv (choose one with --python)")
+    return Path(os.path.realpath(snapshot.interpreter.prefix))
+
+
+def predict(command: InstallerCommand, *, python: str, cwd: Path,
+            env: Mapping[str, str] | None = None, echo: Echo | None = None) -> InstallPlan:
+    """The plan of ``command`` for the environment of ``python`` (see the module)."""
+    from envguard.explain import explain
+    from envguard.restore.build import error_line, run_process
+
+    environ = installer_environment(os.environ if env is None else env)
+    locks, notes = read_locks(cwd)
+    patterns = lock_patterns(locks)
+    started = time.perf_counter()
+    before = collect(snapshot_options(python, patterns))
+    prefix = prefix_of(before)
+    taken = time.perf_counter() - started
+    rel = os.path.relpath(os.path.abspath(python), os.path.abspath(before.interpreter.prefix))
+    rel = rel if not rel.startswith("..") else os.path.join("bin", "python")
+    with scratch_copy(prefix) as (folder, guard, cloned):
+        cloned_at = time.perf_counter()
+        scratch_python = str(folder / rel)
+        result = run_process(command.argv_for(scratch_python), timeout=3600, echo=echo,
+                             env=environ, cwd=str(cwd))
+        check_guard(guard)
+        ran_at = time.perf_counter()
+        if not result.ok:
+            raise RestoreError(f"the command fails on a copy of the environment (exit status "
+                               f"{result.returncode}): {error_line(result.lines)}; nothing "
+                               "was changed")
+        copy = collect(snapshot_options(scratch_python, memo=False))
+        copy_prefix = os.path.realpath(copy.interpreter.prefix)
+    predicted = as_environment(copy, before, copy_prefix, str(prefix))
+    changes = diff(before, predicted)
+    findings = tuple(explain(before, predicted, changes))
+    broken, locked_by = broken_locks(before, predicted, locks)
+    done = time.perf_counter()
+    costs = Costs(clone_s=cloned_at - started - taken, linked=cloned.linked,
+                  copied=cloned.copied, copied_bytes=cloned.copied_bytes,
+                  installer_s=ran_at - cloned_at, snapshots_s=taken + done - ran_at)
+    return InstallPlan(environment=str(prefix), python=python,
+                       command=tuple(redact_argv(list(command.argv))), before=before,
+                       predicted=predicted, diff=changes, findings=findings,
+                       packages=_versions(package_changes(changes), before, predicted),
+                       locks=broken, locked_by=locked_by, notes=notes, costs=costs)

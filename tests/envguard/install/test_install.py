@@ -1,0 +1,225 @@
+"""``envguard install`` end to end: real uv venvs from tiny wheels, envguard as a real
+subprocess, offline. The CUDA builds are fake torch wheels (tests/wheelfactory.py): two
+builds of 2.11.0+cu128 that differ only in their git_version, as in the incident.
+
+The environment is hashed file by file before and after each prediction: the scratch copy
+shares the environment's files by hard link, and no installer may write through one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.wheelfactory import Venv, VenvFactory, build_wheel, fake_torch_files, run_checked
+
+GOOD_GIT = "70d99e998b4955e0049d13a98d77ae1b14db1f45"
+OTHER_GIT = "e2b8a1c7" * 5
+TORCH = "2.11.0+cu128"
+
+
+@dataclasses.dataclass(frozen=True)
+class Scene:
+    venv: Venv
+    wheels: Path
+    """The good torch build, tiny, extra."""
+    other: Path
+    """The other torch build of the same version, and servestack, which requires torch."""
+    cwd: Path
+
+
+def hashes(root: Path) -> dict[str, str]:
+    """Every file and link below ``root``: its content's digest (a link: its target)."""
+    out = {}
+    for folder, dirs, files in os.walk(root):
+        for name in [*files, *(d for d in dirs if os.path.islink(os.path.join(folder, d)))]:
+            path = os.path.join(folder, name)
+            rel = os.path.relpath(path, root)
+            if os.path.islink(path):
+                out[rel] = "link:" + os.readlink(path)
+            else:
+                with open(path, "rb") as f:
+                    out[rel] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def envguard(*args: str, cwd: Path, env: dict[str, str] | None = None,
+             timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    environ = dict(os.environ)
+    environ.update({"UV_OFFLINE": "1", "UV_NO_CONFIG": "1", "UV_PYTHON_DOWNLOADS": "never",
+                    "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+                    "PIP_CONFIG_FILE": os.devnull, "COLUMNS": "200"})
+    environ.pop("VIRTUAL_ENV", None)
+    environ.update(env or {})
+    return subprocess.run([sys.executable, "-m", "envguard", *args], cwd=cwd, env=environ,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def fingerprints(venv: Venv, cwd: Path) -> dict[str, Any]:
+    proc = envguard("snapshot", "--python", str(venv.python), "--json", cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+    packages = json.loads(proc.stdout)["packages"]
+    return {p["name"]: (p["version"], p["fingerprint"]) for p in packages}
+
+
+def make_scene(venvs: VenvFactory, root: Path, *, with_pip: bool = False) -> Scene:
+    wheels, other = venvs.wheels, root / "other"
+    build_wheel(wheels, "torch", TORCH, fake_torch_files(git_version=GOOD_GIT))
+    build_wheel(wheels, "tiny", "1.0", {"tiny/__init__.py": "x = 1\n",
+                                        "tiny/big.bin": b"\0" * 70000})
+    build_wheel(wheels, "extra", "1.0", {"extra/__init__.py": ""})
+    build_wheel(other, "torch", TORCH, fake_torch_files(git_version=OTHER_GIT))
+    build_wheel(other, "servestack", "1.0", {"servestack/__init__.py": ""},
+                requires=(f"torch=={TORCH}",))
+    venv = venvs.create(with_pip=with_pip)
+    if with_pip:
+        venvs.pip_install(venv, *sorted(p for p in wheels.iterdir()
+                                        if p.name.startswith(("torch", "tiny"))))
+    else:  # by name from --find-links, as from an index: no direct URL recorded
+        run_checked([venvs.uv, "pip", "install", "--quiet", "--python", str(venv.python),
+                     "--no-index", "--find-links", str(wheels), f"torch=={TORCH}", "tiny"],
+                    env=venvs._env())
+    cwd = root / "work"
+    cwd.mkdir(exist_ok=True)
+    return Scene(venv=venv, wheels=wheels, other=other, cwd=cwd)
+
+
+@pytest.fixture
+def scene(venvs: VenvFactory, tmp_path: Path) -> Scene:
+    return make_scene(venvs, tmp_path)
+
+
+def revisions(scene: Scene) -> list[dict[str, Any]]:
+    proc = envguard("revisions", "--python", str(scene.venv.python), "--format", "json",
+                    cwd=scene.cwd)
+    assert proc.returncode == 0, proc.stderr
+    return list(json.loads(proc.stdout)["revisions"])
+
+
+def test_a_same_version_rebuild_is_refused_before_anything_changes(scene: Scene) -> None:
+    before = hashes(scene.venv.path)
+    proc = envguard("install", "--python", str(scene.venv.path), "--",
+                    "uv", "pip", "install", "--no-index", "--find-links", str(scene.other),
+                    "--reinstall", "servestack", cwd=scene.cwd)
+    assert proc.returncode == 3, proc.stderr
+    assert "torch-build-changed" in proc.stdout
+    assert "! torch 2.11.0+cu128 (same version, another build" in proc.stdout
+    assert "nothing was changed" in proc.stdout
+    assert hashes(scene.venv.path) == before
+    assert revisions(scene) == []
+    assert not [p for p in scene.venv.path.parent.iterdir() if "envguard-scratch" in p.name]
+
+
+def test_json_and_markdown_say_the_same(scene: Scene) -> None:
+    args = ["install", "--dry-run", "--python", str(scene.venv.path), "--", "uv", "pip",
+            "install", "--no-index", "--find-links", str(scene.other), "--reinstall",
+            "servestack"]
+    doc = json.loads(envguard(*args[:2], "--format", "json", *args[2:], cwd=scene.cwd).stdout)
+    assert doc["refused"] is True
+    assert {p["name"]: p["action"] for p in doc["packages"]} == {
+        "servestack": "install", "torch": "rebuild"}
+    assert "torch-build-changed" in [f["rule"] for f in doc["findings"]]
+    markdown = envguard(*args[:2], "--format", "markdown", *args[2:], cwd=scene.cwd)
+    assert markdown.returncode == 3
+    assert "**torch-build-changed**" in markdown.stdout
+
+
+def test_a_harmless_install_passes_and_is_recorded(scene: Scene) -> None:
+    proc = envguard("install", "--python", str(scene.venv.path), "--", "uv", "pip", "install",
+                    "--no-index", "--find-links", str(scene.wheels), "extra", cwd=scene.cwd)
+    assert proc.returncode == 0, proc.stderr
+    assert "+ extra 1.0" in proc.stdout
+    assert "installed as predicted" in proc.stdout
+    assert "extra" in fingerprints(scene.venv, scene.cwd)
+    (rev,) = revisions(scene)
+    assert rev["number"] == 1 and rev["kind"] == "install" and rev["exit_code"] == 0
+    assert rev["changes"] == ["+extra 1.0"]
+    assert rev["argv"][:3] == ["uv", "pip", "install"]
+
+
+def test_an_uninstall_is_predicted_and_recorded(scene: Scene) -> None:
+    before = hashes(scene.venv.path)
+    dry = envguard("install", "--dry-run", "--python", str(scene.venv.path), "--",
+                   "uv", "pip", "uninstall", "tiny", cwd=scene.cwd)
+    assert dry.returncode == 0, dry.stderr
+    assert "- tiny 1.0" in dry.stdout
+    assert hashes(scene.venv.path) == before
+    proc = envguard("install", "--python", str(scene.venv.path), "--", "uv", "pip",
+                    "uninstall", "tiny", cwd=scene.cwd)
+    assert proc.returncode == 0, proc.stderr
+    assert "tiny" not in fingerprints(scene.venv, scene.cwd)
+    assert revisions(scene)[0]["changes"] == ["-tiny 1.0"]
+
+
+def test_yes_installs_the_refused_change_and_undo_restores_the_exact_builds(
+        scene: Scene) -> None:
+    first = fingerprints(scene.venv, scene.cwd)
+    proc = envguard("install", "--yes", "--python", str(scene.venv.path), "--",
+                    "uv", "pip", "install", "--no-index", "--find-links", str(scene.other),
+                    "--reinstall", "servestack", cwd=scene.cwd)
+    assert proc.returncode == 0, proc.stderr
+    assert "installed as predicted (refused change taken with --yes)" in proc.stdout
+    changed = fingerprints(scene.venv, scene.cwd)
+    assert changed["torch"][0] == TORCH and changed["torch"][1] != first["torch"][1]
+    undo = envguard("undo", "--python", str(scene.venv.path), cwd=scene.cwd)
+    assert undo.returncode == 0, undo.stdout + undo.stderr
+    assert "returned to revision 0 exactly" in undo.stdout
+    assert "torch 2.11.0+cu128: uv cache" in undo.stdout
+    assert fingerprints(scene.venv, scene.cwd) == first
+    kinds = [r["kind"] for r in revisions(scene)]
+    assert kinds == ["install", "undo"]
+
+
+def test_an_undo_that_cannot_find_a_build_changes_nothing(scene: Scene, tmp_path: Path) -> None:
+    proc = envguard("install", "--yes", "--python", str(scene.venv.path), "--",
+                    "uv", "pip", "install", "--no-index", "--find-links", str(scene.other),
+                    "--reinstall", "servestack", cwd=scene.cwd)
+    assert proc.returncode == 0, proc.stderr
+    before = hashes(scene.venv.path)
+    empty = tmp_path / "empty-uv-cache"
+    undo = envguard("undo", "--python", str(scene.venv.path), cwd=scene.cwd,
+                    env={"UV_CACHE_DIR": str(empty)})
+    assert undo.returncode == 1, undo.stdout + undo.stderr
+    assert "cannot undo: no exact build of torch 2.11.0+cu128; nothing was changed" in undo.stdout
+    assert hashes(scene.venv.path) == before
+    assert [r["kind"] for r in revisions(scene)] == ["install"]
+
+
+def test_a_lock_s_forbidden_package_is_refused_naming_the_lock(scene: Scene) -> None:
+    lock = envguard("lock", "trainer", "--python", str(scene.venv.python), "--distribution",
+                    "tiny", "--forbid", "servestack", cwd=scene.cwd)
+    assert lock.returncode == 0, lock.stderr
+    before = hashes(scene.venv.path)
+    proc = envguard("install", "--python", str(scene.venv.path), "--", "uv", "pip", "install",
+                    "--no-index", "--find-links", str(scene.other), "servestack", cwd=scene.cwd)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "lock trainer (" in proc.stdout and "lockfiles/trainer.toml" in proc.stdout
+    assert "breaks lock trainer" in proc.stdout
+    assert hashes(scene.venv.path) == before
+    harmless = envguard("install", "--dry-run", "--python", str(scene.venv.path), "--", "uv",
+                        "pip", "install", "--no-index", "--find-links", str(scene.wheels),
+                        "extra", cwd=scene.cwd)
+    assert harmless.returncode == 0, harmless.stdout + harmless.stderr
+
+
+@pytest.mark.parametrize("argv", [
+    ["rm", "-rf", "/"],
+    ["uv", "pip", "compile", "x"],
+    ["pip", "download", "x"],
+    ["uv", "pip", "install", "--python", "/usr/bin/python3", "x"],
+    ["pip", "install", "--target", "/tmp/x", "x"],
+    [],
+])
+def test_anything_else_is_refused_in_one_line(scene: Scene, argv: list[str]) -> None:
+    proc = envguard("install", "--python", str(scene.venv.path), "--", *argv, cwd=scene.cwd)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
