@@ -32,6 +32,10 @@ TOPICS: dict[str, tuple[str, str]] = {
     "runs": ("LOCK.md", "see lock"),
     "restore": ("RESTORE.md", "rebuilding a recorded package set exactly, and the proof"),
     "bisect": ("BISECT.md", "finding the change that broke a command"),
+    "install": ("INSTALL.md", "predicting an install exactly to the build; revisions, undo"),
+    "revisions": ("INSTALL.md", "see install"),
+    "undo": ("INSTALL.md", "see install"),
+    "shell-hook": ("INSTALL.md", "see install"),
     "cache": ("CACHE.md", "compile caches: status, save, restore, provenance"),
     "fleet": ("FLEET.md", "snapshots of many ranks or hosts, and their outliers"),
     "completion": ("CLI.md", "see cli"),
@@ -58,7 +62,8 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 _COMMAND_TOPICS = ("snapshot", "diff", "doctor", "history", "lock", "check", "run", "runs",
-                   "restore", "bisect", "cache", "fleet", "completion")
+                   "restore", "bisect", "cache", "fleet", "install", "revisions", "undo",
+                   "shell-hook", "completion")
 
 
 def pages_folder() -> Path | None:
