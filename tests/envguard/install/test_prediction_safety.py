@@ -1,0 +1,131 @@
+"""A prediction never touches the environment: the scratch copy shares its files by hard
+link, and pip and uv replace files rather than write into them. Each case hashes every
+file of the venv before and after ``envguard install --dry-run``; pip and uv, install,
+upgrade, a forced reinstall of the same version (the rebuild is predicted), uninstall.
+Ctrl-C during the prediction and during undo's work on the copy leaves the venv as it was.
+Fake torch wheels stand for the CUDA builds (tests/wheelfactory.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.envguard.install.test_install import (
+    TORCH,
+    Scene,
+    envguard,
+    hashes,
+    make_scene,
+)
+from tests.wheelfactory import VenvFactory, build_wheel, interruptible
+
+
+@pytest.fixture
+def pip_scene(venvs: VenvFactory, tmp_path: Path) -> Scene:
+    scene = make_scene(venvs, tmp_path, with_pip=True)
+    build_wheel(scene.other, "tiny", "2.0", {"tiny/__init__.py": "x = 2\n",
+                                             "tiny/big.bin": b"\1" * 70000})
+    return scene
+
+
+@pytest.fixture
+def uv_scene(venvs: VenvFactory, tmp_path: Path) -> Scene:
+    scene = make_scene(venvs, tmp_path)
+    build_wheel(scene.other, "tiny", "2.0", {"tiny/__init__.py": "x = 2\n",
+                                             "tiny/big.bin": b"\1" * 70000})
+    return scene
+
+
+def predicted(scene: Scene, *argv: str) -> dict[str, str]:
+    before = hashes(scene.venv.path)
+    proc = envguard("install", "--dry-run", "--format", "json", "--python",
+                    str(scene.venv.path), "--", *argv, cwd=scene.cwd)
+    assert proc.returncode in (0, 3), proc.stdout + proc.stderr
+    assert hashes(scene.venv.path) == before
+    return {p["name"]: p["action"] for p in json.loads(proc.stdout)["packages"]}
+
+
+PIP_CASES = [
+    (["install", "servestack"], {"servestack": "install"}),
+    (["install", "--upgrade", "tiny"], {"tiny": "change"}),
+    (["install", "--force-reinstall", "--no-deps", f"torch=={TORCH}"], {"torch": "rebuild"}),
+    (["install", "--force-reinstall", "--no-deps", "tiny==1.0", "--find-links", "WHEELS"],
+     {}),
+    (["uninstall", "tiny"], {"tiny": "remove"}),
+]
+
+
+@pytest.mark.parametrize(("args", "expected"), PIP_CASES)
+def test_pip_predictions_leave_the_venv_byte_for_byte_unchanged(
+        pip_scene: Scene, args: list[str], expected: dict[str, str]) -> None:
+    words = [str(pip_scene.wheels) if a == "WHEELS" else a for a in args]
+    links = ["--no-index", "--find-links", str(pip_scene.other)] if args[0] == "install" else []
+    changes = predicted(pip_scene, str(pip_scene.venv.python), "-m", "pip", words[0], *links,
+                        *words[1:])
+    assert {k: v for k, v in changes.items() if k in expected or v != "change"} == expected
+
+
+UV_CASES = [
+    (["install", "--upgrade", "tiny"], {"tiny": "change"}),
+    (["install", "--reinstall", f"torch=={TORCH}"], {"torch": "rebuild"}),
+    (["install", "--reinstall", "tiny==1.0", "--find-links", "WHEELS"], {}),
+    (["uninstall", "tiny"], {"tiny": "remove"}),
+]
+
+
+@pytest.mark.parametrize(("args", "expected"), UV_CASES)
+def test_uv_predictions_leave_the_venv_byte_for_byte_unchanged(
+        uv_scene: Scene, args: list[str], expected: dict[str, str]) -> None:
+    words = [str(uv_scene.wheels) if a == "WHEELS" else a for a in args]
+    links = ["--no-index", "--find-links", str(uv_scene.other)] if args[0] == "install" else []
+    assert predicted(uv_scene, "uv", "pip", words[0], *links, *words[1:]) == expected
+
+
+def _interrupt_when_copied(argv: list[str], scene: Scene) -> subprocess.CompletedProcess[str]:
+    """Run envguard and send SIGINT as soon as its scratch copy of the venv exists."""
+    environ = dict(os.environ, UV_OFFLINE="1", UV_NO_CONFIG="1", COLUMNS="200")
+    proc = subprocess.Popen([sys.executable, "-m", "envguard", *argv], cwd=scene.cwd,
+                            env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=interruptible)
+    folder = scene.venv.path.parent
+    deadline = time.monotonic() + 60
+    seen = False
+    while time.monotonic() < deadline and proc.poll() is None:
+        if any("envguard-scratch" in p.name for p in folder.iterdir()):
+            proc.send_signal(signal.SIGINT)
+            seen = True
+            break
+        time.sleep(0.002)
+    out, err = proc.communicate(timeout=60)
+    assert seen, "the scratch copy was never seen: " + err
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def test_ctrl_c_during_the_prediction_leaves_the_venv_as_it_was(uv_scene: Scene) -> None:
+    before = hashes(uv_scene.venv.path)
+    done = _interrupt_when_copied(
+        ["install", "--yes", "--python", str(uv_scene.venv.path), "--", "uv", "pip",
+         "install", "--no-index", "--find-links", str(uv_scene.other), "--reinstall",
+         "servestack"], uv_scene)
+    assert done.returncode == 130, done.stderr
+    assert hashes(uv_scene.venv.path) == before
+    assert not [p for p in uv_scene.venv.path.parent.iterdir() if "envguard-scratch" in p.name]
+
+
+def test_ctrl_c_during_undo_leaves_the_venv_as_it_was(uv_scene: Scene) -> None:
+    proc = envguard("install", "--yes", "--python", str(uv_scene.venv.path), "--", "uv", "pip",
+                    "install", "--no-index", "--find-links", str(uv_scene.other),
+                    "--reinstall", "servestack", cwd=uv_scene.cwd)
+    assert proc.returncode == 0, proc.stderr
+    before = hashes(uv_scene.venv.path)
+    done = _interrupt_when_copied(["undo", "--python", str(uv_scene.venv.path)], uv_scene)
+    assert done.returncode == 130, done.stderr
+    assert hashes(uv_scene.venv.path) == before
+    assert not [p for p in uv_scene.venv.path.parent.iterdir() if "envguard-scratch" in p.name]
