@@ -317,9 +317,13 @@ def _small_files() -> None:
 def test_a_lock_whose_write_fails_leaves_nothing_behind(project: Path, env: Venv) -> None:
     """The write under the lock fails (the snapshot is larger than the file size limit, set
     in the child: the one way here to make a real write fail for root): exit 5, and the
-    .lock file and the folders the command made are gone again."""
+    .lock file and the folders the command made are gone again. The child writes no
+    bytecode: Python would keep a .pyc cut short at the limit, and every later import of
+    that module would fail."""
+    variables = activated(env) | {"PYTHONDONTWRITEBYTECODE": "1",
+                                  "ENVGUARD_NO_BYTECODE_CACHE": "1"}
     done = subprocess.run([sys.executable, "-m", "envguard", "lock", "train"], cwd=project,
-                          env=activated(env), capture_output=True, text=True, timeout=120,
+                          env=variables, capture_output=True, text=True, timeout=120,
                           check=False, preexec_fn=_small_files)
     assert done.returncode == ExitCode.OUTPUT_ERROR, done.stderr
     assert left_behind(project) == []
