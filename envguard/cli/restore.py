@@ -136,6 +136,9 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
     uv = find_uv()
     started = time.perf_counter()
+    from envguard.runs.store import now_iso
+
+    started_at = now_iso()
 
     def echo(line: str) -> None:
         note(f"uv: {line}")
@@ -160,8 +163,10 @@ def cmd_restore(args: argparse.Namespace) -> int:
             new_python = str(build_venv(plan, target, uv=uv, python=python, echo=echo,
                                         step=progress.step, python_is_path=same))
     note(f"restored into {target} in {time.perf_counter() - started:.1f} s; verifying")
-    verification = verify_restore(good, proof_snapshot(new_python), good_name=args.good_label,
-                                  new_name=str(target))
+    proof = proof_snapshot(new_python)
+    verification = verify_restore(good, proof, good_name=args.good_label, new_name=str(target))
+    if args.in_place:
+        _record_revision(current, new_python, verification.ok, started_at)
     show(dataclasses.replace(report, target=str(target), verification=verification),
          args.format, show_all=args.all)
     if not args.in_place and args.format == "text":
@@ -176,6 +181,21 @@ def _say_how_to_switch(target: Path) -> None:
     activate = shlex.join(["source", str(target / "bin" / "activate")])
     note(f"to use it: {activate} (envguard commands take it as --python "
          f"{shlex.quote(str(target))})")
+
+
+def _record_revision(before: Snapshot, python: str, ok: bool, started_at: str) -> None:
+    """``--in-place`` changed the environment: one revision (docs/INSTALL.md)."""
+    import sys
+
+    from envguard.install.predict import snapshot_options
+    from envguard.probe import collect
+    from envguard.revisions.store import record_revision
+
+    after = collect(snapshot_options(python))
+    revision = record_revision(before.interpreter.prefix, before, after, kind="restore",
+                               argv=["envguard", *sys.argv[1:]], exit_code=0 if ok else 1,
+                               started_at=started_at)
+    note(f"recorded as revision {revision.number} (envguard revisions)")
 
 
 def _restore_conda(args: argparse.Namespace, good: Snapshot, into: Path | None) -> int:

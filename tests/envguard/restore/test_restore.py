@@ -512,6 +512,12 @@ def test_in_place_syncs_the_given_env_and_refuses_envguards_own(world: World) ->
     assert freeze(w, target) == freeze(w, w.good)
     changes, rules = package_changes(w, target)
     assert changes == [] and rules == []
+    # the change is a revision of that venv (docs/INSTALL.md), which undo can return from
+    assert "recorded as revision 1" in proc.stderr
+    listed = envguard(w, "revisions", "--python", str(target), "--format", "json")
+    (revision,) = json.loads(listed.stdout)["revisions"]
+    assert revision["kind"] == "restore" and revision["argv"][:2] == ["envguard", "restore"]
+    assert "-junk 0.1" in revision["changes"]
 
     own = envguard(w, "restore", w.good_json, "--in-place", "--no-index")
     assert own.returncode == ExitCode.USAGE and "envguard itself runs in" in own.stderr
