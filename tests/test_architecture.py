@@ -171,7 +171,8 @@ def test_each_command_has_its_own_module(tmp_path: Path) -> None:
     commands share lives in ``program``, ``output`` and ``options``."""
     from envguard.cli.program import COMMANDS
 
-    assert commands_by_module(ROOT) == {f"envguard.cli.{c}": [c] for c in COMMANDS}
+    assert commands_by_module(ROOT) == {f"envguard.cli.{c.replace('-', '_')}": [c]
+                                        for c in COMMANDS}
     planted = tmp_path / "envguard" / "cli" / "gate.py"
     planted.parent.mkdir(parents=True)
     planted.write_text("def add_parsers(sub):\n    sub.add_parser('lock')\n"

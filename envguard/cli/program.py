@@ -26,10 +26,10 @@ from envguard.errors import EnvguardError
 from envguard.exitcodes import ExitCode
 
 COMMANDS = ("snapshot", "diff", "doctor", "history", "lock", "check", "run", "restore",
-            "bisect", "cache", "fleet", "runs", "install", "revisions", "undo", "completion",
-            "help")
+            "bisect", "cache", "fleet", "runs", "install", "revisions", "undo", "shell-hook",
+            "completion", "help")
 """The commands, in the order ``--help`` lists them; each one is defined by the module
-``envguard.cli.<command>``."""
+``envguard.cli.<command>`` (a ``-`` in the name is a ``_`` in the module's)."""
 
 
 class Parser(argparse.ArgumentParser):
@@ -110,7 +110,7 @@ def build_parser(argv: list[str] | None = None, *, every_command: bool = True
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     for name in COMMANDS if every_command else _commands_for(argv):
-        importlib.import_module(f"envguard.cli.{name}").add_parsers(sub)
+        importlib.import_module(f"envguard.cli.{name.replace('-', '_')}").add_parsers(sub)
     return parser
 
 
