@@ -21,11 +21,14 @@ the modules compile from source as they would have without it.
 
 from __future__ import annotations
 
+import contextlib
+import importlib.machinery
 import importlib.util
 import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from types import CodeType
 
 from envguard.paths import private_folder
 
@@ -47,4 +50,32 @@ def keep_bytecode(folder: Path, shipped: str | None,
         return False  # why: in envguard.paths.DISTRUSTED
     sys.pycache_prefix = str(folder)
     sys.dont_write_bytecode = False
+    _tolerate_broken_bytecode()
     return True
+
+
+class _TolerantSourceLoader(importlib.machinery.SourceFileLoader):
+    """The standard loader, except that a cached ``.pyc`` that does not unmarshal (cut
+    short by a full disk or a killed machine; the header still matches) is dropped and
+    the module compiled from source, instead of the import failing with EOFError."""
+
+    def get_code(self, fullname: str) -> CodeType | None:
+        try:
+            return super().get_code(fullname)
+        except (EOFError, ValueError, TypeError):  # marshal: too short, bad data
+            cached = importlib.util.cache_from_source(self.path)
+            with contextlib.suppress(OSError):
+                os.unlink(cached)
+            return self.source_to_code(self.get_data(self.path), self.path)
+
+
+def _tolerate_broken_bytecode() -> None:
+    """Find modules with :class:`_TolerantSourceLoader` from now on (the bytecode in the
+    folder :func:`keep_bytecode` chose is this tool's own, and must never stop it)."""
+    machinery = importlib.machinery
+    hook = machinery.FileFinder.path_hook(
+        (machinery.ExtensionFileLoader, machinery.EXTENSION_SUFFIXES),
+        (_TolerantSourceLoader, machinery.SOURCE_SUFFIXES),
+        (machinery.SourcelessFileLoader, machinery.BYTECODE_SUFFIXES))
+    sys.path_hooks.insert(0, hook)
+    sys.path_importer_cache.clear()

@@ -121,6 +121,8 @@ def test_keep_bytecode_only_when_bytecode_is_off_and_nothing_shipped_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from envguard.bytecode import OPT_OUT_ENV, keep_bytecode
 
+    monkeypatch.setattr(sys, "path_hooks", list(sys.path_hooks))  # keep_bytecode adds one
+    monkeypatch.setattr(sys, "path_importer_cache", {})
     source = tmp_path / "mod.py"  # a module whose install wrote no .pyc
     source.write_text("x = 1\n")
     shipped = tmp_path / "shipped.py"
@@ -163,3 +165,42 @@ def test_the_command_line_writes_no_bytecode_beside_the_sources(tmp_path: Path) 
         cached = list(folder.rglob(f"envguard/{module}.*.pyc"))
         assert bool(cached) is not shipped, module
     assert set(Path(cli.__file__).parent.parent.rglob("__pycache__")) == before
+
+
+def test_a_cut_short_pyc_in_the_cache_is_recompiled_not_fatal(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A .pyc in envguard's bytecode folder cut short (a full disk, a killed machine) after
+    its header: the standard loader fails the import with EOFError, every later command
+    too; the loader keep_bytecode installs compiles the source and replaces the file."""
+    import py_compile
+
+    from envguard.bytecode import keep_bytecode
+
+    monkeypatch.setattr(sys, "path_hooks", list(sys.path_hooks))
+    monkeypatch.setattr(sys, "path_importer_cache", {})
+    monkeypatch.setattr(sys, "pycache_prefix", None)
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    code = tmp_path / "code"
+    code.mkdir()
+    monkeypatch.syspath_prepend(str(code))
+
+    def plant(name: str) -> Path:
+        source = code / f"{name}.py"
+        source.write_text("VALUE = 41 + 1\n" + "# padding\n" * 200)
+        cached = Path(importlib.util.cache_from_source(str(source)))
+        py_compile.compile(str(source), cfile=str(cached))
+        cached.write_bytes(cached.read_bytes()[:24])  # the header and a little more
+        return cached
+
+    plant("cut_short_plain")  # no keep_bytecode yet: the usual loader, __pycache__/
+    with pytest.raises(EOFError):
+        importlib.import_module("cut_short_plain")
+
+    folder = tmp_path / "bytecode"
+    assert keep_bytecode(folder, str(code / "cut_short_tolerant.py"), {})
+    cached = plant("cut_short_tolerant")
+    assert str(cached).startswith(str(folder))
+    module = importlib.import_module("cut_short_tolerant")
+    assert module.VALUE == 42
+    assert not cached.exists() or cached.stat().st_size > 24
+    sys.modules.pop("cut_short_tolerant", None)
