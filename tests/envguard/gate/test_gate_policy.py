@@ -109,7 +109,8 @@ def test_gate_snapshot_options_are_the_fast_gate_scope(tmp_path: Path) -> None:
     fast = gate_snapshot_options(lock, tmp_path)  # type: ignore[arg-type]
     assert fast.git is False
     assert fast.integrity_only is not None and "envguard" in fast.integrity_only
-    assert fast.cwd == tmp_path and fast.use_project_config is False
+    # [tool.envguard] env applies (as to every snapshot); its files come from the lock
+    assert fast.cwd == tmp_path and fast.use_project_config and not fast.project_files
     full = gate_snapshot_options(lock, tmp_path, fast=False)  # type: ignore[arg-type]
     assert full.git is True and full.integrity_only is None
 
