@@ -32,19 +32,24 @@ if TYPE_CHECKING:
         BisectReport,
         DoctorReport,
         GateResult,
+        InstallPlan,
         Report,
         Snapshot,
+        UndoReport,
         bisect,
         check,
         diagnose,
         diff,
         format_report,
+        plan_install,
         read_snapshot,
         snapshot,
+        undo,
     )
 
-__all__ = ["BisectReport", "DoctorReport", "GateResult", "Report", "Snapshot", "__version__",
-           "bisect", "check", "diagnose", "diff", "format_report", "read_snapshot", "snapshot"]
+__all__ = ["BisectReport", "DoctorReport", "GateResult", "InstallPlan", "Report", "Snapshot",
+           "UndoReport", "__version__", "bisect", "check", "diagnose", "diff", "format_report",
+           "plan_install", "read_snapshot", "snapshot", "undo"]
 
 _API = frozenset(__all__) - {"__version__"}
 

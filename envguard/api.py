@@ -36,14 +36,16 @@ from envguard.explain.interface import Finding
 from envguard.explain.report import DiffReport
 from envguard.frozen import frozen
 from envguard.gate.check import GateResult
+from envguard.install.predict import InstallPlan
 from envguard.model import Snapshot
+from envguard.revisions.undo import UndoReport
 
 Verify = Literal["none", "size", "hash"]
 Format = Literal["text", "json", "markdown"]
 
-__all__ = ["BisectReport", "DoctorReport", "Format", "GateResult", "Report", "Snapshot",
-           "Verify", "bisect", "check", "diagnose", "diff", "format_report", "read_snapshot",
-           "snapshot"]
+__all__ = ["BisectReport", "DoctorReport", "Format", "GateResult", "InstallPlan", "Report",
+           "Snapshot", "UndoReport", "Verify", "bisect", "check", "diagnose", "diff",
+           "format_report", "plan_install", "read_snapshot", "snapshot", "undo"]
 
 
 def snapshot(python: str | os.PathLike[str] | None = None, *,
@@ -213,15 +215,55 @@ def bisect(good: Snapshot, bad: Snapshot, command: Iterable[str], *,
     return search(good, bad, options, good_name="good", bad_name="bad")
 
 
-def format_report(report: Report | GateResult | DoctorReport | BisectReport,
-                  fmt: Format = "text", *,
+def plan_install(argv: Iterable[str], python: str | os.PathLike[str] | None = None, *,
+                 cwd: str | os.PathLike[str] | None = None,
+                 env: Mapping[str, str] | None = None) -> InstallPlan:
+    """What ``envguard install --dry-run -- ARGV`` predicts (docs/INSTALL.md): the installer
+    command run on a scratch copy of the venv, nothing changed. ``plan.refused`` (a critical
+    finding or a broken lock of ``cwd``'s ``lockfiles/``), ``plan.packages``,
+    ``plan.findings``, ``plan.predicted`` (the snapshot after the change). ``python``: as
+    for :func:`snapshot` (``None``: this interpreter's venv). InputError: not an installer
+    command envguard guards, or not a venv; RestoreError: the command fails on the copy."""
+    from envguard.install.command import parse_command
+    from envguard.install.predict import predict
+    from envguard.probe.discovery import discover, this_process
+    from envguard.restore.build import find_uv
+
+    where = Path(cwd) if cwd is not None else Path.cwd()
+    words = list(argv)
+    command = parse_command(words, uv=find_uv() if words[:1] == ["uv"] else None)
+    selection = (discover(os.fspath(python), env=os.environ, cwd=where) if python is not None
+                 else this_process())
+    return predict(command, python=selection.executable, cwd=where, env=env)
+
+
+def undo(python: str | os.PathLike[str] | None = None, *, to: int | None = None,
+         dry_run: bool = False, env: Mapping[str, str] | None = None) -> UndoReport:
+    """What ``envguard undo`` does (docs/INSTALL.md): return the venv of ``python`` (as for
+    :func:`snapshot`; ``None``: this interpreter's) to revision ``to`` (default: the state
+    before the last recorded change), exactly to the build, proven on a scratch copy first.
+    ``report.ok``, ``report.missing`` (builds found nowhere: nothing changed),
+    ``report.verification``. ``env``: where uv's cache is found (default os.environ)."""
+    from envguard.probe.discovery import discover, this_process
+    from envguard.revisions.undo import undo as run_undo
+
+    selection = (discover(os.fspath(python), env=os.environ, cwd=Path.cwd())
+                 if python is not None else this_process())
+    return run_undo(selection.executable, to=to, dry_run=dry_run, env=env)
+
+
+def format_report(report: Report | GateResult | DoctorReport | BisectReport | InstallPlan
+                  | UndoReport, fmt: Format = "text", *,
                   width: int = 80, show_all: bool = False) -> str:
-    """A report as ``envguard diff``/``check``/``doctor``/``bisect`` print it with
-    ``--format fmt``
-    (text without colour, ``width`` columns)."""
+    """A report as ``envguard diff``/``check``/``doctor``/``bisect``/``install``/``undo``
+    print it with ``--format fmt`` (text without colour, ``width`` columns)."""
     from envguard.render import PlainScreen, render
 
     if fmt not in ("text", "json", "markdown"):
         raise InputError(f"format={fmt!r}: expected 'text', 'json' or 'markdown'")
-    inner = report.detail if isinstance(report, Report) else report
+    inner: Any = report.detail if isinstance(report, Report) else report
+    if isinstance(report, InstallPlan):
+        from envguard.install.report import InstallReport
+
+        inner = InstallReport(plan=report)
     return render(inner, fmt, show_all=show_all, screen=PlainScreen(width=width))

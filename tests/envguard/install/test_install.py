@@ -223,3 +223,30 @@ def test_anything_else_is_refused_in_one_line(scene: Scene, argv: list[str]) -> 
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_the_api_plans_and_undoes(scene: Scene) -> None:
+    import envguard
+
+    env = dict(os.environ, UV_OFFLINE="1", UV_NO_CONFIG="1")
+    before = hashes(scene.venv.path)
+    plan = envguard.plan_install(
+        ["uv", "pip", "install", "--no-index", "--find-links", str(scene.other), "--reinstall",
+         "servestack"], python=scene.venv.path, cwd=scene.cwd, env=env)
+    assert plan.refused
+    assert [f.rule for f in plan.critical] == ["torch-build-changed"]
+    assert {p.name: p.action for p in plan.packages} == {"servestack": "install",
+                                                         "torch": "rebuild"}
+    assert json.loads(envguard.format_report(plan, "json"))["refused"] is True
+    assert hashes(scene.venv.path) == before
+    proc = envguard_cli(scene, "--yes")
+    assert proc.returncode == 0, proc.stderr
+    report = envguard.undo(scene.venv.path, dry_run=True, env=env)
+    assert report.ok and not report.applied
+    assert [(s.name, s.source) for s in report.sources] == [("torch", "uv cache")]
+
+
+def envguard_cli(scene: Scene, *flags: str) -> subprocess.CompletedProcess[str]:
+    return envguard("install", *flags, "--python", str(scene.venv.path), "--", "uv", "pip",
+                    "install", "--no-index", "--find-links", str(scene.other), "--reinstall",
+                    "servestack", cwd=scene.cwd)
