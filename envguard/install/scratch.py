@@ -155,7 +155,9 @@ def scratch_copy(prefix: Path) -> Iterator[tuple[Path, LinkGuard, Cloned]]:
     """A scratch copy of the venv at ``prefix``: (its folder, the guard, what it cost)."""
     sweep_stale(prefix)
     folder = scratch_path(prefix)
-    if os.path.lexists(folder):
+    if os.path.islink(folder):  # planted: removed, never followed
+        os.unlink(folder)
+    elif os.path.lexists(folder):
         shutil.rmtree(folder, ignore_errors=True)
     guard = LinkGuard()
     try:
