@@ -158,7 +158,7 @@ def read_runs(cwd: Path, prefix: Path) -> Runs:
         else:
             seen.append(Seen(at=at, run=record.id, packages=packages))
         events.append(Event(at=at, kind=RUN, subject=record.id,
-                            detail=f"{record.outcome}, gate {record.gate}",
+                            detail=_run_detail(record.outcome, record.gate),
                             evidence=".envguard/runs", ended_at=parse_iso(record.ended_at)))
     notes = []
     if others:
@@ -274,3 +274,8 @@ def annotate(events: list[Event], runs: Runs, now: Snapshot, taken_at: float,
                        f"{window.span}; the disk keeps no time for it",
                 evidence=window.span))
     return out
+
+
+def _run_detail(outcome: str, gate: str) -> str:
+    """``exit 0, gate passed``; a refused run is ``refused by the gate``, said once."""
+    return "refused by the gate" if outcome == "refused" else f"{outcome}, gate {gate}"
