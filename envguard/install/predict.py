@@ -23,7 +23,7 @@ from envguard.frozen import frozen
 from envguard.install.command import InstallerCommand, installer_environment
 from envguard.install.locks import LockVerdict, broken_locks, lock_patterns, read_locks
 from envguard.install.scratch import check_guard, scratch_copy
-from envguard.model import Snapshot
+from envguard.model import Distribution, Snapshot
 from envguard.probe import SnapshotOptions, collect
 from envguard.redact import redact_argv
 
@@ -100,9 +100,16 @@ def as_environment(copy: Snapshot, of: Snapshot, copy_prefix: str, prefix: str) 
             return prefix + path[len(copy_prefix):]
         return path
 
-    packages = [dataclasses.replace(d, location=moved(d.location),
-                                    metadata_dir=moved(d.metadata_dir),
-                                    shadowed=[moved(p) for p in d.shadowed])
+    def same(d: Distribution, b: Distribution | None) -> bool:
+        return b is not None and (b.version, b.fingerprint, b.direct_url, b.editable) == (
+            d.version, d.fingerprint, d.direct_url, d.editable)
+
+    # a package the command left alone is the environment's own record (the copy may lack
+    # its files); a new one is the copy's, at the environment's paths
+    packages = [b if same(d, b := of.package(d.name)) and b is not None
+                else dataclasses.replace(d, location=moved(d.location),
+                                         metadata_dir=moved(d.metadata_dir),
+                                         shadowed=[moved(p) for p in d.shadowed])
                 for d in copy.packages]
     torch = dataclasses.replace(copy.torch, location=moved(copy.torch.location)
                                 if copy.torch.location else None)
@@ -182,19 +189,26 @@ def predict(command: InstallerCommand, *, python: str, cwd: Path,
     taken = time.perf_counter() - started
     rel = os.path.relpath(os.path.abspath(python), os.path.abspath(before.interpreter.prefix))
     rel = rel if not rel.startswith("..") else os.path.join("bin", "python")
-    with scratch_copy(prefix) as (folder, guard, cloned):
-        cloned_at = time.perf_counter()
-        scratch_python = str(folder / rel)
-        result = run_process(command.argv_for(scratch_python), timeout=3600, echo=echo,
-                             env=environ, cwd=str(cwd))
-        check_guard(guard)
-        ran_at = time.perf_counter()
-        if not result.ok:
-            raise RestoreError(f"the command fails on a copy of the environment (exit status "
-                               f"{result.returncode}): {error_line(result.lines)}; nothing "
-                               "was changed")
-        copy = collect(snapshot_options(scratch_python, memo=False))
-        copy_prefix = os.path.realpath(copy.interpreter.prefix)
+    # First the venv's metadata only (what resolution reads); a command that fails there
+    # (a build that imports the venv's own packages) is tried again on a whole copy.
+    for sites in (before.interpreter.site_packages, None):
+        with scratch_copy(prefix, site_packages=sites,
+                          with_pip=command.tool == "pip") as (folder, guard, cloned):
+            cloned_at = time.perf_counter()
+            scratch_python = str(folder / rel)
+            result = run_process(command.argv_for(scratch_python), timeout=3600, echo=echo,
+                                 env=environ, cwd=str(cwd))
+            check_guard(guard)
+            ran_at = time.perf_counter()
+            if not result.ok and sites is not None:
+                continue
+            if not result.ok:
+                raise RestoreError(f"the command fails on a copy of the environment (exit "
+                                   f"status {result.returncode}): {error_line(result.lines)}; "
+                                   "nothing was changed")
+            copy = collect(snapshot_options(scratch_python, memo=False))
+            copy_prefix = os.path.realpath(copy.interpreter.prefix)
+            break
     predicted = as_environment(copy, before, copy_prefix, str(prefix))
     changes = diff(before, predicted)
     findings = tuple(explain(before, predicted, changes))

@@ -1,16 +1,22 @@
 """A scratch copy of an environment, cheap enough to make before every change.
 
-:func:`scratch_copy` clones a venv's prefix into a sibling folder
-``.NAME.envguard-scratch-<pid>`` (the same filesystem, so hard links work): folders are
-made anew, symlinks copied as links (one that leads into the environment is pointed at
-the copy's own folder), ``bin/`` scripts, ``pyvenv.cfg``, ``.pth`` files and every
-``*.dist-info`` folder's files copied, ``__pycache__`` left out, and every other file hard
-linked (copied where a link cannot be made). An installer run against the copy's
-interpreter changes the copy only: pip and uv replace a file by unlinking or renaming it,
-never by writing into it (the tests prove it for both, for installs over another
-package's file, upgrades, ``--force-reinstall`` and uninstalls). :class:`LinkGuard` checks
-that anyway: every linked file keeps its size and modification time in the real
-environment, or the prediction stops with an error that says which file changed.
+Two kinds, both in a sibling folder ``.NAME.envguard-scratch-<pid>`` (the same filesystem,
+so hard links work). :func:`metadata_clone`, tried first: the venv as an installer sees it
+(the interpreter, every ``*.dist-info`` folder, ``.pth`` files and what they import,
+torch's ``version.py``, pip's own package for pip), without the packages' files; tens of
+links per package instead of thousands. :func:`clone_tree`, when a command fails there
+(a build that imports the venv's packages): the whole venv, folders made anew, symlinks
+copied as links (one that leads into the environment is pointed at the copy's own
+folder), ``bin/`` scripts, ``pyvenv.cfg``, ``.pth`` files and every ``*.dist-info``
+folder's files copied, ``__pycache__`` left out, every other file hard linked (copied
+where a link cannot be made).
+
+An installer run against the copy's interpreter changes the copy only: pip and uv replace
+a file by unlinking or renaming it, never by writing into it (the tests prove it for both,
+for installs over another package's file, upgrades, ``--force-reinstall`` and
+uninstalls). :class:`LinkGuard` checks that anyway: every linked file keeps its size and
+modification time in the real environment, or the prediction stops with an error that
+says which file changed.
 
 The copy is removed when the ``with`` block ends, however it ends (Ctrl-C included); a
 copy a killed envguard left behind is removed by the next one (its process is gone).
@@ -20,8 +26,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from envguard.errors import EnvguardError
@@ -102,8 +109,10 @@ def _is_metadata(rel_parts: tuple[str, ...], name: str) -> bool:
             or (bool(rel_parts) and rel_parts[0] in _COPIED_DIRS))
 
 
-def clone_tree(src: Path, dst: Path, guard: LinkGuard) -> Cloned:
-    """Copy ``src`` into the new folder ``dst`` as the module says."""
+def clone_tree(src: Path, dst: Path, guard: LinkGuard, *,
+               link_metadata: bool = False) -> Cloned:
+    """Copy ``src`` into the new folder ``dst`` as the module says (``link_metadata``:
+    the files :func:`_is_metadata` names are linked too)."""
     linked = copied = copied_bytes = 0
     real_src = os.path.realpath(src)
     os.mkdir(dst, 0o755)
@@ -124,7 +133,7 @@ def clone_tree(src: Path, dst: Path, guard: LinkGuard) -> Cloned:
             if name in dirs:
                 os.mkdir(target, st.st_mode & 0o7777 | 0o700)
                 continue
-            if not _is_metadata(parts, name):
+            if link_metadata or not _is_metadata(parts, name):
                 try:
                     os.link(path, target, follow_symlinks=False)
                 except OSError:
@@ -150,9 +159,96 @@ def _link_target(path: str, real_src: str, dst: str) -> str:
     return target
 
 
+_PTH_IMPORT = re.compile(r"(?:__import__\(\s*['\"]|\bimport\s+)([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def metadata_clone(prefix: Path, dst: Path, site_packages: Sequence[str], guard: LinkGuard,
+                   *, with_pip: bool) -> Cloned:
+    """The venv as an installer sees it, without the packages' files: ``pyvenv.cfg``, the
+    interpreter in ``bin/``, and in each site-packages folder every ``*.dist-info`` and
+    ``*.egg-info`` folder, ``.pth`` and ``.egg-link`` file (copied), the modules a ``.pth``
+    file imports and torch's ``version.py`` (what the snapshot reads of torch), and for
+    pip, pip's own package (linked). Resolution reads only the metadata, and an uninstall
+    skips files that are not there, so the installer's choice is the same as on the venv;
+    the files it writes are the new builds' own."""
+    counts = [0, 0, 0]
+    os.mkdir(dst, 0o755)
+    real_src = os.path.realpath(prefix)
+    for name in ("pyvenv.cfg",):
+        if os.path.isfile(prefix / name):
+            _copy(prefix / name, dst / name, counts)
+    for folder in ("bin", "Scripts"):
+        if (prefix / folder).is_dir() and not (prefix / folder).is_symlink():
+            os.mkdir(dst / folder, 0o755)
+            for entry in os.scandir(prefix / folder):
+                if entry.name.startswith("python"):
+                    _one(Path(entry.path), dst / folder / entry.name, real_src, str(dst),
+                         guard, counts)
+    for top in os.scandir(prefix):
+        if top.is_symlink() and top.name.startswith("lib"):  # lib64 -> lib
+            os.symlink(_link_target(top.path, real_src, str(dst)), dst / top.name)
+    for site in dict.fromkeys(os.path.realpath(p) for p in site_packages):
+        if not site.startswith(real_src + os.sep) or not os.path.isdir(site):
+            continue
+        out = dst / os.path.relpath(site, real_src)
+        os.makedirs(out, 0o755, exist_ok=True)
+        modules = {"pip"} if with_pip else set()
+        for entry in os.scandir(site):
+            path, target = Path(entry.path), out / entry.name
+            if entry.is_symlink():
+                continue
+            if entry.is_dir() and entry.name.endswith((".dist-info", ".egg-info")):
+                sub = clone_tree(path, target, guard, link_metadata=True)
+                counts[0] += sub.linked
+                counts[1] += sub.copied
+                counts[2] += sub.copied_bytes
+            elif entry.is_file() and entry.name.endswith((".pth", ".egg-link")):
+                _one(path, target, real_src, str(dst), guard, counts)
+                if entry.name.endswith(".pth"):
+                    modules |= set(_PTH_IMPORT.findall(path.read_text("utf-8", "replace")))
+        version_py = Path(site) / "torch" / "version.py"
+        if version_py.is_file() and not version_py.is_symlink():
+            os.makedirs(out / "torch", 0o755, exist_ok=True)
+            _one(version_py, out / "torch" / "version.py", real_src, str(dst), guard, counts)
+        for module in sorted(modules):
+            for candidate in (Path(site) / module, Path(site) / f"{module}.py"):
+                if candidate.is_dir() and not candidate.is_symlink():
+                    sub = clone_tree(candidate, out / module, guard)
+                    counts[0] += sub.linked
+                    counts[1] += sub.copied
+                elif candidate.is_file() and not candidate.is_symlink():
+                    _one(candidate, out / candidate.name, real_src, str(dst), guard, counts)
+    return Cloned(linked=counts[0], copied=counts[1], copied_bytes=counts[2])
+
+
+def _copy(src: Path, dst: Path, counts: list[int]) -> None:
+    shutil.copy2(src, dst, follow_symlinks=False)
+    counts[1] += 1
+    counts[2] += os.lstat(dst).st_size
+
+
+def _one(src: Path, dst: Path, real_src: str, root: str, guard: LinkGuard,
+         counts: list[int]) -> None:
+    """One file: a link copied as a link, a regular file hard linked (else copied)."""
+    if src.is_symlink():
+        os.symlink(_link_target(str(src), real_src, root), dst)
+        return
+    st = os.lstat(src)
+    try:
+        os.link(src, dst, follow_symlinks=False)
+    except OSError:
+        _copy(src, dst, counts)
+    else:
+        guard.add(str(src), st)
+        counts[0] += 1
+
+
 @contextlib.contextmanager
-def scratch_copy(prefix: Path) -> Iterator[tuple[Path, LinkGuard, Cloned]]:
-    """A scratch copy of the venv at ``prefix``: (its folder, the guard, what it cost)."""
+def scratch_copy(prefix: Path, *, site_packages: Sequence[str] | None = None,
+                 with_pip: bool = False) -> Iterator[tuple[Path, LinkGuard, Cloned]]:
+    """A scratch copy of the venv at ``prefix``: (its folder, the guard, what it cost).
+    With ``site_packages`` (the interpreter's folders): :func:`metadata_clone`, else the
+    whole venv (:func:`clone_tree`)."""
     sweep_stale(prefix)
     folder = scratch_path(prefix)
     if os.path.islink(folder):  # planted: removed, never followed
@@ -161,7 +257,8 @@ def scratch_copy(prefix: Path) -> Iterator[tuple[Path, LinkGuard, Cloned]]:
         shutil.rmtree(folder, ignore_errors=True)
     guard = LinkGuard()
     try:
-        cloned = clone_tree(prefix, folder, guard)
+        cloned = (clone_tree(prefix, folder, guard) if site_packages is None else
+                  metadata_clone(prefix, folder, site_packages, guard, with_pip=with_pip))
         yield folder, guard, cloned
     finally:
         shutil.rmtree(folder, ignore_errors=True)

@@ -8,11 +8,12 @@ build, or say what cannot be restored and change nothing.
    looked for in uv's cache by its build fingerprint and zipped back into a wheel
    (:mod:`.builds`). Never "the same version" from an index: uv gets ``--no-index`` and
    only those wheels. A build found nowhere stops the undo before anything changes.
-3. The plan is synced into a scratch copy of the environment
-   (:mod:`envguard.install.scratch`) and the copy proven (every file hashed against
-   RECORD: :func:`envguard.restore.verify.proof_snapshot`). Only a proven copy lets the
-   same sync run on the environment itself, with Ctrl-C deferred until it is done; the
-   environment is then proven the same way and the undo recorded as a revision.
+3. The plan is synced into a scratch copy of the environment's metadata
+   (:func:`envguard.install.scratch.metadata_clone`) and the copy proven: its packages
+   compared with the revision, the restored packages' files hashed against RECORD. Only a
+   proven copy lets the same sync run on the environment itself, with Ctrl-C deferred
+   until it is done; the environment is then proven (every file hashed against RECORD:
+   :func:`envguard.restore.verify.proof_snapshot`) and the undo recorded as a revision.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from envguard.install.apply import deferred_signals
 from envguard.install.predict import prefix_of, snapshot_options
 from envguard.install.scratch import check_guard, scratch_copy
 from envguard.probe import collect
+from envguard.probe.options import locations_only
 from envguard.restore.plan import CHANGE, INSTALL, SKIP, IndexOptions, RestorePlan, plan_restore
 from envguard.restore.verify import Verification, verification_to_dict
 from envguard.revisions.builds import find_in_uv_cache, wheel_from_archive
@@ -151,13 +153,19 @@ def undo(python: str, *, to: int | None = None, dry_run: bool = False,
         uv = find_uv()
         rel = os.path.relpath(os.path.abspath(python), os.path.abspath(
             current.interpreter.prefix))
-        with scratch_copy(Path(prefix)) as (folder, guard, _):
+        changed = frozenset(r.name for r in plan.rows if r.action in (INSTALL, CHANGE))
+        with scratch_copy(Path(prefix), site_packages=current.interpreter.site_packages) as (
+                folder, guard, _):
             scratch_python = str(folder / rel)
             sync_in_place(dataclasses.replace(plan, current_python=scratch_python), uv=uv,
                           echo=echo, step=step)
             check_guard(guard)
-            scratch = verify_restore(target, proof_snapshot(scratch_python),
-                                     good_name=f"revision {number}", new_name="a scratch copy")
+            # the copy holds the metadata of every package and the files of the restored
+            # ones: those files are hashed against their RECORD
+            proof = collect(dataclasses.replace(locations_only(scratch_python), verify="hash",
+                                                integrity_only=changed))
+            scratch = verify_restore(target, proof, good_name=f"revision {number}",
+                                     new_name="a scratch copy")
         report = dataclasses.replace(report, scratch=scratch)
         if not scratch.ok:
             return report

@@ -129,3 +129,49 @@ def test_ctrl_c_during_undo_leaves_the_venv_as_it_was(uv_scene: Scene) -> None:
     assert done.returncode == 130, done.stderr
     assert hashes(uv_scene.venv.path) == before
     assert not [p for p in uv_scene.venv.path.parent.iterdir() if "envguard-scratch" in p.name]
+
+
+COPY_CASES = [
+    ("pip", ["install", "--no-index", "--find-links", "OTHER", "--force-reinstall", "--no-deps",
+             f"torch=={TORCH}"]),
+    ("pip", ["install", "--no-index", "--find-links", "OTHER", "--upgrade", "tiny"]),
+    ("pip", ["uninstall", "tiny"]),
+    ("uv", ["install", "--no-index", "--find-links", "OTHER", "--reinstall", f"torch=={TORCH}"]),
+    ("uv", ["install", "--no-index", "--find-links", "OTHER", "--upgrade", "tiny"]),
+    ("uv", ["uninstall", "tiny"]),
+]
+
+
+@pytest.mark.parametrize("whole", [False, True], ids=["metadata", "whole"])
+@pytest.mark.parametrize(("tool", "args"), COPY_CASES)
+def test_an_installer_on_either_copy_changes_the_copy_only(
+        venvs: VenvFactory, tmp_path: Path, whole: bool, tool: str, args: list[str]) -> None:
+    """Both kinds of scratch copy, the installer run on each directly: the venv's files
+    hash the same afterwards, the link guard finds nothing, and the copy did change."""
+    from envguard.install.command import parse_command
+    from envguard.install.scratch import check_guard, scratch_copy
+    from envguard.restore.build import find_uv, run_process
+
+    scene = make_scene(venvs, tmp_path, with_pip=tool == "pip")
+    build_wheel(scene.other, "tiny", "2.0", {"tiny/__init__.py": "x = 2\n",
+                                             "tiny/big.bin": b"\1" * 70000})
+    words = [str(scene.other) if a == "OTHER" else a for a in args]
+    argv = (["uv", "pip", *words] if tool == "uv"
+            else [str(scene.venv.python), "-m", "pip", *words])
+    command = parse_command(argv, uv=find_uv())
+    sites = [str(scene.venv.site_packages())]
+    env = dict(os.environ, UV_OFFLINE="1", UV_NO_CONFIG="1", PIP_NO_INDEX="1",
+               PIP_DISABLE_PIP_VERSION_CHECK="1")
+    env.pop("VIRTUAL_ENV", None)
+    before = hashes(scene.venv.path)
+    with scratch_copy(scene.venv.path, site_packages=None if whole else sites,
+                      with_pip=tool == "pip") as (folder, guard, cloned):
+        copied_before = hashes(folder)
+        result = run_process(command.argv_for(str(folder / "bin" / "python")), timeout=120,
+                             env=env)
+        assert result.ok, result.lines
+        check_guard(guard)
+        assert hashes(folder) != copied_before
+        assert cloned.linked > 0
+    assert hashes(scene.venv.path) == before
+    assert not folder.exists()

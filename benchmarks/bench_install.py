@@ -1,0 +1,120 @@
+"""What ``envguard install`` costs against the installer alone, and what ``undo`` costs.
+
+    python benchmarks/bench_install.py [--out DIR] [--reps 5] [--tiny 40]
+
+A venv of about 100 packages: this checkout's own development set (``uv pip freeze`` of
+``.venv``, envguard itself and torch left out; installed offline from uv's warm cache, uv's default
+link mode) plus ``--tiny`` generated wheels. X is one more generated wheel that requires
+two of them. In one run, alternating, ``--reps`` times each:
+
+- ``uv pip install --no-index --find-links W X`` alone, then ``uv pip uninstall X``
+  (untimed);
+- ``envguard install -- uv pip install --no-index --find-links W X`` (predicted on a
+  scratch copy, run, checked, recorded), then the same uninstall;
+- ``envguard undo`` of one package's change: ``tiny-05`` replaced by another build of the
+  same version (``envguard install --yes``, untimed), then undone (timed).
+
+Prints the medians, the ratio, and the copy's numbers from envguard's JSON (files linked,
+files copied, seconds per phase).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.wheelfactory import build_wheel  # noqa: E402
+
+
+def uv() -> str:
+    from uv import find_uv_bin
+
+    return str(find_uv_bin())
+
+
+def run(args: list[str], env: dict[str, str]) -> float:
+    started = time.perf_counter()
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
+    took = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"{args} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return took
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--tiny", type=int, default=40)
+    args = parser.parse_args()
+    out = args.out or Path(tempfile.mkdtemp(prefix="bench-install-"))
+    out.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "PIP_"))
+           and k not in ("VIRTUAL_ENV",)}
+    env.update({"UV_OFFLINE": "1", "UV_NO_CONFIG": "1", "UV_PYTHON_DOWNLOADS": "never",
+                "ENVGUARD_CACHE_DIR": str(out / "envguard-cache")})
+    wheels, rebuilt = out / "wheels", out / "rebuilt"
+    for i in range(args.tiny):
+        build_wheel(wheels, f"tiny-{i:02d}", "1.0",
+                    {f"tiny_{i:02d}/__init__.py": f"N = {i}\n",
+                     f"tiny_{i:02d}/data.bin": os.urandom(20000)})
+    build_wheel(rebuilt, "tiny-05", "1.0", {"tiny_05/__init__.py": "N = 'rebuilt'\n",
+                                            "tiny_05/data.bin": os.urandom(20000)})
+    build_wheel(wheels, "x-pkg", "1.0", {"x_pkg/__init__.py": ""},
+                requires=("tiny-01", "tiny-02"))
+    freeze = subprocess.run([uv(), "pip", "freeze", "--python", str(ROOT / ".venv/bin/python")],
+                            capture_output=True, text=True, check=True).stdout.splitlines()
+    # torch's CPU wheel came from a local folder (README), not from a cache index: left out
+    reqs = [line for line in freeze if line and not line.startswith(("-e", "torch=="))]
+    venv = out / "venv"
+    python = str(venv / "bin" / "python")
+    if not venv.exists():
+        run([uv(), "venv", "--quiet", "--python", os.path.realpath(sys.executable), str(venv)],
+            env)
+        run([uv(), "pip", "install", "--quiet", "--python", python, *reqs], env)
+        run([uv(), "pip", "install", "--quiet", "--python", python, "--no-index",
+             "--find-links", str(wheels), *(f"tiny-{i:02d}" for i in range(args.tiny))], env)
+    count = len(subprocess.run([uv(), "pip", "freeze", "--python", python], env=env,
+                               capture_output=True, text=True, check=True).stdout.split())
+    install = ["pip", "install", "--no-index", "--find-links", str(wheels), "x-pkg"]
+    uninstall = [uv(), "pip", "uninstall", "--python", python, "x-pkg"]
+    envguard = [sys.executable, "-m", "envguard"]
+    plain, guarded, undo = [], [], []
+    for _ in range(args.reps):
+        plain.append(run([uv(), install[0], install[1], "--python", python, *install[2:]], env))
+        run(uninstall, env)
+        guarded.append(run([*envguard, "install", "--python", python, "--", "uv", *install],
+                           env))
+        run(uninstall, env)
+    costs = json.loads(subprocess.run(
+        [*envguard, "install", "--dry-run", "--format", "json", "--python", python, "--",
+         "uv", *install], env=env, capture_output=True, text=True, check=False).stdout)["costs"]
+    for _ in range(args.reps):
+        subprocess.run([*envguard, "install", "--yes", "--python", python, "--", "uv", "pip",
+                        "install", "--no-index", "--find-links", str(rebuilt), "--reinstall",
+                        "tiny-05"], env=env, capture_output=True, check=True)
+        undo.append(run([*envguard, "undo", "--python", python], env))
+    p, g, u = (statistics.median(x) for x in (plain, guarded, undo))
+    print(f"venv: {count} packages ({venv})")
+    print(f"plain uv pip install X:        median {p:.2f} s  {[round(x, 2) for x in plain]}")
+    print(f"envguard install -- uv pip ... median {g:.2f} s  {[round(x, 2) for x in guarded]}")
+    print(f"ratio: {g / p:.1f}x")
+    print(f"the copy: {costs}")
+    print(f"envguard undo (one package):   median {u:.2f} s  {[round(x, 2) for x in undo]}")
+    if args.out is None:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
