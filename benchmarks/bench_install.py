@@ -4,13 +4,13 @@
 
 A venv of about 100 packages: this checkout's own development set (``uv pip freeze`` of
 ``.venv``, envguard itself and torch left out; installed offline from uv's warm cache, uv's default
-link mode) plus ``--tiny`` generated wheels. X is one more generated wheel that requires
-two of them. In one run, alternating, ``--reps`` times each:
+link mode) plus ``--tiny`` generated wheels. Two installs: X, one more generated wheel
+that requires two of them (``--find-links``), and ``flask botocore aiohttp`` (15 wheels
+from uv's warm cache, offline). In one run, alternating, ``--reps`` times each:
 
-- ``uv pip install --no-index --find-links W X`` alone, then ``uv pip uninstall X``
-  (untimed);
-- ``envguard install -- uv pip install --no-index --find-links W X`` (predicted on a
-  scratch copy, run, checked, recorded), then the same uninstall;
+- ``uv pip install ...`` alone, then ``uv pip sync`` back to the venv's set (untimed);
+- ``envguard install -- uv pip install ...`` (predicted on a scratch copy, run, checked,
+  recorded), then the same sync back;
 - ``envguard undo`` of one package's change: ``tiny-05`` replaced by another build of the
   same version (``envguard install --yes``, untimed), then undone (timed).
 
@@ -87,31 +87,45 @@ def main() -> None:
              "--find-links", str(wheels), *(f"tiny-{i:02d}" for i in range(args.tiny))], env)
     count = len(subprocess.run([uv(), "pip", "freeze", "--python", python], env=env,
                                capture_output=True, text=True, check=True).stdout.split())
-    install = ["pip", "install", "--no-index", "--find-links", str(wheels), "x-pkg"]
-    uninstall = [uv(), "pip", "uninstall", "--python", python, "x-pkg"]
+    baseline = out / "baseline.txt"
+    baseline.write_text(subprocess.run([uv(), "pip", "freeze", "--python", python], env=env,
+                                       capture_output=True, text=True, check=True).stdout)
+    reset = [uv(), "pip", "sync", "--quiet", "--python", python, "--find-links", str(wheels),
+             str(baseline)]
     envguard = [sys.executable, "-m", "envguard"]
-    plain, guarded, undo = [], [], []
-    for _ in range(args.reps):
-        plain.append(run([uv(), install[0], install[1], "--python", python, *install[2:]], env))
-        run(uninstall, env)
-        guarded.append(run([*envguard, "install", "--python", python, "--", "uv", *install],
-                           env))
-        run(uninstall, env)
-    costs = json.loads(subprocess.run(
-        [*envguard, "install", "--dry-run", "--format", "json", "--python", python, "--",
-         "uv", *install], env=env, capture_output=True, text=True, check=False).stdout)["costs"]
+    cases = {
+        "x-pkg (1 tiny wheel, --find-links)": ["pip", "install", "--no-index",
+                                               "--find-links", str(wheels), "x-pkg"],
+        "flask botocore aiohttp (15 wheels, uv's cache)": ["pip", "install", "flask",
+                                                           "botocore", "aiohttp"],
+    }
+    for label, install in cases.items():
+        plain, guarded = [], []
+        for _ in range(args.reps):
+            plain.append(run([uv(), *install[:2], "--python", python, *install[2:]], env))
+            run(reset, env)
+            guarded.append(run([*envguard, "install", "--python", python, "--", "uv",
+                                *install], env))
+            run(reset, env)
+        costs = json.loads(subprocess.run(
+            [*envguard, "install", "--dry-run", "--format", "json", "--python", python, "--",
+             "uv", *install], env=env, capture_output=True, text=True,
+            check=False).stdout)["costs"]
+        p, g = statistics.median(plain), statistics.median(guarded)
+        print(f"{label}:")
+        print(f"  plain uv pip install:      median {p:.2f} s  {[round(x, 2) for x in plain]}")
+        print(f"  envguard install -- uv ...: median {g:.2f} s  {[round(x, 2) for x in guarded]}")
+        print(f"  ratio {g / p:.1f}x; the prediction: {costs}")
+    undo = []
     for _ in range(args.reps):
         subprocess.run([*envguard, "install", "--yes", "--python", python, "--", "uv", "pip",
                         "install", "--no-index", "--find-links", str(rebuilt), "--reinstall",
                         "tiny-05"], env=env, capture_output=True, check=True)
         undo.append(run([*envguard, "undo", "--python", python], env))
-    p, g, u = (statistics.median(x) for x in (plain, guarded, undo))
+    u = statistics.median(undo)
     print(f"venv: {count} packages ({venv})")
-    print(f"plain uv pip install X:        median {p:.2f} s  {[round(x, 2) for x in plain]}")
-    print(f"envguard install -- uv pip ... median {g:.2f} s  {[round(x, 2) for x in guarded]}")
-    print(f"ratio: {g / p:.1f}x")
-    print(f"the copy: {costs}")
-    print(f"envguard undo (one package):   median {u:.2f} s  {[round(x, 2) for x in undo]}")
+    print(f"envguard undo (one package's rebuild): median {u:.2f} s  "
+          f"{[round(x, 2) for x in undo]}")
     if args.out is None:
         shutil.rmtree(out, ignore_errors=True)
 

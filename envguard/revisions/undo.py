@@ -139,8 +139,11 @@ def undo(python: str, *, to: int | None = None, dry_run: bool = False,
     if not revisions.revisions:
         raise InputError(f"no revisions recorded for {prefix}: envguard records the changes "
                          "made through envguard install, envguard undo and restore --in-place")
-    number = revisions.revisions[-1].number - 1 if to is None else to
-    target = load_snapshot(prefix, state_of(revisions, number))
+    last = revisions.revisions[-1]
+    # default: the state before the last change (changes made without envguard since
+    # are undone too); --to N: the state revision N left
+    number = last.number - 1 if to is None else to
+    target = load_snapshot(prefix, last.before if to is None else state_of(revisions, number))
     wheels = Path(tempfile.mkdtemp(prefix="envguard-undo-"))
     try:
         plan = plan_restore(target, current, good_name=f"revision {number}",
