@@ -250,3 +250,62 @@ def envguard_cli(scene: Scene, *flags: str) -> subprocess.CompletedProcess[str]:
     return envguard("install", *flags, "--python", str(scene.venv.path), "--", "uv", "pip",
                     "install", "--no-index", "--find-links", str(scene.other), "--reinstall",
                     "servestack", cwd=scene.cwd)
+
+
+BACKEND = '''"""An in-tree build backend whose every build differs: a new token in each wheel."""
+import base64, hashlib, os, zipfile
+
+
+def _hash(data):
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    info = "drifty-1.0.dist-info/"
+    files = {"drifty/__init__.py": ("TOKEN = %r\\n" % os.urandom(8).hex()).encode(),
+             info + "METADATA": b"Metadata-Version: 2.1\\nName: drifty\\nVersion: 1.0\\n\\n",
+             info + "WHEEL": (b"Wheel-Version: 1.0\\nGenerator: t\\nRoot-Is-Purelib: true\\n"
+                              b"Tag: py3-none-any\\n\\n")}
+    record = "".join("%s,%s,%d\\n" % (p, _hash(d), len(d)) for p, d in files.items())
+    files["drifty-1.0.dist-info/RECORD"] = (record + "drifty-1.0.dist-info/RECORD,,\\n").encode()
+    name = "drifty-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(os.path.join(wheel_directory, name), "w") as zf:
+        for path, data in files.items():
+            zf.writestr(path, data)
+    return name
+'''
+
+
+def test_a_result_unlike_the_prediction_is_named(venvs: VenvFactory, tmp_path: Path) -> None:
+    """pip builds a local project twice, once on the copy and once in the venv; this one's
+    backend makes another build each time, so the result differs from the prediction."""
+    scene = make_scene(venvs, tmp_path, with_pip=True)
+    project = tmp_path / "drifty"
+    project.mkdir()
+    (project / "backend.py").write_text(BACKEND, encoding="utf-8")
+    (project / "pyproject.toml").write_text(
+        '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
+        '[project]\nname = "drifty"\nversion = "1.0"\n', encoding="utf-8")
+    proc = envguard("install", "--python", str(scene.venv.path), "--", str(scene.venv.python),
+                    "-m", "pip", "install", str(project), cwd=scene.cwd)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "+ drifty 1.0" in proc.stdout
+    assert "installed, but not as predicted (1 difference(s))" in proc.stdout
+    assert "differs: packages.drifty.fingerprint: predicted sha256:" in proc.stdout
+    (rev,) = revisions(scene)
+    assert rev["note"].startswith("differs from the prediction: packages.drifty.fingerprint")
+
+
+def test_credentials_in_the_command_are_never_shown_or_recorded(scene: Scene) -> None:
+    secret = "s3cr3tpassw0rd"
+    proc = envguard("install", "--python", str(scene.venv.path), "--", "uv", "pip", "install",
+                    "--extra-index-url", f"https://user:{secret}@example.invalid/simple",
+                    "--find-links", str(scene.wheels), "extra", cwd=scene.cwd)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert secret not in proc.stdout + proc.stderr
+    (rev,) = revisions(scene)
+    assert rev["argv"][3] == "--extra-index-url" and secret not in rev["argv"][4]
+    stored = Path(os.environ["ENVGUARD_CACHE_DIR"]) / "revisions"
+    for folder, _, files in os.walk(stored):
+        for name in files:
+            assert secret not in Path(folder, name).read_text(encoding="utf-8"), name
