@@ -83,9 +83,13 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
     g.add_argument("--train-reserve-s", type=float, default=120.0,
                    help="with --deadline-s: seconds kept for start-up and the eval stage")
     g.add_argument("--eval-drafters", default="ngram,trained,untrained:8,checkpoints:8",
-                   help="comma-separated: ngram, untrained, trained, checkpoints; NAME:N "
+                   help="comma-separated: ngram, untrained, trained, hybrid (prompt lookup "
+                        "where the context repeats, else the trained drafter), checkpoints; NAME:N "
                         "evaluates that one on N prompts (default --eval-limit, "
                         "--checkpoint-prompts for checkpoints)")
+    g.add_argument("--eval-cycles", default="auto",
+                   help="comma-separated dflash-eval --cycle paths (auto, eager, static): "
+                        "each drafter is evaluated on each, named DRAFTER/PATH")
     g.add_argument("--eval-limit", type=int, default=24, help="eval prompts per drafter")
     g.add_argument("--checkpoint-prompts", type=int, default=8,
                    help="eval prompts for each intermediate checkpoint")

@@ -199,12 +199,13 @@ def _eval_jobs(run: Run) -> list[tuple[str, list[str], int]]:
             cfg_from = trained_drafter(run) or run.work / "probe" / "drafter"
             jobs.append(("untrained", ["--drafter", str(cfg_from), "--untrained",
                                        "--init-seed", str(run.args.seed)], limit))
-        elif name == "trained":
+        elif name in ("trained", "hybrid"):
             found = trained_drafter(run)
             if found is None:
                 log("eval", "no trained drafter: run the train stage first")
                 continue
-            jobs.append(("trained", ["--drafter", str(found)], limit))
+            spec = str(found) if name == "trained" else f"hybrid:{found}"
+            jobs.append((name, ["--drafter", spec], limit))
         elif name == "checkpoints":
             # Every checkpoint but the last, which is the trained drafter's own step.
             ckpts = sorted(p for p in (run.work / "drafter-run" / "checkpoints").glob("step-*")
@@ -215,7 +216,12 @@ def _eval_jobs(run: Run) -> list[tuple[str, list[str], int]]:
                              int(count) if count else run.args.checkpoint_prompts))
         else:
             raise SystemExit(f"real_target: unknown drafter {name!r} in --eval-drafters")
-    return jobs
+    cycles = [c.strip() for c in run.args.eval_cycles.split(",") if c.strip()]
+    if cycles == ["auto"]:
+        return jobs
+    # Each drafter on each cycle path, alternating drafters within a path.
+    return [(f"{name}/{cycle}", [*flags, "--cycle", cycle], limit)
+            for cycle in cycles for name, flags, limit in jobs]
 
 
 def _compact(report: dict[str, Any]) -> dict[str, Any]:
@@ -223,7 +229,7 @@ def _compact(report: dict[str, Any]) -> dict[str, Any]:
             "cycles", "max_draft", "target_seconds", "speculative_seconds", "speedup",
             "target_tokens_per_s", "speculative_tokens_per_s", "drafted",
             "draft_acceptance", "lossless", "mismatches", "acceptance_histogram",
-            "warmup_seconds", "per_prompt")
+            "warmup_seconds", "per_prompt", "cycle_in_target_forwards", "lookups")
     return {k: report[k] for k in keep if k in report}
 
 
@@ -239,7 +245,7 @@ def stage_eval(run: Run) -> dict[str, Any]:
             results.setdefault("skipped", []).append(name)
             continue
         argv = eval_argv(run, flags, limit)
-        res = run_cli(run, f"eval-{name.replace('@', '-')}", argv,
+        res = run_cli(run, f"eval-{name.replace('@', '-').replace('/', '-')}", argv,
                       timeout=None if math.isinf(left) else left, grace_s=5)
         entry: dict[str, Any] = {"command": argv, "rc": res["rc"], "seconds": res["seconds"]}
         if "json" in res:

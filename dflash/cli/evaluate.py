@@ -7,8 +7,12 @@ equals the target's own greedy output token for token (it must: anything else is
 or a near-tie flipped by low precision, which the mismatch's ``logit_gap`` tells apart).
 
 ``--drafter`` is an exported drafter folder (or a training checkpoint folder, which holds
-one), or ``ngram[:N_MAX[:N_MIN]]`` for prompt lookup (no drafter model: the target is
-loaded with its default taps). ``--untrained`` keeps the folder's config and replaces its
+one), ``ngram[:N_MAX[:N_MIN]]`` for prompt lookup (no drafter model: the target is
+loaded with its default taps), or ``hybrid:DIR``: each cycle verifies prompt lookup's
+draft where the context repeats (``--min-match`` tokens or more matched), else the
+drafter's. ``--cycle`` picks how a cycle runs: ``static`` (a static KV cache, captured in
+CUDA graphs on a GPU; dflash's own Qwen3 targets), ``eager``, or ``auto`` (static on a
+GPU where it can, else eager). ``--untrained`` keeps the folder's config and replaces its
 weights by a fresh initialisation (seed ``--init-seed``): the baseline before training.
 ``--max-draft`` (default: the drafter's block size minus one, 15 for n-gram) caps the
 drafts verified per cycle, the same for every drafter. Progress goes to stderr.
@@ -32,6 +36,7 @@ from dflash.cli import options
 from dflash.cli.command import Command
 from dflash.cli.command import entry as command_entry
 from dflash.config import DrafterConfig
+from dflash.decoding.choices import CYCLE_PATHS, DEFAULT_MIN_MATCH, HYBRID_PREFIX
 from dflash.errors import CheckpointError, ConfigError, InputError
 from dflash.exitcodes import ExitCode
 from dflash.ngram import NgramSpec
@@ -50,9 +55,16 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Speculative decoding with a DFlash drafter or the n-gram baseline: "
                     "tau, speedup, losslessness.")
-    p.add_argument("--drafter", required=True, metavar="DIR|ngram[:N_MAX[:N_MIN]]",
-                   help="exported drafter folder (config.json + model.safetensors), or "
-                        "ngram for prompt-lookup drafts (default orders 4..1)")
+    p.add_argument("--drafter", required=True, metavar="DIR|ngram[:N_MAX[:N_MIN]]|hybrid:DIR",
+                   help="exported drafter folder (config.json + model.safetensors), "
+                        "ngram for prompt-lookup drafts (default orders 4..1), or hybrid:DIR "
+                        "for prompt lookup where the context repeats, else the drafter")
+    p.add_argument("--cycle", choices=CYCLE_PATHS, default="auto",
+                   help="static: a static KV cache, in CUDA graphs on a GPU; eager; auto "
+                        "(default): static on a GPU where the target allows it")
+    p.add_argument("--min-match", type=int, default=DEFAULT_MIN_MATCH, metavar="K",
+                   help="hybrid: prompt lookup's draft when at least K tokens matched "
+                        f"(default {DEFAULT_MIN_MATCH})")
     p.add_argument("--untrained", action="store_true",
                    help="the folder's config with freshly initialised weights")
     p.add_argument("--init-seed", type=int, default=0, help="for --untrained")
@@ -85,12 +97,13 @@ class DrafterChoice:
     ngram: NgramSpec | None
     config: DrafterConfig | None
     max_draft: int
+    hybrid: bool = False
 
     @property
     def kind(self) -> str:
         if self.ngram is not None:
             return "ngram"
-        return "dflash"
+        return "hybrid" if self.hybrid else "dflash"
 
 
 def check_inputs(args: argparse.Namespace) -> DrafterChoice:
@@ -102,20 +115,23 @@ def check_inputs(args: argparse.Namespace) -> DrafterChoice:
     options.check_decoding_options(args)
     options.at_least("--limit", args.limit, 0)
     options.at_least("--max-draft", args.max_draft, 0)
+    options.at_least("--min-match", args.min_match, 1)
     if spec is not None:
         if args.untrained:
             raise InputError("--untrained needs a drafter folder, not ngram")
         max_draft = NGRAM_MAX_DRAFT if args.max_draft is None else args.max_draft
         return DrafterChoice(spec, None, max_draft)
-    drafter_cfg = read_config(Path(args.drafter))
+    hybrid = args.drafter.startswith(HYBRID_PREFIX)
+    folder = Path(args.drafter.removeprefix(HYBRID_PREFIX))
+    drafter_cfg = read_config(folder)
     if not args.untrained:
-        options.readable_file(Path(args.drafter) / WEIGHTS_NAME, CheckpointError)
+        options.readable_file(folder / WEIGHTS_NAME, CheckpointError)
     longest = drafter_cfg.block_size - 1
     if args.max_draft is not None and args.max_draft > longest:
         raise InputError(f"--max-draft {args.max_draft}: a drafter of block size "
                          f"{drafter_cfg.block_size} drafts at most {longest} tokens")
     return DrafterChoice(None, drafter_cfg, longest if args.max_draft is None
-                         else args.max_draft)
+                         else args.max_draft, hybrid)
 
 
 def check_pair(drafter_cfg: DrafterConfig, target: TargetModel) -> None:
@@ -140,43 +156,56 @@ def _main(args: argparse.Namespace) -> int:
     import torch
 
     from dflash.checkpoint.export import load_drafter
+    from dflash.decoding.cycle import Drafting, cycle_decoder
     from dflash.decoding.evaluate import evaluate
     from dflash.decoding.generate import device_and_dtype, prompts_for, stop_ids_of
-    from dflash.decoding.speculative import Decoder, dflash_decoder, ngram_decoder
+    from dflash.decoding.speculative import Decoder, ngram_decoder
     from dflash.model import DFlashDrafter
     from dflash.target import load_target
 
     device, dtype = device_and_dtype(args.device, args.dtype)
     described: dict[str, Any] = {"kind": choice.kind, "source": args.drafter,
-                                 "max_draft": choice.max_draft}
+                                 "max_draft": choice.max_draft, "cycle": args.cycle}
+    folder = args.drafter.removeprefix(HYBRID_PREFIX)
     decode: Decoder
     with progress:
         if choice.ngram is not None:
             progress.phase(f"loading the target {args.target}")
             target = load_target(args.target, device=device, dtype=dtype,
                                  seed=args.target_seed)
-            decode = ngram_decoder(target, max_draft=choice.max_draft,
-                                   n_max=choice.ngram.n_max, n_min=choice.ngram.n_min)
+            drafting = Drafting(kind="ngram", n_max=choice.ngram.n_max,
+                                n_min=choice.ngram.n_min)
+            decode = (ngram_decoder(target, max_draft=choice.max_draft,
+                                    n_max=choice.ngram.n_max, n_min=choice.ngram.n_min)
+                      if _path(args.cycle, target) == "eager" else
+                      cycle_decoder(target, None, drafting, max_draft=choice.max_draft,
+                                    path=args.cycle))
             described.update(n_max=choice.ngram.n_max, n_min=choice.ngram.n_min)
         elif choice.config is not None:
             if args.untrained:
-                progress.phase(f"initialising an untrained drafter of {args.drafter}'s "
+                progress.phase(f"initialising an untrained drafter of {folder}'s "
                                f"config (seed {args.init_seed})")
                 torch.manual_seed(args.init_seed)
                 drafter = DFlashDrafter(choice.config).to(device=device, dtype=dtype).eval()
                 described.update(untrained=True, init_seed=args.init_seed)
             else:
-                progress.phase(f"loading the drafter {args.drafter}")
-                drafter = load_drafter(args.drafter, device=device, dtype=dtype).eval()
+                progress.phase(f"loading the drafter {folder}")
+                drafter = load_drafter(folder, device=device, dtype=dtype).eval()
             progress.phase(f"loading the target {args.target}")
             target = load_target(args.target, device=device, dtype=dtype,
                                  layer_ids=drafter.cfg.target_layer_ids,
                                  mask_token_id=drafter.cfg.mask_token_id,
                                  seed=args.target_seed)
             check_pair(drafter.cfg, target)
-            decode = dflash_decoder(target, drafter, choice.max_draft)
+            _path(args.cycle, target)
+            decode = cycle_decoder(target, drafter, Drafting(kind=choice.kind,
+                                                             min_match=args.min_match),
+                                   max_draft=choice.max_draft, path=args.cycle)
             described.update(block_size=drafter.cfg.block_size,
                              layers=drafter.cfg.num_layers, untrained=bool(args.untrained))
+            if choice.hybrid:
+                described.update(min_match=args.min_match)
+        described.update(cycle_path=_path(args.cycle, target))
         progress.phase("reading the prompts")
         prompts = prompts_for(target, prompts_file=args.prompts, synthetic=args.synthetic,
                               length=args.prompt_length, seed=args.seed)
@@ -202,6 +231,18 @@ def _main(args: argparse.Namespace) -> int:
     return ExitCode.OK if report.lossless else ExitCode.MISMATCH
 
 
+def _path(requested: str, target: TargetModel) -> str:
+    """The cycle path ``--cycle`` gives on this target; a static cycle it cannot run is
+    bad input."""
+    from dflash.decoding.cycle import choose_path
+    from dflash.decoding.static import supports
+
+    try:
+        return choose_path(requested, target.device, supports(target))
+    except ValueError as exc:
+        raise ConfigError(f"--cycle {requested}: {exc}") from None
+
+
 def render_text(report: EvalReport) -> str:
     hist = ", ".join(f"{i + 1}:{n}" for i, n in enumerate(report.acceptance_histogram) if n)
     d = report.to_dict()
@@ -212,7 +253,10 @@ def render_text(report: EvalReport) -> str:
         f"{report.speculative_seconds:.2f} s, speedup {report.speedup:.2f}x",
         f"tokens/s: target-only {d['target_tokens_per_s']:.1f}, speculative "
         f"{d['speculative_tokens_per_s']:.1f}; drafts accepted "
-        f"{100 * report.draft_acceptance:.1f} % of {report.drafted}",
+        f"{100 * report.draft_acceptance:.1f} % of {report.drafted}; a cycle costs "
+        f"{report.cycle_cost:.2f} target forwards"
+        + (f"; prompt lookup drafted {report.lookups} of {report.cycles} cycles"
+           if report.lookups else ""),
         "lossless: output equals target-only greedy, token for token" if report.lossless
         else f"NOT LOSSLESS: {len(report.mismatches)} prompt(s) differ, first at prompt "
              f"{report.mismatches[0].prompt}, token {report.mismatches[0].position}",

@@ -62,6 +62,8 @@ class EvalReport:
     warmup_seconds: float = 0.0
     per_prompt: tuple[dict[str, Any], ...] = ()
     """Per prompt: tokens, cycles, tau, target and speculative seconds."""
+    lookups: int = 0
+    """Hybrid drafting: cycles that verified prompt lookup's draft (the rest: the drafter's)."""
 
     @property
     def speedup(self) -> float:
@@ -77,6 +79,15 @@ class EvalReport:
         return (self.tokens_from_drafts / self.drafted) if self.drafted else 0.0
 
     @property
+    def cycle_cost(self) -> float:
+        """What a cycle costs in target forwards: seconds a cycle over seconds a
+        target-only token (both include their prompts' prefills)."""
+        if not (self.cycles and self.target_tokens and self.target_seconds):
+            return 0.0
+        return (self.speculative_seconds / self.cycles) / (self.target_seconds
+                                                            / self.target_tokens)
+
+    @property
     def tokens_from_drafts(self) -> int:
         return sum(i * n for i, n in enumerate(self.acceptance_histogram))
 
@@ -88,6 +99,7 @@ class EvalReport:
                 "target_tokens_per_s": _rate(self.target_tokens, self.target_seconds),
                 "speculative_tokens_per_s": _rate(self.tokens, self.speculative_seconds),
                 "drafted": self.drafted, "draft_acceptance": self.draft_acceptance,
+                "cycle_in_target_forwards": self.cycle_cost, "lookups": self.lookups,
                 "lossless": self.lossless,
                 "mismatches": [m.to_dict() for m in self.mismatches],
                 "acceptance_histogram": list(self.acceptance_histogram),
@@ -146,7 +158,7 @@ def evaluate(target: TargetModel, decode: Decoder | DFlashDrafter,
     if on_phase is not None:
         on_phase(f"decoding {len(prompts)} prompt(s), target-only and speculative")
     t_sec = s_sec = 0.0
-    tokens = ref_tokens = drafted = 0
+    tokens = ref_tokens = drafted = lookups = 0
     cycles: list[int] = []
     mismatches = []
     per_prompt = []
@@ -158,9 +170,11 @@ def evaluate(target: TargetModel, decode: Decoder | DFlashDrafter,
         tokens += len(spec.tokens)
         ref_tokens += len(ref.tokens)
         drafted += sum(spec.drafted)
+        lookups += spec.lookups
         cycles.extend(spec.accepted)
         per_prompt.append({"tokens": len(spec.tokens), "cycles": len(spec.accepted),
                            "tau": _rate(sum(spec.accepted), len(spec.accepted)),
+                           "lookups": spec.lookups,
                            "target_seconds": ref.seconds, "speculative_seconds": spec.seconds})
         at = _first_difference(ref.tokens, spec.tokens)
         if at is not None:
@@ -180,4 +194,4 @@ def evaluate(target: TargetModel, decode: Decoder | DFlashDrafter,
                       lossless=not mismatches, mismatches=tuple(mismatches),
                       acceptance_histogram=tuple(histogram), target_tokens=ref_tokens,
                       drafted=drafted, max_draft=max_draft, warmup_seconds=warm_s,
-                      per_prompt=tuple(per_prompt))
+                      per_prompt=tuple(per_prompt), lookups=lookups)

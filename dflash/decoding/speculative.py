@@ -52,6 +52,8 @@ class DecodeResult:
     drafted: tuple[int, ...] = ()
     """Speculative only: draft tokens verified per cycle (at most max_draft; fewer near
     max_new_tokens, and for the n-gram drafter when its match is short or missing)."""
+    lookups: int = 0
+    """Hybrid only: cycles that verified prompt lookup's draft instead of the drafter's."""
 
 
 class DraftStream:
@@ -87,7 +89,7 @@ class DraftStream:
         return logits
 
 
-def _finish(tokens: list[int], max_new_tokens: int, stop_ids: Sequence[int]) -> tuple[int, ...]:
+def finish(tokens: list[int], max_new_tokens: int, stop_ids: Sequence[int]) -> tuple[int, ...]:
     tokens = tokens[:max_new_tokens]
     for i, tok in enumerate(tokens):
         if tok in stop_ids:
@@ -95,7 +97,7 @@ def _finish(tokens: list[int], max_new_tokens: int, stop_ids: Sequence[int]) -> 
     return tuple(tokens)
 
 
-def _hit_stop(tokens: Sequence[int], stop_ids: Sequence[int]) -> bool:
+def hit_stop(tokens: Sequence[int], stop_ids: Sequence[int]) -> bool:
     return any(t in stop_ids for t in tokens)
 
 
@@ -117,13 +119,13 @@ def target_greedy(target: TargetModel, prompt: Sequence[int], *, max_new_tokens:
     cache, first, _ = _prefill(target, prompt)
     tokens = [first]
     forwards = 0
-    while len(tokens) < max_new_tokens and not _hit_stop(tokens[-1:], stop_ids):
+    while len(tokens) < max_new_tokens and not hit_stop(tokens[-1:], stop_ids):
         pos = len(prompt) + len(tokens) - 1
         logits, _ = target.forward_cached(torch.tensor([[tokens[-1]]], device=device), cache, pos)
         tokens.append(int(logits[0, -1].argmax()))
         forwards += 1
     sync_device(device)
-    return DecodeResult(_finish(tokens, max_new_tokens, stop_ids), forwards,
+    return DecodeResult(finish(tokens, max_new_tokens, stop_ids), forwards,
                         time.perf_counter() - t0)
 
 
@@ -155,7 +157,7 @@ def speculative_greedy(target: TargetModel, drafter: DFlashDrafter, prompt: Sequ
     accepted: list[int] = []
     drafted: list[int] = []
     anchor_1 = torch.tensor([first], device=device)  # the last token, kept on the device
-    while len(tokens) < max_new_tokens and not _hit_stop(tokens, stop_ids):
+    while len(tokens) < max_new_tokens and not hit_stop(tokens, stop_ids):
         p = len(prompt) + len(tokens) - 1
         k = min(max_draft, max_new_tokens - len(tokens) - 1)
         draft_logits = stream.draft(tokens[-1], p, pending_1TF)
@@ -174,7 +176,7 @@ def speculative_greedy(target: TargetModel, drafter: DFlashDrafter, prompt: Sequ
         target.crop_cache(cache, p + n + 1)
         pending_1TF = verify_feats[:, : n + 1]
     sync_device(device)
-    return DecodeResult(_finish(tokens, max_new_tokens, stop_ids), len(accepted),
+    return DecodeResult(finish(tokens, max_new_tokens, stop_ids), len(accepted),
                         time.perf_counter() - t0, tuple(accepted), tuple(drafted))
 
 

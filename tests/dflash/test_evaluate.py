@@ -78,7 +78,8 @@ def test_ngram_eval_through_the_cli_is_lossless(capsys):
     assert report["tau"] >= 1.0 and report["max_draft"] == 15
     assert len(report["acceptance_histogram"]) == 16
     assert report["drafter"] == {"kind": "ngram", "source": "ngram", "max_draft": 15,
-                                 "n_max": 4, "n_min": 1}
+                                 "n_max": 4, "n_min": 1, "cycle": "auto",
+                                 "cycle_path": "eager"}  # auto on a CPU: eager
     assert report["speedup"] > 0 and report["speculative_tokens_per_s"] > 0
     assert len(report["per_prompt"]) == 3
     # Progress on stderr, never in the JSON on stdout.
@@ -147,6 +148,9 @@ def test_bad_drafter_specs_are_exit_2_before_torch_is_imported(tmp_path: Path):
         (["--drafter", str(config_only), "--untrained", "--max-draft", "4", *base],
          "block size 4 drafts at most 3 tokens"),
         (["--drafter", str(config_only), *base], "model.safetensors"),  # weights needed
+        (["--drafter", f"hybrid:{config_only}", *base], "model.safetensors"),
+        (["--drafter", f"hybrid:{tmp_path / 'none'}", *base], "none"),
+        (["--drafter", "ngram", "--min-match", "0", *base], "--min-match must be >= 1"),
     ]
     proc = subprocess.run([sys.executable, "-c", PROBE, json.dumps([c for c, _ in cases])],
                           cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
@@ -156,3 +160,30 @@ def test_bad_drafter_specs_are_exit_2_before_torch_is_imported(tmp_path: Path):
         lines = result["stderr"].strip().splitlines()
         assert result["rc"] == 2 and len(lines) == 1 and expected in lines[0], result
         assert not result["torch"], result
+
+
+def test_hybrid_through_the_cli_on_the_static_cycle(trained_tiny, tmp_path: Path, capsys):
+    """Prompts that repeat a stretch, so prompt lookup drafts some cycles and the drafter
+    the others; the static cycle runs uncaptured on the CPU."""
+    prompts = tmp_path / "prompts.jsonl"
+    rows = [[7, 8, 9, 10, 11, 12, 3, 4, 7, 8, 9, 10, 11, 12, 3, 4, 7, 8, 9], [5, 1, 2, 3] * 5]
+    prompts.write_text("".join(json.dumps({"prompt_ids": r}) + "\n" for r in rows))
+    argv = ["--drafter", f"hybrid:{trained_tiny.result.export}", "--min-match", "2",
+            "--cycle", "static", "--target", "tiny", "--prompts", str(prompts),
+            "--max-new-tokens", "32", "--device", "cpu", "--json", "--quiet"]
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["lossless"] and report["drafter"]["kind"] == "hybrid"
+    assert report["drafter"]["cycle_path"] == "static" and report["drafter"]["min_match"] == 2
+    assert 0 < report["lookups"] < report["cycles"]
+    assert report["cycle_in_target_forwards"] > 0
+
+
+def test_static_cycle_on_a_transformers_target_is_exit_2(monkeypatch, capsys):
+    argv = _ngram_argv("--cycle", "static", "--max-new-tokens", "8")
+    assert main(argv) == 0  # dflash's own Qwen3: runs
+    capsys.readouterr()
+    monkeypatch.setenv("DFLASH_TARGET_BACKEND", "transformers")
+    assert main(argv) == 2
+    assert "--cycle static: the static cycle runs dflash's own Qwen3 targets only" in (
+        _error_line(capsys.readouterr().err))

@@ -92,3 +92,55 @@ def test_compiled_trainer_matches_the_eager_sdpa_trainer_on_gpu() -> None:
         unseal()
     for a, b in zip(losses["flex"], losses["sdpa"], strict=True):
         assert abs(a - b) <= 1e-3 * max(1.0, abs(b)), losses
+
+
+@gpu
+def test_captured_cycle_drafts_verifies_and_decodes_as_eager_on_gpu() -> None:
+    """The static cycle recorded in CUDA graphs: the drafter's drafts and the target's
+    verify equal the eager calls, and whole decodes (DFlash, prompt lookup, hybrid) give
+    target-only greedy's tokens with the eager path's cycles (fp32)."""
+    from dflash.decoding import static
+    from dflash.decoding.cycle import Drafting, cycle_decoder
+    from dflash.decoding.generate import synthetic_prompts
+    from dflash.decoding.speculative import DraftStream, target_greedy
+    from dflash.target import drafter_config_for, load_target
+
+    dev = torch.device("cuda")
+    target = load_target("tiny", device=dev, dtype=torch.float32)
+    torch.manual_seed(2)
+    drafter = DFlashDrafter(drafter_config_for(target, num_layers=2, block_size=4,
+                                               gamma=4.0)).to(dev).eval()
+    with torch.no_grad():
+        ids_1S = torch.randint(0, 511, (1, 48), device=dev,
+                               generator=torch.Generator(device=dev).manual_seed(3))
+        feats = target.features(ids_1S)
+        eager = DraftStream(drafter, target)
+        fixed = static.StaticDrafter(drafter, target, rows=3, slots=64, graphs=True)
+        assert fixed.step.graph is not None
+        seen = 0
+        for a in [1, 5, 6, 13, 30, 40]:
+            want = eager.draft(int(ids_1S[0, a]), a, feats[:, seen:a])[1:].argmax(dim=-1)
+            fixed.feed(feats[:, seen:a])
+            assert fixed.draft(ids_1S[0, a:a + 1], a).tolist() == want.tolist()
+            seen = a
+        verifier = static.StaticTarget(target, block=4, slots=64, graphs=True)
+        assert verifier.step.graph is not None
+        prompt = ids_1S[0, :20].tolist()
+        first, _ = verifier.prefill(prompt)
+        cache = target.new_cache()
+        logits, _ = target.forward_cached(ids_1S[:, :20], cache, 0)
+        assert first == int(logits[0, -1].argmax())
+        for block in ([first, 3, 4, 5], [first, 9]):
+            truth, _ = verifier.verify(torch.tensor([block], device=dev), 20)
+            logits, _ = target.forward_cached(torch.tensor([block], device=dev), cache, 20)
+            assert truth.tolist() == logits[0].argmax(dim=-1).tolist()
+            target.crop_cache(cache, 20)
+    prompts = synthetic_prompts(3, vocab_size=512, length=12, seed=99, exclude=(511,))
+    for kind in ("dflash", "ngram", "hybrid"):
+        drafting = Drafting(kind=kind, min_match=1)
+        paths = {p: cycle_decoder(target, drafter, drafting, path=p) for p in ("eager", "auto")}
+        for prompt in prompts:
+            ref = target_greedy(target, prompt, max_new_tokens=40)
+            got = {p: d(prompt, max_new_tokens=40) for p, d in paths.items()}
+            assert got["auto"].tokens == got["eager"].tokens == ref.tokens, kind
+            assert got["auto"].accepted == got["eager"].accepted, kind
