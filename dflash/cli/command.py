@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from dflash.errors import DFlashError, MissingExtraError
 from dflash.exitcodes import ExitCode
@@ -119,12 +120,18 @@ def keep_bytecode() -> None:
     """Under ``PYTHONDONTWRITEBYTECODE`` with a torch that ships no ``.pyc`` (the H200
     image), every launch compiled torch, transformers, dynamo and inductor from source:
     their bytecode is kept in ``<dflash cache>/bytecode`` instead (:mod:`envguard.bytecode`;
-    ``ENVGUARD_NO_BYTECODE_CACHE=1`` opts out)."""
+    ``ENVGUARD_NO_BYTECODE_CACHE=1`` opts out); the first launch that keeps it compiles
+    torch's tree there in the background (:mod:`dflash.cli.precompile`)."""
     from dflash.stdlib_target import cache_root
     from envguard.bytecode import keep_bytecode as keep
 
     spec = importlib.util.find_spec("torch")  # found, not imported
-    keep(cache_root() / "bytecode", spec.origin if spec is not None else None)
+    folder = cache_root() / "bytecode"
+    if keep(folder, spec.origin if spec is not None else None) and spec and spec.origin:
+        # A new machine compiles the rest of torch in parallel, in the background.
+        from dflash.cli import precompile
+
+        precompile.start(folder, Path(spec.origin).parent)
 
 
 def entry(main: Callable[[], int]) -> int:
