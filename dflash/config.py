@@ -188,7 +188,14 @@ class TrainConfig:
     synthetic_prompt_length: int = 16
     synthetic_response_tokens: int = 96
     held_out: int = 16
-    """Examples kept aside for the held-out tau estimate."""
+    """Examples kept aside for the held-out tau estimate: whole sources (a row's
+    ``source`` or ``prompt_id``, else its prompt), never one that also trains."""
+    held_out_decode_prompts: int = 4
+    """At each evaluation, also decode this many held-out prompts with the current
+    drafter against the target (greedy speculative decoding): ``held_out_decode_tau``
+    next to the teacher-forced ``held_out_tau``. 0: not measured."""
+    held_out_decode_tokens: int = 32
+    """New tokens per decoded prompt."""
     # Bookkeeping.
     out: str = "runs/dflash"
     log_every: int = 10
@@ -215,9 +222,11 @@ class TrainConfig:
             (self.dtype in ("auto", "bfloat16", "float32"), "dtype must be auto|bfloat16|float32"),
             (self.log_every >= 1 and self.save_every >= 0 and self.eval_every >= 0,
              "log_every must be >= 1, save_every and eval_every >= 0"),
-            (min(self.stop_after, self.held_out, self.keep_checkpoints) >= 0
-             and self.loss_chunk >= 1,
-             "stop_after, held_out and keep_checkpoints must be >= 0, loss_chunk >= 1"),
+            (min(self.stop_after, self.held_out, self.keep_checkpoints,
+                 self.held_out_decode_prompts) >= 0 and self.loss_chunk >= 1
+             and self.held_out_decode_tokens >= 1,
+             "stop_after, held_out, keep_checkpoints and held_out_decode_prompts must be "
+             ">= 0, loss_chunk and held_out_decode_tokens >= 1"),
             (self.data is not None or min(self.synthetic_prompts, self.synthetic_prompt_length,
                                           self.synthetic_response_tokens) >= 1,
              "synthetic_prompts, synthetic_prompt_length and synthetic_response_tokens "

@@ -12,6 +12,11 @@ first key found, in this order, decides; other keys are ignored):
 5. ``{"text": "..."}``: plain text, encoded with special tokens; loss on *every* token.
 
 Formats 3-5 need a tokenizer. Errors are :class:`DataError` with ``FILE:LINE: reason``.
+
+Any row may name where it comes from with ``"source"`` (the file a prompt was cut from)
+or ``"prompt_id"`` (a string or an int): the trainer holds out whole sources, never a
+row whose source also trains (:mod:`dflash.heldout`), and ``dflash-generate`` copies these
+keys from a prompts file into the rows it writes.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from envguard.atomic import write_text_atomic
 
 MAX_TOKEN_ID = 2**31 - 1
 FORMATS = ("input_ids", "prompt_ids", "messages", "prompt", "text")
+SOURCE_KEYS = ("source", "prompt_id")
+"""A row's origin, the first of these keys it has."""
 _FORMAT_HELP = ("input_ids+loss_mask, prompt_ids+response_ids, messages, prompt+response, "
                 "text")
 
@@ -62,6 +69,8 @@ class Example:
 
     input_ids: tuple[int, ...]
     loss_mask: tuple[int, ...]
+    source: str | None = None
+    """Where the row comes from (``source:FILE``, ``prompt_id:ID``); None: not said."""
 
     def __post_init__(self) -> None:
         if not self.input_ids:
@@ -229,6 +238,35 @@ def _prompt_row(row: dict[str, Any], tokenizer: Any | None) -> list[int]:
     return _call(tokenizer, kind, "encode", _field(row, kind, str), add_special_tokens=True)
 
 
+def _origin(row: dict[str, Any]) -> dict[str, str | int]:
+    """The row's first :data:`SOURCE_KEYS` entry, checked ({} when it has none)."""
+    for key in SOURCE_KEYS:
+        if key in row:
+            value = row[key]
+            if not ((type(value) is str and value) or type(value) is int):
+                raise ValueError(f"{key!r} must be a non-empty string or an int, got "
+                                 f"{short_repr(value)}")
+            return {key: value}
+    return {}
+
+
+def source_of(row: dict[str, Any]) -> str | None:
+    """``KEY:VALUE`` of the row's origin (:func:`_origin`), None when it names none."""
+    origin = _origin(row)
+    return next((f"{k}:{v}" for k, v in origin.items()), None)
+
+
+def read_origins(path: str | Path) -> list[dict[str, str | int]]:
+    """Each row's origin key and value ({} for none), for ``dflash-generate`` to copy."""
+    origins = []
+    for where, row in _rows(path):
+        try:
+            origins.append(_origin(row))
+        except ValueError as exc:
+            raise DataError(f"{where}: {exc}") from None
+    return origins
+
+
 def read_examples(path: str | Path, *, tokenizer: Any | None = None,
                   max_length: int) -> list[Example]:
     """Every row as an Example, cut to its first ``max_length`` tokens (even if that leaves
@@ -241,7 +279,8 @@ def read_examples(path: str | Path, *, tokenizer: Any | None = None,
             ids, mask = _example_row(row, tokenizer)
             if not ids:
                 raise ValueError("the row has no tokens")
-            examples.append(Example(tuple(ids[:max_length]), tuple(mask[:max_length])))
+            examples.append(Example(tuple(ids[:max_length]), tuple(mask[:max_length]),
+                                    source_of(row)))
         except ValueError as exc:
             raise DataError(f"{where}: {exc}") from None
     if not examples:

@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from torch import Tensor
 from dflash.distributed.world import World, all_reduce_sum
 from dflash.flops import FlopModel
 from dflash.loss import LossOutput
+from dflash.ticks import Values
 from envguard.atomic import write_text_atomic
 from envguard.errors import EnvguardError
 
@@ -116,6 +118,11 @@ class Meter:
             return {}
         return {"loss": finite_or_none(float(torch.as_tensor(self.loss).item()) / self.steps),
                 "tau": float(torch.as_tensor(self.tau).item()) / self.steps}
+
+    def reader(self, held: Values) -> Callable[[], Values]:
+        """A tick's values (:class:`dflash.ticks.Tick`): :meth:`peek`, and ``held``
+        (the latest held-out figures) as they are when read."""
+        return lambda: {**self.peek(), **held}
 
     def reduce(self, world: World, device: torch.device) -> None:
         """Sum over ranks (a collective at log points only): losses and tau become means

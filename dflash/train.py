@@ -38,6 +38,7 @@ from dflash.distributed.roles import FeatureClient, Lookahead
 from dflash.distributed.stop import StopVote
 from dflash.distributed.world import World
 from dflash.flops import count_params, flop_model, visible_pairs
+from dflash.heldout import decode_prompts, teacher_forced_tau, with_decoding
 from dflash.loss import LossOutput, block_inputs, block_targets, dflash_loss, sample_anchors
 from dflash.masks import (
     TILE,
@@ -86,6 +87,7 @@ class TrainResult:
     checkpoint: Path | None
     export: Path | None
     last: dict[str, Any]
+    held_out: dict[str, Any]  # the last held-out evaluation (empty when none ran)
 
 
 class Trainer:
@@ -132,12 +134,12 @@ class Trainer:
                       else None)
         with self.clock.phase("data", data_text(cfg, shapes_only and examples is None,
                                                 remembered)):
-            if examples is None:
-                train, self.held_out = training_examples(
-                    cfg, self.target, shapes_only=shapes_only, ranks=self.world.size,
-                    remembered=remembered)
-            else:
-                train, self.held_out = split_held_out(cfg, examples)
+            split = (training_examples(cfg, self.target, shapes_only=shapes_only,
+                                       ranks=self.world.size, remembered=remembered)
+                     if examples is None else split_held_out(cfg, examples))
+            train, self.held_out = split.train, split.held_out
+            self.split = split.summary()  # rows and sources on each side
+            self.decode_prompts = decode_prompts(self.held_out, cfg.held_out_decode_prompts)
             batches = BatchLoader(train, batch_size=cfg.batch_size, buckets=cfg.buckets,
                                   seed=cfg.seed, pad_id=0)
         loader = RankSlice(batches, self.world) if self.world.distributed else batches
@@ -260,20 +262,20 @@ class Trainer:
         self.warmup_seconds = time.perf_counter() - start
         return self.warmup_seconds
 
-    # -- held-out tau -----------------------------------------------------------------------
-    @torch.no_grad()
+    # -- held-out evaluation (dflash.heldout) ----------------------------------------------
     def held_out_tau(self) -> float:
         """Teacher-forced tau on the held-out examples, with fixed anchors per call."""
-        loader = BatchLoader(self.held_out, batch_size=self.cfg.batch_size,
-                             buckets=self.cfg.buckets, seed=self.cfg.seed, pad_id=0)
-        gen = torch.Generator(device=self.rt.device).manual_seed(self.cfg.seed + 2)
-        taus = []
-        for _ in range(loader.batches_per_epoch):
-            batch = loader.next_batch()
-            out, _ = self.forward_loss(batch.input_ids_BS.to(self.rt.device),
-                                       batch.loss_mask_BS.to(self.rt.device), gen)
-            taus.append(out.tau_sim)
-        return float(torch.stack(taus).mean().item())
+        return teacher_forced_tau(self.forward_loss, self.held_out,
+                                  batch_size=self.cfg.batch_size, buckets=self.cfg.buckets,
+                                  seed=self.cfg.seed, device=self.rt.device)
+
+    def evaluate_held_out(self) -> dict[str, float]:
+        """``held_out_tau``, and the free-running ``held_out_decode_tau`` of a few held-out
+        prompts beside it with their ratio (:func:`dflash.heldout.with_decoding`)."""
+        return with_decoding(self.held_out_tau(), self.target, self.drafter, self.world,
+                             self.decode_prompts,
+                             max_new_tokens=self.cfg.held_out_decode_tokens,
+                             device=self.rt.device, dtype=self.rt.dtype)
 
     # -- checkpoints (dflash.checkpoint.resume does the work, in either mode) ---------------
     def save(self) -> Path:
@@ -348,7 +350,7 @@ class Trainer:
                 if tick is not None:
                     tick(Tick(work="training", step=state.step, total=cfg.steps,
                               tokens=ids_BS.numel() * self.world.size,
-                              read=_reader(meter, held)))
+                              read=meter.reader(held)))
                 if state.step % cfg.log_every == 0 or state.step == cfg.steps:
                     sync_device(self.rt.device)
                     now = time.perf_counter()
@@ -356,7 +358,8 @@ class Trainer:
                                         peak_tflops=peak, world=self.world,
                                         device=self.rt.device)
                     if cfg.eval_every and state.step % cfg.eval_every == 0:
-                        last["held_out_tau"] = held["held_out_tau"] = self.held_out_tau()
+                        held.update(self.evaluate_held_out(), step=state.step)
+                        last.update(held)
                     if log is not None:
                         log.write(last)
                     if on_log is not None and main:
@@ -379,7 +382,7 @@ class Trainer:
             export = checkpoint.export(self.out, self.drafter, self.world, self.rt.dtype)
         return TrainResult(step=state.step, stopped_early=stopped,
                            warmup_seconds=self.warmup_seconds, checkpoint=saved, export=export,
-                           last=last)
+                           last=last, held_out=held)
 
     def _next(self, prefetch: Prefetcher, ahead: Lookahead | None
               ) -> tuple[Tensor, Tensor, dict[str, Any], Tensor | None]:
@@ -390,8 +393,3 @@ class Trainer:
         last = min(self.cfg.steps, self.cfg.stop_after or self.cfg.steps)
         batch, feats_BSF = ahead.next(prefetch.get, more=self.state.step + 1 < last)
         return (*batch, feats_BSF)
-
-
-def _reader(meter: Meter, held: Values) -> Callable[[], Values]:
-    """The heartbeat's values at a step: ``meter``'s loss and tau, the latest held-out."""
-    return lambda: {**meter.peek(), **held}

@@ -66,6 +66,8 @@ class StartPhases:
 
 def format_record(r: dict[str, Any], total: int) -> str:
     held = f" held-out τ {r['held_out_tau']:.2f}" if "held_out_tau" in r else ""
+    if "held_out_decode_tau" in r:
+        held += f" (decoding {r['held_out_decode_tau']:.2f})"
     loss = "nan" if r["loss"] is None else f"{r['loss']:.4f}"
     return (f"step {r['step']:>6}/{total}  loss {loss}  τ_sim {r['tau_sim']:.2f}{held}  "
             f"ctx {r['ctx_tok_s']:,.0f} tok/s  draft {r['draft_tok_s']:,.0f} tok/s  "

@@ -1,7 +1,8 @@
 """``dflash-generate``: write DFlash training data, the target's own responses to prompts
 (:mod:`dflash.decoding.generate`), as JSONL rows ``{"prompt_ids", "response_ids"}`` (plus
-the decoded ``response`` text when the target has a tokenizer), atomically. Progress
-(each phase, then the prompts done) goes to stderr.
+the decoded ``response`` text when the target has a tokenizer, and the prompt row's
+``source`` or ``prompt_id``, by which the trainer holds out whole sources), atomically.
+Progress (each phase, then the prompts done) goes to stderr.
 
 Exit codes (dflash.exitcodes): 0 written, 2 bad input, 4 runtime failure, 130 interrupted.
 """
@@ -55,7 +56,7 @@ def _main(args: argparse.Namespace) -> int:
 
     progress = Progress(PROG, quiet=args.quiet)
     progress.phase("importing torch")
-    from dflash.data import write_jsonl_atomic
+    from dflash.data import read_origins, write_jsonl_atomic
     from dflash.decoding.generate import (
         device_and_dtype,
         generate_responses,
@@ -71,6 +72,7 @@ def _main(args: argparse.Namespace) -> int:
         progress.phase("reading the prompts")
         prompts = prompts_for(target, prompts_file=args.prompts, synthetic=args.synthetic,
                               length=args.prompt_length, seed=args.seed)
+        origins = read_origins(args.prompts) if args.prompts else [{}] * len(prompts)
         tok = target.tokenizer
         progress.phase(f"generating up to {args.max_new_tokens} tokens for {len(prompts)} "
                        f"prompt(s), {args.batch_size} at a time")
@@ -82,8 +84,9 @@ def _main(args: argparse.Namespace) -> int:
         progress.close()
         progress.phase(f"writing {args.out}")
         rows: list[dict[str, Any]] = []
-        for prompt, response in zip(prompts, responses, strict=True):
-            row: dict[str, Any] = {"prompt_ids": list(prompt), "response_ids": response}
+        for prompt, response, origin in zip(prompts, responses, origins, strict=True):
+            row: dict[str, Any] = {**origin, "prompt_ids": list(prompt),
+                                   "response_ids": response}
             if tok is not None:
                 row["response"] = tok.decode(response)
             rows.append(row)

@@ -63,6 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--warmup-only", action="store_true",
                         help="compile every graph once (fills the compile cache) and exit")
     parser.add_argument("--attention", choices=["auto", "flex", "sdpa"])
+    parser.add_argument("--held-out-decode-prompts", "--heldout-decode-prompts", type=int,
+                        metavar="N", help="at each evaluation, decode N held-out prompts "
+                        "with the drafter against the target for a free-running τ beside "
+                        "the teacher-forced one (default 4; 0: off)")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="KEY=VALUE", help="override any recipe field (repeatable)")
     parser.add_argument("--unguarded", action="store_true",
@@ -115,7 +119,7 @@ def _main(command: Command, args: argparse.Namespace) -> int:
 def config_of(args: argparse.Namespace) -> TrainConfig:
     """The preset with the flags and ``--set`` pairs applied (ConfigError if invalid)."""
     pairs = [f"out={args.out}"]
-    for flag in ("target", "data", "steps", "attention"):
+    for flag in ("target", "data", "steps", "attention", "held_out_decode_prompts"):
         value = getattr(args, flag)
         if value is not None:
             pairs.append(f"{flag}={value}")
@@ -259,6 +263,12 @@ def _train(command: Command, args: argparse.Namespace, cfg: TrainConfig,
         if warning is not None:
             command.say(warning)
     if world.is_main:
+        held = held_out_report(trainer, result.held_out)
+        _write_meta(Path(cfg.out), {**meta, "start_s": trainer.start_phases, "held_out": held})
+        if "decode_tau" in held:
+            print(f"{PROG}: held-out τ at step {held['step']}: {held['teacher_forced_tau']:.2f} "
+                  f"teacher-forced, {held['decode_tau']:.2f} decoding "
+                  f"(ratio {held['ratio']:.2f})")
         if result.stopped_early:
             why = "stop_after" if cfg.stop_after and result.step >= cfg.stop_after else "SIGTERM"
             print(f"{PROG}: stopped by {why} at step {result.step}; checkpoint "
@@ -266,6 +276,20 @@ def _train(command: Command, args: argparse.Namespace, cfg: TrainConfig,
         else:
             print(f"{PROG}: done at step {result.step}; drafter in {result.export}")
     return ExitCode.OK
+
+
+def held_out_report(trainer: Trainer, last: dict[str, Any]) -> dict[str, Any]:
+    """metadata.json's ``held_out``: the split (rows and sources on each side, disjoint),
+    and the last evaluation's teacher-forced and decoding τ with their ratio."""
+    cfg = trainer.cfg
+    report: dict[str, Any] = {**trainer.split, "decode_prompts": len(trainer.decode_prompts),
+                              "decode_tokens": cfg.held_out_decode_tokens}
+    if "held_out_tau" in last:
+        report.update(step=last["step"], teacher_forced_tau=last["held_out_tau"])
+    if "held_out_decode_tau" in last:
+        report.update(decode_tau=last["held_out_decode_tau"],
+                      ratio=last["held_out_tau_ratio"])
+    return report
 
 
 def _report_warmup(command: Command, trainer: Trainer) -> None:

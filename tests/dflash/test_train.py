@@ -32,9 +32,13 @@ def test_tiny_preset_learns(trained_tiny):
     assert last["loss"] < 0.7 * first["loss"], (first["loss"], last["loss"])
     held = [r["held_out_tau"] for r in trained_tiny.records if "held_out_tau" in r]
     assert held, "the tiny preset evaluates held-out tau"
-    # Untrained drafters accept nothing (tau 1); a clear margin, not noise.
+    # Untrained drafters accept nothing (tau 1); a clear margin, not noise. The held-out
+    # rows are whole sources picked by hash (dflash.heldout): 1.30 at the end here, where
+    # the file's last 16 rows read 1.39 (CPU, torch 2.13).
     assert trained_tiny.untrained_tau < 1.2
-    assert held[-1] > trained_tiny.untrained_tau + 0.3, (trained_tiny.untrained_tau, held)
+    assert held[-1] > trained_tiny.untrained_tau + 0.2, (trained_tiny.untrained_tau, held)
+    decoded = [r["held_out_decode_tau"] for r in trained_tiny.records if "held_out_tau" in r]
+    assert len(decoded) == len(held) and decoded[-1] > 1.0, decoded
     for key in ("acc", "tau_sim", "grad_norm", "lr", "ctx_tok_s", "draft_tok_s", "mfu"):
         assert key in last
     assert len(last["acc"]) == tiny().block_size - 1

@@ -1,0 +1,187 @@
+"""A held-out τ that predicts decoding (issue 36, item 3): held-out rows come from sources
+(files, prompt ids, prompts) that never train, and beside the teacher-forced held-out τ
+the trainer measures a free-running one, decoding a few held-out prompts with the current
+drafter against the target."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from dflash.data import Example, read_examples
+from dflash.errors import ConfigError, DataError
+from dflash.heldout import decode_prompts, decode_tau, prompt_of, source_key, split_by_source
+from dflash.presets import tiny
+from dflash.train import Trainer
+from tests.dflash import launch
+
+SMALL = {"log_every": 2, "save_every": 0, "eval_every": 2, "synthetic_prompts": 40,
+         "synthetic_response_tokens": 40, "held_out": 4, "batch_size": 4, "buckets": (64,),
+         "anchors": 8, "peak_tflops": 1.0}
+
+
+def _rows(files: int, per_file: int, *, start: int = 1) -> list[dict[str, object]]:
+    """Rows as a real prompt set makes them: several prompts cut from each file, the
+    file's rows next to one another, 12 prompt and 20 response tokens each."""
+    rows = []
+    for f in range(files):
+        for k in range(per_file):
+            base = start + 37 * f + 5 * k
+            rows.append({"source": f"lib/mod{f}.py", "prompt_ids": [base % 500] * 12,
+                         "response_ids": [(base + i) % 500 for i in range(20)]})
+    return rows
+
+
+def _write(path: Path, rows: list[dict[str, object]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_no_source_is_both_held_out_and_trained(tmp_path: Path):
+    examples = read_examples(_write(tmp_path / "d.jsonl", _rows(10, 3)), max_length=64)
+    assert {ex.source for ex in examples} == {f"source:lib/mod{f}.py" for f in range(10)}
+    split = split_by_source(examples, held_out=4)
+    held = {source_key(ex) for ex in split.held_out}
+    trained = {source_key(ex) for ex in split.train}
+    assert held and trained and not held & trained
+    assert len(split.held_out) == 6 and len(split.train) == 24  # two whole files of three
+    assert (split.held_out_sources, split.train_sources) == (2, 8)
+    # The rule it replaces, the file's last rows, puts a held-out file in training too.
+    old = {source_key(ex) for ex in examples[-4:]}
+    assert old & {source_key(ex) for ex in examples[:-4]}
+
+
+def test_rows_without_a_source_are_grouped_by_their_prompt():
+    same = [Example((7,) * 4 + (i, i + 1), (0,) * 4 + (1, 1)) for i in range(3)]
+    others = [Example((i,) * 4 + (9, 9), (0,) * 4 + (1, 1)) for i in range(20, 30)]
+    split = split_by_source(same + others, held_out=2)
+    by_prompt = {prompt_of(ex) for ex in split.held_out}
+    assert not by_prompt & {prompt_of(ex) for ex in split.train}
+    assert sum(ex in split.held_out for ex in same) in (0, 3)  # never split up
+    # plain text (loss on every token): each row its own source
+    text = [Example(tuple(range(i, i + 8)), (1,) * 8) for i in range(6)]
+    assert len({source_key(ex) for ex in text}) == 6
+
+
+def test_prompt_ids_name_sources_too_and_a_bad_one_is_one_line(tmp_path: Path):
+    rows = [{"prompt_id": i // 2, "prompt_ids": [1, 2, 3], "response_ids": [4] * 9}
+            for i in range(6)]
+    examples = read_examples(_write(tmp_path / "ids.jsonl", rows), max_length=64)
+    assert [ex.source for ex in examples] == ["prompt_id:0"] * 2 + ["prompt_id:1"] * 2 + [
+        "prompt_id:2"] * 2
+    bad = _write(tmp_path / "bad.jsonl", [rows[0], {**rows[1], "source": ["a"]}])
+    with pytest.raises(DataError) as err:
+        read_examples(bad, max_length=64)
+    assert str(err.value) == (f"{bad}:2: 'source' must be a non-empty string or an int, "
+                              "got ['a']")
+
+
+def test_one_source_only_leaves_nothing_to_train_on(tmp_path: Path, tiny_target):
+    data = _write(tmp_path / "one.jsonl", _rows(1, 8))
+    cfg = dataclasses.replace(tiny(), out=str(tmp_path / "run"), data=str(data), **SMALL)
+    with pytest.raises(ConfigError, match=r"1 source\(s\) leave none to train on"):
+        Trainer(cfg, target=tiny_target)
+
+
+def test_the_trainer_holds_out_whole_files_of_a_data_file(tmp_path: Path, tiny_target):
+    data = _write(tmp_path / "d.jsonl", _rows(12, 3))
+    cfg = dataclasses.replace(tiny(), out=str(tmp_path / "run"), data=str(data), **SMALL)
+    trainer = Trainer(cfg, target=tiny_target)
+    source = {ex.input_ids: ex.source for ex in read_examples(data, max_length=64)}
+    held = {source[ex.input_ids] for ex in trainer.held_out}
+    trained = {source[ids] for ids, _ in trainer.state.loader._rows}  # what batches are cut from
+    assert held and trained and not held & trained
+    assert trainer.split["held_out_rows"] == 6 and trainer.split["train_rows"] == 30
+    assert trainer.split["held_out_sources"] == 2 and trainer.split["train_sources"] == 10
+    # the decode prompts are the held-out files' prompts, one a file
+    assert len(trainer.decode_prompts) == 2
+    assert set(trainer.decode_prompts) <= {prompt_of(ex) for ex in trainer.held_out}
+
+
+def test_generate_keeps_each_prompts_source(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    from dflash.cli.generate import main
+
+    prompts = _write(tmp_path / "p.jsonl", [
+        {"source": "a.py", "prompt_ids": [5, 6, 7]}, {"prompt_id": 3, "prompt_ids": [8, 9]},
+        {"prompt_ids": [10, 11]}])
+    out = tmp_path / "data.jsonl"
+    assert main(["--target", "tiny", "--prompts", str(prompts), "--out", str(out),
+                 "--max-new-tokens", "4", "--quiet"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r.get("source") for r in rows] == ["a.py", None, None]
+    assert [r.get("prompt_id") for r in rows] == [None, 3, None]
+    assert [ex.source for ex in read_examples(out, max_length=64)] == [
+        "source:a.py", "prompt_id:3", None]
+
+
+def _train(tmp_path: Path, target, **changes) -> tuple[Trainer, list[dict]]:
+    cfg = dataclasses.replace(tiny(), out=str(tmp_path), steps=4, **{**SMALL, **changes})
+    trainer = Trainer(cfg, target=target)
+    records: list[dict] = []
+    trainer.run(records.append)
+    return trainer, records
+
+
+def test_training_measures_a_decoding_tau_beside_the_teacher_forced_one(tmp_path: Path,
+                                                                         tiny_target):
+    trainer, records = _train(tmp_path, tiny_target, held_out_decode_tokens=16)
+    evals = [r for r in records if "held_out_tau" in r]
+    assert [r["step"] for r in evals] == [2, 4]
+    for r in evals:
+        assert r["held_out_decode_tau"] >= 1.0
+        assert r["held_out_tau_ratio"] == pytest.approx(r["held_out_tau"]
+                                                        / r["held_out_decode_tau"])
+    # the same figure as the decoding code gives the final drafter on those prompts
+    assert len(trainer.decode_prompts) == 4
+    again = decode_tau(tiny_target, trainer.drafter, trainer.decode_prompts,
+                       max_new_tokens=16)
+    assert evals[-1]["held_out_decode_tau"] == pytest.approx(again)
+
+
+def test_no_decoding_with_zero_prompts(tmp_path: Path, tiny_target):
+    trainer, records = _train(tmp_path, tiny_target, held_out_decode_prompts=0)
+    evals = [r for r in records if "held_out_tau" in r]
+    assert evals and not any("held_out_decode_tau" in r for r in evals)
+    assert trainer.decode_prompts == []
+
+
+def test_the_final_report_says_how_far_apart_they_are(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]):
+    from dflash.cli.train import main
+
+    out = tmp_path / "run"
+    argv = ["--preset", "tiny", "--unguarded", "--quiet", "--out", str(out), "--steps", "4",
+            "--set=eval_every=4", "--heldout-decode-prompts", "2",
+            *[a for a in launch.SMALL if "eval_every" not in a]]
+    assert main(argv) == 0
+    held = json.loads((out / "metadata.json").read_text())["held_out"]
+    assert held["decode_prompts"] == 2 and held["step"] == 4
+    assert held["ratio"] == pytest.approx(held["teacher_forced_tau"] / held["decode_tau"])
+    assert held["held_out_rows"] >= 4 and held["train_rows"] > held["held_out_rows"]
+    line = next(x for x in capsys.readouterr().out.splitlines() if "held-out τ at" in x)
+    assert line == (f"dflash-train: held-out τ at step 4: {held['teacher_forced_tau']:.2f} "
+                    f"teacher-forced, {held['decode_tau']:.2f} decoding "
+                    f"(ratio {held['ratio']:.2f})")
+
+
+def test_decode_prompts_are_one_per_held_out_source():
+    rows = [Example((s,) * 3 + (1, 2, 3, 4), (0, 0, 0, 1, 1, 1, 1), source=f"f{s % 3}")
+            for s in range(9)]
+    prompts = decode_prompts(rows, 5)
+    assert len(prompts) == 3  # three sources
+    assert len({p for p in prompts}) == 3
+
+
+@pytest.mark.slow
+def test_under_torchrun_rank_0_decodes_with_the_gathered_drafter(tmp_path: Path):
+    out = tmp_path / "run"
+    proc = launch.torchrun(2, "-m", "dflash.cli.train", *launch.train_args(out, 4),
+                           "--set=eval_every=2", "--set=save_every=0", fresh=out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in records if "held_out_tau" in r]
+    assert [r["step"] for r in evals] == [2, 4]
+    assert all(r["held_out_decode_tau"] >= 1.0 for r in evals), evals
