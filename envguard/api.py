@@ -234,7 +234,12 @@ def plan_install(argv: Iterable[str], python: str | os.PathLike[str] | None = No
     command = parse_command(words, uv=find_uv() if words[:1] == ["uv"] else None)
     selection = (discover(os.fspath(python), env=os.environ, cwd=where) if python is not None
                  else this_process())
-    return predict(command, python=selection.executable, cwd=where, env=env)
+    from envguard.install.scratch import wait_for_removals
+
+    try:
+        return predict(command, python=selection.executable, cwd=where, env=env)
+    finally:
+        wait_for_removals()
 
 
 def undo(python: str | os.PathLike[str] | None = None, *, to: int | None = None,

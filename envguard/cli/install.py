@@ -74,7 +74,10 @@ def cmd_install(args: argparse.Namespace) -> int:
         plan = predict(command, python=selection.executable, cwd=cwd)
     report = InstallReport(plan=plan)
     if args.dry_run or (plan.refused and not args.yes):
+        from envguard.install.scratch import wait_for_removals
+
         show(report, args.format, show_all=args.all)
+        wait_for_removals()
         return ExitCode.REFUSED if plan.refused else ExitCode.OK
     if args.format == "text":
         show(report, args.format, show_all=args.all)

@@ -19,6 +19,7 @@ from pathlib import Path
 from envguard.frozen import frozen
 from envguard.install.command import InstallerCommand, installer_environment
 from envguard.install.predict import InstallPlan, differences, snapshot_options
+from envguard.install.scratch import wait_for_removals
 from envguard.probe import collect
 from envguard.revisions.store import Revision, record_revision
 from envguard.runs.store import now_iso
@@ -87,5 +88,6 @@ def apply_install(plan: InstallPlan, command: InstallerCommand, *, cwd: Path,
         revision = (record_revision(plan.environment, plan.before, after, kind="install",
                                     argv=command.argv, exit_code=code, started_at=started,
                                     note=note) if differences(plan.before, after) else None)
+        wait_for_removals()  # the prediction's copy, removed meanwhile
     return Applied(exit_code=code, differences=found, revision=revision,
                    interrupted=bool(got))

@@ -18,8 +18,10 @@ uninstalls). :class:`LinkGuard` checks that anyway: every linked file keeps its 
 modification time in the real environment, or the prediction stops with an error that
 says which file changed.
 
-The copy is removed when the ``with`` block ends, however it ends (Ctrl-C included); a
-copy a killed envguard left behind is removed by the next one (its process is gone).
+The copy is removed when the ``with`` block ends: at once when it ends with an exception
+(Ctrl-C included), else in a thread while the command goes on
+(:func:`wait_for_removals` waits for it); a copy a killed envguard left behind is removed
+by the next one (its process is gone).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import contextlib
 import os
 import re
 import shutil
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -249,6 +252,7 @@ def scratch_copy(prefix: Path, *, site_packages: Sequence[str] | None = None,
     """A scratch copy of the venv at ``prefix``: (its folder, the guard, what it cost).
     With ``site_packages`` (the interpreter's folders): :func:`metadata_clone`, else the
     whole venv (:func:`clone_tree`)."""
+    wait_for_removals()  # the same name may be on its way out
     sweep_stale(prefix)
     folder = scratch_path(prefix)
     if os.path.islink(folder):  # planted: removed, never followed
@@ -260,8 +264,24 @@ def scratch_copy(prefix: Path, *, site_packages: Sequence[str] | None = None,
         cloned = (clone_tree(prefix, folder, guard) if site_packages is None else
                   metadata_clone(prefix, folder, site_packages, guard, with_pip=with_pip))
         yield folder, guard, cloned
-    finally:
+    except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
+        raise
+    # Removing thousands of files costs a second on a slow disk: done in a thread while
+    # the command goes on (the real install); wait_for_removals() before the process ends.
+    thread = threading.Thread(target=shutil.rmtree, args=(folder,),
+                              kwargs={"ignore_errors": True}, daemon=True)
+    thread.start()
+    _REMOVALS.append(thread)
+
+
+_REMOVALS: list[threading.Thread] = []
+
+
+def wait_for_removals() -> None:
+    """Wait until every scratch copy this process made is removed."""
+    while _REMOVALS:
+        _REMOVALS.pop().join()
 
 
 def check_guard(guard: LinkGuard) -> None:

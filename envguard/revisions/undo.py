@@ -30,7 +30,7 @@ from envguard.errors import InputError
 from envguard.frozen import frozen
 from envguard.install.apply import deferred_signals
 from envguard.install.predict import prefix_of, snapshot_options
-from envguard.install.scratch import check_guard, scratch_copy
+from envguard.install.scratch import check_guard, scratch_copy, wait_for_removals
 from envguard.probe import collect
 from envguard.probe.options import locations_only
 from envguard.restore.plan import CHANGE, INSTALL, SKIP, IndexOptions, RestorePlan, plan_restore
@@ -171,6 +171,7 @@ def undo(python: str, *, to: int | None = None, dry_run: bool = False,
                                      new_name="a scratch copy")
         report = dataclasses.replace(report, scratch=scratch)
         if not scratch.ok:
+            wait_for_removals()
             return report
         started = now_iso()
         with deferred_signals():
@@ -185,6 +186,7 @@ def undo(python: str, *, to: int | None = None, dry_run: bool = False,
                 exit_code=0 if verification.ok else 1, started_at=started,
                 note="" if verification.ok else "not restored exactly: " + "; ".join(
                     u.detail for u in verification.unreproduced))
+            wait_for_removals()
         return dataclasses.replace(report, verification=verification, revision=revision)
     finally:
         shutil.rmtree(wheels, ignore_errors=True)

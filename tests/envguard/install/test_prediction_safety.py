@@ -149,7 +149,7 @@ def test_an_installer_on_either_copy_changes_the_copy_only(
     """Both kinds of scratch copy, the installer run on each directly: the venv's files
     hash the same afterwards, the link guard finds nothing, and the copy did change."""
     from envguard.install.command import parse_command
-    from envguard.install.scratch import check_guard, scratch_copy
+    from envguard.install.scratch import check_guard, scratch_copy, wait_for_removals
     from envguard.restore.build import find_uv, run_process
 
     scene = make_scene(venvs, tmp_path, with_pip=tool == "pip")
@@ -173,5 +173,6 @@ def test_an_installer_on_either_copy_changes_the_copy_only(
         check_guard(guard)
         assert hashes(folder) != copied_before
         assert cloned.linked > 0
+    wait_for_removals()
     assert hashes(scene.venv.path) == before
     assert not folder.exists()
