@@ -66,8 +66,11 @@ def cmd_install(args: argparse.Namespace) -> int:
 
             raise InputError("uv pip sync would sync the environment envguard itself runs in; "
                              "pass --python PY for the environment to change")
-    from envguard.install.predict import predict
+    import os
 
+    from envguard.install.predict import predict, same_environment
+
+    same_environment(command, Path(os.path.realpath(selection.prefix)))  # before any work
     cwd = Path.cwd()
     with sigterm_interrupts(), StderrProgress(note_after=0) as progress:
         progress.step(f"predicting on a copy of the environment: {' '.join(command.argv[:3])}")

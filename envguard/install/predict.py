@@ -174,6 +174,22 @@ def prefix_of(snapshot: Snapshot) -> Path:
     return Path(os.path.realpath(snapshot.interpreter.prefix))
 
 
+def same_environment(command: InstallerCommand, prefix: Path) -> None:
+    """A pip or python given by path must be the environment's own: envguard runs the
+    environment's interpreter, and would otherwise change another venv than the one
+    named."""
+    from envguard.probe.discovery import prefix_of as folder_of
+
+    head = command.argv[0]
+    if command.tool == "uv" or os.sep not in head:
+        return
+    theirs = os.path.realpath(folder_of(os.path.abspath(head)))
+    if theirs != str(prefix):
+        raise InputError(f"{head} belongs to another environment ({theirs}) than the one "
+                         f"envguard predicts for ({prefix}); name it with envguard install "
+                         "--python PY")
+
+
 def predict(command: InstallerCommand, *, python: str, cwd: Path,
             env: Mapping[str, str] | None = None, echo: Echo | None = None) -> InstallPlan:
     """The plan of ``command`` for the environment of ``python`` (see the module)."""
@@ -186,6 +202,7 @@ def predict(command: InstallerCommand, *, python: str, cwd: Path,
     started = time.perf_counter()
     before = collect(snapshot_options(python, patterns))
     prefix = prefix_of(before)
+    same_environment(command, prefix)
     taken = time.perf_counter() - started
     rel = os.path.relpath(os.path.abspath(python), os.path.abspath(before.interpreter.prefix))
     rel = rel if not rel.startswith("..") else os.path.join("bin", "python")

@@ -216,6 +216,7 @@ def test_a_lock_s_forbidden_package_is_refused_naming_the_lock(scene: Scene) -> 
     ["pip", "download", "x"],
     ["uv", "pip", "install", "--python", "/usr/bin/python3", "x"],
     ["pip", "install", "--target", "/tmp/x", "x"],
+    ["/usr/bin/python3", "-m", "pip", "install", "x"],
     [],
 ])
 def test_anything_else_is_refused_in_one_line(scene: Scene, argv: list[str]) -> None:
