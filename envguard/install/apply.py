@@ -16,12 +16,13 @@ import subprocess
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
+from envguard.atomic import check_state_path
 from envguard.frozen import frozen
 from envguard.install.command import InstallerCommand, installer_environment
 from envguard.install.predict import InstallPlan, differences, snapshot_options
 from envguard.install.scratch import wait_for_removals
 from envguard.probe import collect
-from envguard.revisions.store import Revision, record_revision
+from envguard.revisions.store import Revision, env_folder, record_revision, state_root
 from envguard.runs.store import now_iso
 
 Echo = Callable[[str], None]
@@ -78,6 +79,8 @@ def apply_install(plan: InstallPlan, command: InstallerCommand, *, cwd: Path,
     """Run ``command`` against ``plan``'s environment, snapshot it, compare with the
     prediction and record the revision (when anything changed)."""
     started = now_iso()
+    # where its revision goes, checked before anything changes: a planted link refuses
+    check_state_path(env_folder(plan.environment) / "rev-000000.json", state_root())
     environ = installer_environment(os.environ if env is None else env)
     with deferred_signals() as got:
         code = run_to_end(command.argv_for(plan.python), env=environ, cwd=str(cwd), echo=echo)

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from envguard.atomic import check_state_path
 from envguard.errors import InputError
 from envguard.frozen import frozen
 from envguard.install.apply import deferred_signals
@@ -36,7 +37,14 @@ from envguard.probe.options import locations_only
 from envguard.restore.plan import CHANGE, INSTALL, SKIP, IndexOptions, RestorePlan, plan_restore
 from envguard.restore.verify import Verification, verification_to_dict
 from envguard.revisions.builds import find_in_uv_cache, wheel_from_archive
-from envguard.revisions.store import Revision, list_revisions, load_snapshot, state_of
+from envguard.revisions.store import (
+    Revision,
+    env_folder,
+    list_revisions,
+    load_snapshot,
+    state_of,
+    state_root,
+)
 from envguard.runs.store import now_iso
 
 Echo = Callable[[str], None]
@@ -153,6 +161,8 @@ def undo(python: str, *, to: int | None = None, dry_run: bool = False,
                             sources=_sources(plan, target, wheels, environ))
         if report.missing or dry_run:
             return report
+        # where the undo's revision goes, checked before anything changes
+        check_state_path(env_folder(prefix) / "rev-000000.json", state_root())
         uv = find_uv()
         rel = os.path.relpath(os.path.abspath(python), os.path.abspath(
             current.interpreter.prefix))

@@ -310,3 +310,18 @@ def test_credentials_in_the_command_are_never_shown_or_recorded(scene: Scene) ->
     for folder, _, files in os.walk(stored):
         for name in files:
             assert secret not in Path(folder, name).read_text(encoding="utf-8"), name
+
+
+def test_a_planted_link_in_the_revisions_refuses_before_anything_changes(
+        scene: Scene, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    cache = Path(os.environ["ENVGUARD_CACHE_DIR"])
+    cache.mkdir(parents=True, exist_ok=True)
+    (cache / "revisions").symlink_to(elsewhere)
+    before = hashes(scene.venv.path)
+    proc = envguard("install", "--python", str(scene.venv.path), "--", "uv", "pip", "install",
+                    "--no-index", "--find-links", str(scene.wheels), "extra", cwd=scene.cwd)
+    assert proc.returncode == 5, proc.stdout + proc.stderr
+    assert hashes(scene.venv.path) == before
+    assert list(elsewhere.iterdir()) == []
