@@ -325,3 +325,17 @@ def test_a_planted_link_in_the_revisions_refuses_before_anything_changes(
     assert proc.returncode == 5, proc.stdout + proc.stderr
     assert hashes(scene.venv.path) == before
     assert list(elsewhere.iterdir()) == []
+
+
+def test_a_sync_is_predicted(scene: Scene) -> None:
+    reqs = scene.cwd / "requirements.txt"
+    reqs.write_text("tiny==1.0\nextra==1.0\n", encoding="utf-8")
+    before = hashes(scene.venv.path)
+    proc = envguard("install", "--dry-run", "--format", "json", "--python", str(scene.venv.path),
+                    "--", "uv", "pip", "sync", "--no-index", "--find-links", str(scene.wheels),
+                    "requirements.txt", cwd=scene.cwd)
+    assert proc.returncode in (0, 3), proc.stderr
+    doc = json.loads(proc.stdout)
+    assert {p["name"]: p["action"] for p in doc["packages"]} == {"extra": "install",
+                                                                 "torch": "remove"}
+    assert hashes(scene.venv.path) == before
