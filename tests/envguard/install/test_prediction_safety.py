@@ -176,3 +176,66 @@ def test_an_installer_on_either_copy_changes_the_copy_only(
     wait_for_removals()
     assert hashes(scene.venv.path) == before
     assert not folder.exists()
+
+
+SLOW_BACKEND = '''"""An in-tree backend that notes each build in BUILDS_LOG, then takes a second."""
+import base64, hashlib, os, time, zipfile
+
+
+def _hash(data):
+    digest = hashlib.sha256(data).digest()
+    return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    with open(os.environ["BUILDS_LOG"], "a") as log:
+        log.write("build\\n")
+    time.sleep(1.5)
+    info = "slow-1.0.dist-info/"
+    files = {"slow/__init__.py": b"",
+             info + "METADATA": b"Metadata-Version: 2.1\\nName: slow\\nVersion: 1.0\\n\\n",
+             info + "WHEEL": (b"Wheel-Version: 1.0\\nGenerator: t\\nRoot-Is-Purelib: true\\n"
+                              b"Tag: py3-none-any\\n\\n")}
+    record = "".join("%s,%s,%d\\n" % (p, _hash(d), len(d)) for p, d in files.items())
+    files[info + "RECORD"] = (record + info + "RECORD,,\\n").encode()
+    name = "slow-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(os.path.join(wheel_directory, name), "w") as zf:
+        for path, data in files.items():
+            zf.writestr(path, data)
+    return name
+'''
+
+
+def test_ctrl_c_during_the_real_install_lets_it_finish_and_records_it(
+        venvs: VenvFactory, tmp_path: Path) -> None:
+    """pip builds the project twice (the copy, then the venv); Ctrl-C during the second
+    build: the installer is not stopped half-way, the change is recorded, exit 130."""
+    scene = make_scene(venvs, tmp_path, with_pip=True)
+    project, log = tmp_path / "slow", tmp_path / "builds.log"
+    project.mkdir()
+    (project / "backend.py").write_text(SLOW_BACKEND, encoding="utf-8")
+    (project / "pyproject.toml").write_text(
+        '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
+        '[project]\nname = "slow"\nversion = "1.0"\n', encoding="utf-8")
+    environ = dict(os.environ, BUILDS_LOG=str(log), PIP_NO_INDEX="1",
+                   PIP_DISABLE_PIP_VERSION_CHECK="1", COLUMNS="200")
+    environ.pop("VIRTUAL_ENV", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "envguard", "install", "--python", str(scene.venv.path), "--",
+         str(scene.venv.python), "-m", "pip", "install", str(project)], cwd=scene.cwd,
+        env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=interruptible)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and proc.poll() is None:
+        if log.exists() and log.read_text().count("build") >= 2:
+            proc.send_signal(signal.SIGINT)
+            break
+        time.sleep(0.01)
+    out, err = proc.communicate(timeout=90)
+    assert log.read_text().count("build") == 2, err
+    assert proc.returncode == 130, out + err
+    assert "the installer was let finish" in err
+    assert (scene.venv.site_packages() / "slow-1.0.dist-info").is_dir()
+    listed = envguard("revisions", "--python", str(scene.venv.path), "--format", "json",
+                      cwd=scene.cwd)
+    assert [r["changes"] for r in json.loads(listed.stdout)["revisions"]] == [["+slow 1.0"]]
