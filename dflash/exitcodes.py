@@ -16,5 +16,9 @@ class ExitCode(IntEnum):
     """dflash-train: the environment does not match lockfiles/dflash-train.toml."""
     FAILED = 4
     """A runtime failure (out of memory, a compile error); one line on stderr."""
+    CONFIG_MISMATCH = 5
+    """dflash-eval --check-config: the drafter's config differs from the target's where a
+    serving engine needs them equal (embedding scale, rope, norm eps, vocab, special
+    tokens, chat template); one line per difference."""
     INTERRUPTED = 130
     """Ctrl-C."""

@@ -86,6 +86,18 @@ def key_of(recipe: Recipe, base: Path, files: list[str]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def folder_of(recipe: Recipe, base: Path, files: list[str]) -> Path:
+    """Where the target of ``recipe`` on this corpus is cached."""
+    return cache_root() / "targets" / f"stdlib-{key_of(recipe, base, files)}"
+
+
+def built() -> Path | None:
+    """The cached target folder of this Python and the environment's recipe, if built."""
+    base, files = corpus()
+    folder = folder_of(recipe_from_env(), base, files)
+    return folder if (folder / "corpus.json").is_file() else None
+
+
 def recipe_from_env(env: dict[str, str] | os._Environ[str] = os.environ) -> Recipe:
     """The default recipe; ``DFLASH_STDLIB_STEPS`` shortens the pretraining (a quick test),
     which is part of the cache key."""
@@ -101,7 +113,7 @@ def ensure(model_config: Any, *, recipe: Recipe | None = None,
     base, files = corpus()
     if not files:
         raise RuntimeError(f"no .py files under {base}: cannot build {NAME}")
-    folder = cache_root() / "targets" / f"stdlib-{key_of(recipe, base, files)}"
+    folder = folder_of(recipe, base, files)
     if (folder / "corpus.json").is_file():
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)

@@ -52,6 +52,7 @@ from dflash.masks import (
 from dflash.meter import Meter, MetricsLog, remembered_peak, sync_device
 from dflash.optim import MasterAdamW, lr_at
 from dflash.parallelize import parallelize, resolve
+from dflash.serving import export_record
 from dflash.startup import (
     PhaseListener,
     StartClock,
@@ -379,7 +380,8 @@ class Trainer:
             saved = self.save()
         export = None
         if final_save and not stopped:
-            export = checkpoint.export(self.out, self.drafter, self.world, self.rt.dtype)
+            export = checkpoint.export(self.out, self.drafter, self.world, self.rt.dtype,
+                                       export_record(cfg.target, self.target))
         return TrainResult(step=state.step, stopped_early=stopped,
                            warmup_seconds=self.warmup_seconds, checkpoint=saved, export=export,
                            last=last, held_out=held)

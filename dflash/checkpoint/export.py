@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import SafetensorError
@@ -24,21 +25,27 @@ from dflash.model import DFlashDrafter
 
 
 def write_export(cfg: DrafterConfig, weights: dict[str, torch.Tensor], folder: Path,
-                 dtype: torch.dtype) -> None:
-    """config.json + model.safetensors of ``weights`` (cast to ``dtype``) into ``folder``."""
+                 dtype: torch.dtype, extra: dict[str, Any] | None = None) -> None:
+    """config.json + model.safetensors of ``weights`` (cast to ``dtype``) into ``folder``;
+    ``extra``: more config.json fields (its ``dflash_config`` merged into the layout's)."""
     tensors = {name: t.detach().to("cpu", dtype).contiguous() for name, t in weights.items()}
     save_file(tensors, str(folder / WEIGHTS_NAME), metadata={"format": "pt"})
-    text = json.dumps(published_config(cfg, str(dtype).removeprefix("torch.")), indent=2) + "\n"
-    (folder / CONFIG_NAME).write_text(text)
+    config = published_config(cfg, str(dtype).removeprefix("torch."))
+    extra = dict(extra or {})
+    config["dflash_config"].update(extra.pop("dflash_config", {}))
+    config.update(extra)
+    (folder / CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n")
 
 
 def export_drafter(drafter: DFlashDrafter, path: str | Path,
-                   dtype: torch.dtype = torch.bfloat16) -> Path:
-    """Write config.json + model.safetensors into ``path`` atomically (as one folder)."""
+                   dtype: torch.dtype = torch.bfloat16,
+                   extra: dict[str, Any] | None = None) -> Path:
+    """Write config.json + model.safetensors into ``path`` atomically (as one folder);
+    ``extra`` as :func:`write_export`'s."""
     final = Path(path)
     tmp = fresh_dir_beside(final)
     try:
-        write_export(drafter.cfg, drafter.state_dict(), tmp, dtype)
+        write_export(drafter.cfg, drafter.state_dict(), tmp, dtype, extra)
         replace_dir(tmp, final)
     except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)

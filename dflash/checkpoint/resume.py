@@ -89,11 +89,13 @@ def _resume_sharded(folder: Path, drafter: DFlashDrafter, optimizer: MasterAdamW
     return Resumed(int(state["step"]), state["loader"], anchor)
 
 
-def export(out: Path, drafter: DFlashDrafter, world: World, dtype: torch.dtype) -> Path | None:
-    """Export the drafter to OUT/drafter. Under torchrun a collective: every rank gathers
-    the full drafter, rank 0 exports it (the others return None)."""
+def export(out: Path, drafter: DFlashDrafter, world: World, dtype: torch.dtype,
+           extra: dict[str, Any] | None = None) -> Path | None:
+    """Export the drafter to OUT/drafter (``extra``: more config.json fields). Under
+    torchrun a collective: every rank gathers the full drafter, rank 0 exports it (the
+    others return None)."""
     if not world.distributed:
-        return export_drafter(drafter, out / "drafter", dtype=dtype)
+        return export_drafter(drafter, out / "drafter", dtype=dtype, extra=extra)
     from torch.distributed.checkpoint.state_dict import (
         StateDictOptions,
         get_model_state_dict,
@@ -105,4 +107,4 @@ def export(out: Path, drafter: DFlashDrafter, world: World, dtype: torch.dtype) 
         return None
     plain = DFlashDrafter(drafter.cfg)
     plain.load_state_dict(full)
-    return export_drafter(plain, out / "drafter", dtype=dtype)
+    return export_drafter(plain, out / "drafter", dtype=dtype, extra=extra)

@@ -17,9 +17,13 @@ weights by a fresh initialisation (seed ``--init-seed``): the baseline before tr
 ``--max-draft`` (default: the drafter's block size minus one, 15 for n-gram) caps the
 drafts verified per cycle, the same for every drafter. Progress goes to stderr.
 
+``--check-config`` only compares the drafter's config.json with the target's files
+(:mod:`dflash.cli.check_config`): embedding scale, rope, norm eps, vocab size, special
+token ids and chat template, one line per difference; it loads no model.
+
 Exit codes (dflash.exitcodes): 0 lossless, 1 an output differed, 2 bad input (drafter,
-target, prompts, or a drafter trained for another target), 4 runtime failure, 130
-interrupted.
+target, prompts, or a drafter trained for another target), 4 runtime failure, 5
+``--check-config`` found a difference, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -71,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-draft", type=int, metavar="K",
                    help="drafts verified per cycle at most (default: block size - 1; "
                         f"{NGRAM_MAX_DRAFT} for ngram)")
-    options.add_decoding_options(p)
+    options.add_decoding_options(p, prompts_required=False)
     p.add_argument("--dtype", choices=("auto", "bfloat16", "float32"), default="auto",
                    help="target and drafter dtype (auto: bfloat16 on GPU, float32 on CPU)")
     p.add_argument("--target-seed", type=int, default=0,
@@ -82,11 +86,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--check-config", action="store_true",
+                   help="only compare the drafter's config with the target's where serving "
+                        "needs them equal (exit 5 on a difference); no prompts, no decoding")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.check_config:
+        from dflash.cli import check_config
+
+        folder = Path(args.drafter.removeprefix(HYBRID_PREFIX))
+        return Command(PROG).run(lambda: check_config.run(PROG, folder, args.target))
     return Command(PROG).run(lambda: _main(args))
 
 

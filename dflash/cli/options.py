@@ -61,12 +61,14 @@ def at_least(flag: str, value: float | None, low: float) -> None:
         raise InputError(f"{flag} must be >= {low:g}, got {value:g}")
 
 
-def add_decoding_options(p: argparse.ArgumentParser) -> None:
+def add_decoding_options(p: argparse.ArgumentParser, *, prompts_required: bool = True
+                         ) -> None:
     """What dflash-generate and dflash-eval both take: the target, where the prompts come
-    from, and the device."""
+    from (``prompts_required=False``: :func:`check_decoding_options` asks for them when
+    the command needs them), and the device."""
     p.add_argument("--target", required=True,
                    help="local HF model folder/config, or a named shape (tiny, ...)")
-    src = p.add_mutually_exclusive_group(required=True)
+    src = p.add_mutually_exclusive_group(required=prompts_required)
     src.add_argument("--prompts", metavar="FILE", help="JSONL prompts (any dflash.data format)")
     src.add_argument("--synthetic", type=int, metavar="N", help="N random-token prompts")
     p.add_argument("--prompt-length", type=int, default=16, help="for --synthetic")
@@ -78,6 +80,8 @@ def check_decoding_options(args: argparse.Namespace) -> None:
     target_path(args.target)
     if args.prompts:
         readable_file(args.prompts)
+    elif args.synthetic is None:
+        raise InputError("one of --prompts or --synthetic is required")
     else:
         at_least("--synthetic", args.synthetic, 1)
         at_least("--prompt-length", args.prompt_length, 1)

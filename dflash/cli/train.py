@@ -275,7 +275,24 @@ def _train(command: Command, args: argparse.Namespace, cfg: TrainConfig,
                   f"{result.checkpoint}; continue with --resume")
         else:
             print(f"{PROG}: done at step {result.step}; drafter in {result.export}")
+        if result.export is not None:
+            _serving_check(command, result.export, cfg.target)
     return ExitCode.OK
+
+
+def _serving_check(command: Command, export: Path, target: str) -> None:
+    """``dflash-eval --check-config`` on the export, as lines; a training that ran to its
+    end is not failed for a note."""
+    from dflash.cli import check_config
+    from dflash.errors import DFlashError
+
+    try:
+        lines = check_config.lines(check_config.check(export, target))
+    except DFlashError as exc:
+        command.say(f"serving check not done: {exc}")
+        return
+    for line in lines:
+        print(f"{PROG}: serving check: {line}")
 
 
 def held_out_report(trainer: Trainer, last: dict[str, Any]) -> dict[str, Any]:
