@@ -41,6 +41,8 @@ RECORDED = "recorded-change"
 """A change two recorded snapshots show that left no time on disk (a removal): it
 happened after :attr:`Event.not_before` and by :attr:`Event.at`."""
 RUN = "run"
+REVISION = "envguard-change"
+"""A change made through ``envguard install``, ``undo`` or ``restore --in-place``."""
 CREATED = "environment-created"
 
 # Directions (:attr:`Event.change`).
@@ -184,7 +186,7 @@ def group(events: tuple[Event, ...], gap_s: float = GAP_S) -> tuple[Episode, ...
     run_end: float | None = None
     """While the open episode is a run's: when that run ended."""
     for event in sorted(events, key=lambda e: (e.at, e.kind, e.subject)):
-        if event.kind == RUN:
+        if event.kind in (RUN, REVISION):
             episodes.append([event])
             run_end = max(event.at, event.ended_at or event.at)
         elif episodes and (event.at - episodes[-1][-1].at <= gap_s if run_end is None
@@ -233,6 +235,8 @@ def summarize(episode: Episode) -> str:
         parts.append("environment created")
     for event in episode.of_kind(RUN):
         parts.append(f"run: {event.subject}" + (f" ({event.detail})" if event.detail else ""))
+    for event in episode.of_kind(REVISION):
+        parts.append(f"{event.detail} ({event.subject})")
     installs = episode.of_kind(INSTALLED, REINSTALLED)
     parts += _packages([e for e in installs if e.change != REPLACED], "", bool(created))
     parts += [f"{e.subject} {e.detail}" for e in installs if e.change == REPLACED]

@@ -36,7 +36,7 @@ from envguard.history.conda import (
     created,
     record_events,
 )
-from envguard.history.recorded import annotate, read_runs
+from envguard.history.recorded import annotate, merged, read_revisions, read_runs
 from envguard.model import Distribution, Snapshot
 
 __all__ = ["MAX_CONDA_HISTORY_BYTES", "conda_history", "created_at", "read_timeline"]
@@ -167,7 +167,7 @@ def read_timeline(snapshot: Snapshot, *, cwd: Path | None = None,
     conda = conda_history(prefix, notes)
     records = [] if conda else record_events(snapshot, prefix)
     made = created_at(prefix, conda, records)
-    runs = read_runs(cwd or Path.cwd(), prefix)
+    runs = merged(read_runs(cwd or Path.cwd(), prefix), read_revisions(prefix))
     events: list[Event] = []
     if made is not None:
         events.append(Event(at=made[0], kind=CREATED, subject=str(prefix), evidence=made[1]))

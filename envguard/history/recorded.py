@@ -36,6 +36,7 @@ from envguard.history import (
     RECORDED,
     REINSTALLED,
     REMOVED,
+    REVISION,
     RUN,
     UPGRADED,
     Event,
@@ -71,6 +72,7 @@ class Seen:
     at: float
     """When it started (its snapshot was taken just before)."""
     run: str
+    """How a span names it: ``run <id>``, ``revision 3``, ``the state before revision 3``."""
     packages: Packages
 
 
@@ -156,7 +158,7 @@ def read_runs(cwd: Path, prefix: Path) -> Runs:
         if packages is None:
             unread += 1
         else:
-            seen.append(Seen(at=at, run=record.id, packages=packages))
+            seen.append(Seen(at=at, run=f"run {record.id}", packages=packages))
         events.append(Event(at=at, kind=RUN, subject=record.id,
                             detail=_run_detail(record.outcome, record.gate),
                             evidence=".envguard/runs", ended_at=parse_iso(record.ended_at)))
@@ -214,8 +216,7 @@ def _windows(seen: tuple[Seen, ...], now: Packages, taken_at: float,
     for earlier, (end, run, later) in zip(seen, ends, strict=True):
         if end <= earlier.at:
             continue
-        span = (f"recorded snapshots of run {earlier.run} and "
-                + (f"run {run}" if run else "the environment now"))
+        span = f"recorded snapshots of {earlier.run} and {run or 'the environment now'}"
         yield _Window(start=earlier.at, end=end, last=run is None, span=span,
                       before=earlier.packages.pip, after=later.pip,
                       kinds=(INSTALLED, REINSTALLED))
@@ -230,7 +231,7 @@ _INSTALLER = re.compile(r"^\S+ \(([^()]*)\)$")
 
 def _named(event: Event, change: str, old: str | None, after: Held, span: str) -> Event:
     """``event`` named with its direction: ``1.0 (uv); downgraded from 2.0, per the
-    recorded snapshots of run A and run B``."""
+    recorded snapshots of run A and run B`` (or of a revision's before and after)."""
     said = {NEW: "not in the earlier snapshot", REBUILT: (
         "same version, other build" if old is not None else "same version and build")}
     installer = _INSTALLER.match(event.detail)
@@ -279,3 +280,51 @@ def annotate(events: list[Event], runs: Runs, now: Snapshot, taken_at: float,
 def _run_detail(outcome: str, gate: str) -> str:
     """``exit 0, gate passed``; a refused run is ``refused by the gate``, said once."""
     return "refused by the gate" if outcome == "refused" else f"{outcome}, gate {gate}"
+
+
+def read_revisions(prefix: Path) -> Runs:
+    """The changes ``envguard install``, ``undo`` and ``restore --in-place`` recorded for the
+    environment at ``prefix`` (:mod:`envguard.revisions.store`): each an event, and its
+    before and after snapshots as two points that bracket the installs it made, so those
+    are named with the exact versions they replaced."""
+    from envguard.errors import EnvguardError
+    from envguard.revisions.store import env_folder, list_revisions
+    from envguard.snapshot_file import read_document
+
+    try:
+        revisions = list_revisions(str(prefix)).revisions
+    except (EnvguardError, OSError):
+        return Runs(events=(), seen=())
+    folder = env_folder(prefix) / "snapshots"
+    read: dict[str, Packages | None] = {}
+
+    def packages(digest: str) -> Packages | None:
+        if digest not in read and len(read) < MAX_SNAPSHOTS:
+            try:
+                read[digest] = _stored(read_document(folder / f"{digest}.json", follow=False))
+            except (EnvguardError, OSError):
+                read[digest] = None
+        return read.get(digest)
+
+    events, seen = [], []
+    for rev in revisions[-MAX_SNAPSHOTS // 2:]:
+        start, end = parse_iso(rev.started_at), parse_iso(rev.ended_at)
+        if start is None or end is None:
+            continue
+        before, after = packages(rev.before), packages(rev.after)
+        if before is not None and after is not None:
+            seen.append(Seen(at=start - 1e-3, run=f"the state before revision {rev.number}",
+                             packages=before))
+            seen.append(Seen(at=end, run=f"revision {rev.number}", packages=after))
+        outcome = "" if rev.exit_code in (0, None) else f"; exit {rev.exit_code}"
+        events.append(Event(at=start, kind=REVISION, subject=f"revision {rev.number}",
+                            detail=f"envguard {rev.kind}: {' '.join(rev.argv)}{outcome}",
+                            evidence="envguard revisions", ended_at=end))
+    return Runs(events=tuple(events), seen=tuple(seen))
+
+
+def merged(runs: Runs, revisions: Runs) -> Runs:
+    """Runs and revisions on one timeline: their points in time order."""
+    return Runs(events=(*runs.events, *revisions.events),
+                seen=tuple(sorted((*runs.seen, *revisions.seen), key=lambda s: s.at)),
+                notes=(*runs.notes, *revisions.notes))
