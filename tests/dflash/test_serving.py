@@ -212,3 +212,13 @@ def test_the_export_says_whether_it_fits_its_target(tmp_path: Path):
     assert run.returncode == 0, run.stderr[-2000:]
     assert ("dflash-train: serving check: rope scaling: drafter none, target "
             '{"factor": 2.0, "rope_type": "linear"}' in run.stdout), run.stdout
+
+
+def test_without_check_config_eval_still_needs_prompts(tmp_path: Path):
+    trained_on = _target(tmp_path / "trained-on")
+    drafter = _drafter(tmp_path / "d", trained_on)
+    proc = subprocess.run([sys.executable, "-c", PROBE, "--drafter", str(drafter),
+                           "--target", "tiny"], cwd=launch.REPO, env=launch.env(),
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.stdout.split() == [str(int(ExitCode.BAD_INPUT)), "False"]
+    assert proc.stderr == "dflash-eval: one of --prompts or --synthetic is required\n"
