@@ -230,6 +230,12 @@ def test_the_last_position_s_logits_take_a_plain_matmul():
     last = target.model(input_ids=ids, logits_to_keep=1).logits
     torch.testing.assert_close(last, target.model(input_ids=ids).logits[:, -1:])
     assert "aten::bmm" not in _aten_ops(lambda: target.model(input_ids=ids, logits_to_keep=1))
-    # what it was: the slice itself through the head
+    # What it was, on the torch this was found with (2.11, 2.13): the slice itself through
+    # the head takes the batched matmul. Newer torch (2.15) lowers such a slice to one
+    # matmul by itself, so that half is checked only where torch still takes the bmm.
     hidden = target.model.model(ids, torch.arange(16).expand(8, 16), None)
-    assert "aten::bmm" in _aten_ops(lambda: target.model.lm_head(hidden[:, -1:]))
+    sliced = _aten_ops(lambda: target.model.lm_head(hidden[:, -1:]))
+    from packaging.version import Version
+
+    if Version(torch.__version__).release < (2, 15):
+        assert "aten::bmm" in sliced
