@@ -9,15 +9,14 @@ run; ``--verbose`` and ``--format json`` keep every change.
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from envguard.exitcodes import ExitCode
+from tests.envguard.gate.test_lock_scope import envguard
 from tests.wheelfactory import Venv, VenvFactory, build_wheel
 
 EXTRA = [f"extra{i:02d}" for i in range(30)]
@@ -36,20 +35,6 @@ def project(tmp_path: Path) -> Path:
     folder.mkdir()
     (folder / "train.py").write_text("print('trained')\n")
     return folder
-
-
-def activated(env: Venv) -> dict[str, str]:
-    out = {k: v for k, v in os.environ.items()
-           if k not in ("ENVGUARD_VERIFIED", "ENVGUARD_PYTHON", "CONDA_PREFIX")}
-    out["VIRTUAL_ENV"] = str(env.path)
-    out["PATH"] = f"{env.path / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
-    return out
-
-
-def envguard(*args: str | Path, cwd: Path, env: Venv) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "envguard", *map(str, args)], cwd=cwd,
-                          env=activated(env), capture_output=True, text=True, timeout=120,
-                          check=False)
 
 
 def next_command(output: str, cwd: Path, env: Venv) -> subprocess.CompletedProcess[str]:
