@@ -86,8 +86,9 @@ def cmd_install(args: argparse.Namespace) -> int:
         show(report, args.format, show_all=args.all)
     from envguard.install.apply import apply_install
 
-    applied = apply_install(plan, command, cwd=cwd,
-                            echo=lambda line: note(f"{command.tool}: {line}"))
+    with sigterm_interrupts():  # the keep step, before the installer, stops like Ctrl-C
+        applied = apply_install(plan, command, cwd=cwd,
+                                echo=lambda line: note(f"{command.tool}: {line}"))
     final = dataclasses.replace(report, applied=applied, forced=plan.refused)
     show(final, args.format, show_all=args.all)  # text: only the outcome, after the plan
     if applied.interrupted:

@@ -26,7 +26,8 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
         "undo", help="return the environment to a recorded revision, exactly to the build",
         description="Return the environment in place to the state before the last change "
         "envguard recorded (or to revision N of envguard revisions). Each build comes from "
-        "uv's cache (by its RECORD fingerprint) or the URL the snapshot recorded, never "
+        "uv's cache (by its RECORD fingerprint), the builds envguard install kept before "
+        "replacing them (pip's), or the URL the snapshot recorded, never "
         "'the same version' from an index; the result is built and proven on a scratch copy "
         "before the environment is touched.",
         epilog="exit status: 0 restored exactly (or --dry-run), 1 a build cannot be found or "

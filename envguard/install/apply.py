@@ -22,10 +22,13 @@ from envguard.install.command import InstallerCommand, installer_environment
 from envguard.install.predict import InstallPlan, differences, snapshot_options
 from envguard.install.scratch import wait_for_removals
 from envguard.probe import collect
+from envguard.revisions.keep import KeptBuild, keep_builds
 from envguard.revisions.store import Revision, env_folder, record_revision, state_root
 from envguard.runs.store import now_iso
 
 Echo = Callable[[str], None]
+REPLACED = ("remove", "change", "rebuild")
+"""The prediction's actions that take an installed build away."""
 
 
 @frozen
@@ -38,6 +41,9 @@ class Applied:
     revision: Revision | None
     """None when nothing changed (no revision recorded)."""
     interrupted: bool = False
+    kept: tuple[KeptBuild, ...] = ()
+    """The builds the command replaces or removes that uv's cache does not hold, kept for
+    ``envguard undo`` before it ran (:mod:`envguard.revisions.keep`), or why not."""
 
 
 def run_to_end(argv: list[str], *, env: Mapping[str, str], cwd: str,
@@ -81,7 +87,14 @@ def apply_install(plan: InstallPlan, command: InstallerCommand, *, cwd: Path,
     started = now_iso()
     # where its revision goes, checked before anything changes: a planted link refuses
     check_state_path(env_folder(plan.environment) / "rev-000000.json", state_root())
-    environ = installer_environment(os.environ if env is None else env)
+    given = os.environ if env is None else env
+    environ = installer_environment(given)
+    try:  # before the installer: what it replaces or removes, kept where uv's cache lacks it
+        kept = keep_builds((plan.before.package(p.name) for p in plan.packages
+                            if p.action in REPLACED), prefix=plan.environment, env=given)
+    except BaseException:
+        wait_for_removals()  # the prediction's copy: never left half-removed
+        raise
     with deferred_signals() as got:
         code = run_to_end(command.argv_for(plan.python), env=environ, cwd=str(cwd), echo=echo)
         patterns = tuple(dict.fromkeys(f.pattern for f in plan.before.files.files))
@@ -93,4 +106,4 @@ def apply_install(plan: InstallPlan, command: InstallerCommand, *, cwd: Path,
                                     note=note) if differences(plan.before, after) else None)
         wait_for_removals()  # the prediction's copy, removed meanwhile
     return Applied(exit_code=code, differences=found, revision=revision,
-                   interrupted=bool(got))
+                   interrupted=bool(got), kept=kept)

@@ -66,5 +66,8 @@ class InstallReport:
             "applied": None if applied is None else {
                 "exit_code": applied.exit_code, "as_predicted": not applied.differences,
                 "differences": list(applied.differences), "interrupted": applied.interrupted,
-                "revision": applied.revision.number if applied.revision else None},
+                "revision": applied.revision.number if applied.revision else None,
+                "kept": [{"name": k.name, "version": k.version, "outcome": k.outcome,
+                          "detail": k.detail, "linked": k.linked, "copied": k.copied,
+                          "copied_bytes": k.copied_bytes} for k in applied.kept]},
         }

@@ -76,6 +76,13 @@ def _outcome(report: InstallReport) -> RenderableType:
     lines: list[RenderableType] = [Text(report.verdict, style="bold" if not applied.differences
                                         and applied.exit_code == 0 else "bold yellow")]
     lines += [Text(f"  differs: {clean(d, 300)}", style="yellow") for d in applied.differences]
+    for k in applied.kept:
+        row = Text(f"  {'kept for undo' if k.outcome != 'not kept' else 'not kept for undo'}: ",
+                   style="dim" if k.outcome != "not kept" else "yellow")
+        row.append(f"{clean(k.name, 80)} {clean(k.version or '', 40)}")
+        if k.outcome == "not kept":
+            row.append(f" ({clean(k.detail, 300)}; envguard undo cannot put it back)")
+        lines.append(row)
     if applied.revision is not None:
         lines.append(Text(f"recorded as revision {applied.revision.number} (envguard "
                           "revisions; envguard undo returns to the state before)", style="dim"))
@@ -98,6 +105,10 @@ def markdown(report: InstallReport, show_all: bool = False) -> str:
         out.append(f"- 🔒 lock **{md(v.name)}** (`{md(v.path)}`) would refuse")
     if report.applied is not None:
         out += [f"- differs from the prediction: {md(d)}" for d in report.applied.differences]
+        out += [f"- {'not kept' if k.outcome == 'not kept' else 'kept'} for undo: "
+                f"{md(k.name)} {md(k.version or '')}"
+                + (f" ({md(k.detail)})" if k.outcome == "not kept" else "")
+                for k in report.applied.kept]
         if report.applied.revision is not None:
             out.append(f"- recorded as revision {report.applied.revision.number}")
     return "\n".join([*out, ""])

@@ -42,6 +42,11 @@ def text(report: UndoReport, show_all: bool = False) -> RenderableType:
         parts.append(render_verification(report.scratch))
     if report.verification is not None:
         parts.append(render_verification(report.verification))
+    for k in report.kept:
+        if k.outcome == "not kept":
+            parts.append(Text(f"  not kept for a later undo: {clean(k.name, 80)} "
+                              f"{clean(k.version or '', 40)} ({clean(k.detail, 300)})",
+                              style="yellow"))
     parts.append(Text(_verdict(report), style="bold" if report.ok else "bold red"))
     return Group(*parts)
 

@@ -7,11 +7,13 @@ same build fingerprint as the installed distribution's (:mod:`envguard.probe.rec
 the same build, byte for byte, not the same version string. :func:`wheel_from_archive`
 zips that folder back into a wheel (stored, not compressed) that uv installs from a
 ``--find-links`` folder. Bounded: at most :data:`MAX_ARCHIVES` archives are looked at.
+A build uv's cache does not hold may be one envguard kept itself (:mod:`.kept`).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,6 +24,7 @@ from envguard.probe.hardlinks import ARCHIVES, uv_cache_dir
 from envguard.probe.recordfile import fingerprint_record, read_record
 
 MAX_ARCHIVES = 20_000
+_TAG = re.compile(r"[A-Za-z0-9_.]+-[A-Za-z0-9_.]+-[A-Za-z0-9_.]+")
 
 
 def find_in_uv_cache(dist: Distribution, env: Mapping[str, str]) -> Path | None:
@@ -52,15 +55,20 @@ def find_in_uv_cache(dist: Distribution, env: Mapping[str, str]) -> Path | None:
 
 def _tag(info_dir: Path) -> str:
     """The wheel's compressed tag set from its WHEEL file (``py3-none-any``)."""
-    tags = []
     try:
         text = (info_dir / "WHEEL").read_text(encoding="utf-8", errors="replace")
     except OSError:
         text = ""
+    return wheel_tag(text)
+
+
+def wheel_tag(text: str) -> str:
+    """The compressed tag set a WHEEL file's ``text`` names (``py3-none-any`` if none)."""
+    tags = []
     for line in text.splitlines():
         key, _, value = line.partition(":")
-        if key.strip().lower() == "tag" and value.strip().count("-") == 2:
-            tags.append(value.strip())
+        if key.strip().lower() == "tag" and _TAG.fullmatch(value.strip()):
+            tags.append(value.strip())  # only tag characters: it goes into a file name
     if not tags:
         return "py3-none-any"
     heads = {t.rsplit("-", 1)[0] for t in tags}

@@ -6,13 +6,16 @@ build, or say what cannot be restored and change nothing.
 2. Each package to install or change needs its exact build: a direct URL the snapshot
    recorded (VCS commit, archive, folder) is used as restore uses it; an index install is
    looked for in uv's cache by its build fingerprint and zipped back into a wheel
-   (:mod:`.builds`). Never "the same version" from an index: uv gets ``--no-index`` and
-   only those wheels. A build found nowhere stops the undo before anything changes.
+   (:mod:`.builds`), else among the builds ``envguard install`` kept before replacing them
+   (:mod:`.kept`: pip's, those uv's cache lacks), each file checked as it is zipped. Never
+   "the same version" from an index: uv gets ``--no-index`` and only those wheels. A
+   build found nowhere, or kept damaged, stops the undo before anything changes.
 3. The plan is synced into a scratch copy of the environment's metadata
    (:func:`envguard.install.scratch.metadata_clone`) and the copy proven: its packages
    compared with the revision, the restored packages' files hashed against RECORD. Only a
    proven copy lets the same sync run on the environment itself, with Ctrl-C deferred
-   until it is done; the environment is then proven (every file hashed against RECORD:
+   until it is done (what it replaces that uv's cache lacks is kept first, as install
+   keeps it); the environment is then proven (every file hashed against RECORD:
    :func:`envguard.restore.verify.proof_snapshot`) and the undo recorded as a revision.
 """
 
@@ -34,9 +37,19 @@ from envguard.install.predict import prefix_of, snapshot_options
 from envguard.install.scratch import check_guard, scratch_copy, wait_for_removals
 from envguard.probe import collect
 from envguard.probe.options import locations_only
-from envguard.restore.plan import CHANGE, INSTALL, SKIP, IndexOptions, RestorePlan, plan_restore
+from envguard.restore.plan import (
+    CHANGE,
+    INSTALL,
+    REMOVE,
+    SKIP,
+    IndexOptions,
+    RestorePlan,
+    plan_restore,
+)
 from envguard.restore.verify import Verification, verification_to_dict
 from envguard.revisions.builds import find_in_uv_cache, wheel_from_archive
+from envguard.revisions.keep import KeptBuild, keep_builds
+from envguard.revisions.kept import find_kept, wheel_from_kept
 from envguard.revisions.store import (
     Revision,
     env_folder,
@@ -58,7 +71,8 @@ class BuildSource:
     name: str
     version: str | None
     source: str
-    """``uv cache``, ``vcs``, ``archive``, ``directory``, ``editable``, or ``not found``."""
+    """``uv cache``, ``kept build``, ``vcs``, ``archive``, ``directory``, ``editable``, or
+    ``not found``."""
     detail: str = ""
 
 
@@ -74,6 +88,9 @@ class UndoReport:
     verification: Verification | None = None
     """The environment's proof, once changed."""
     revision: Revision | None = None
+    kept: tuple[KeptBuild, ...] = ()
+    """The builds the undo replaced or removed that uv's cache does not hold, kept first
+    (:mod:`.keep`), so that a later ``undo --to N`` finds them too."""
 
     @property
     def missing(self) -> tuple[BuildSource, ...]:
@@ -101,7 +118,8 @@ class UndoReport:
                 "scratch": verification_to_dict(self.scratch) if self.scratch else None,
                 "verification": (verification_to_dict(self.verification)
                                  if self.verification else None),
-                "revision": self.revision.number if self.revision else None}
+                "revision": self.revision.number if self.revision else None,
+                "kept": [dataclasses.asdict(k) for k in self.kept]}
 
 
 def _sources(plan: RestorePlan, target: Any, wheels: Path,
@@ -119,15 +137,22 @@ def _sources(plan: RestorePlan, target: Any, wheels: Path,
             continue
         dist = target.package(row.name)
         archive = find_in_uv_cache(dist, env) if dist is not None else None
-        if archive is None:
-            out.append(BuildSource(
-                name=row.name, version=row.good_version, source="not found",
-                detail="this build is not in uv's cache (an index may serve another build "
-                "under the same version: not used)"))
+        if archive is not None and dist is not None:
+            wheel_from_archive(archive, dist, wheels)
+            out.append(BuildSource(name=row.name, version=row.good_version,
+                                   source="uv cache", detail=str(archive)))
             continue
-        wheel_from_archive(archive, dist, wheels)
-        out.append(BuildSource(name=row.name, version=row.good_version, source="uv cache",
-                               detail=str(archive)))
+        kept = find_kept(dist) if dist is not None else None
+        made, why = (wheel_from_kept(dist, wheels) if dist is not None and kept is not None
+                     and kept.folder else (None, kept.reason if kept else ""))
+        if made is not None and kept is not None:
+            out.append(BuildSource(name=row.name, version=row.good_version,
+                                   source="kept build", detail=str(kept.folder)))
+            continue
+        out.append(BuildSource(
+            name=row.name, version=row.good_version, source="not found",
+            detail=why or "this build is not in uv's cache, nor kept by envguard (an index "
+            "may serve another build under the same version: not used)"))
     return tuple(out)
 
 
@@ -184,6 +209,12 @@ def undo(python: str, *, to: int | None = None, dry_run: bool = False,
             wait_for_removals()
             return report
         started = now_iso()
+        try:
+            kept = keep_builds((current.package(r.name) for r in plan.rows
+                                if r.action in (CHANGE, REMOVE)), prefix=prefix, env=environ)
+        except BaseException:
+            wait_for_removals()  # the copy: never left half-removed
+            raise
         with deferred_signals():
             sync_in_place(plan, uv=uv, echo=echo, step=step)
             proof = proof_snapshot(python)
@@ -197,6 +228,7 @@ def undo(python: str, *, to: int | None = None, dry_run: bool = False,
                 note="" if verification.ok else "not restored exactly: " + "; ".join(
                     u.detail for u in verification.unreproduced))
             wait_for_removals()
-        return dataclasses.replace(report, verification=verification, revision=revision)
+        return dataclasses.replace(report, verification=verification, revision=revision,
+                                   kept=kept)
     finally:
         shutil.rmtree(wheels, ignore_errors=True)

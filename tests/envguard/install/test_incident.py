@@ -172,6 +172,7 @@ def test_yes_installs_it_exactly_as_predicted(incident: Incident) -> None:
     assert doc["forced"] is True and doc["refused"] is True
     assert doc["applied"]["exit_code"] == 0
     assert doc["applied"]["as_predicted"] is True and doc["applied"]["differences"] == []
+    assert doc["applied"]["kept"] == []  # every replaced build is in uv's cache
     assert doc["verdict"] == "installed as predicted (refused change taken with --yes)"
     # the prediction named every package that moved, and nothing else moved
     predicted = {p["name"] for p in incident.refused_json["packages"]}
