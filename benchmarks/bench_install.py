@@ -57,6 +57,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--tiny", type=int, default=40)
+    parser.add_argument("--from-venv", type=Path, default=ROOT / ".venv",
+                        help="the venv whose set is rebuilt (default: this checkout's .venv, "
+                             "torch left out); give the CUDA-torch venv README builds to "
+                             "measure that one, torch included (uv's cache must hold it)")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="bench-install-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -73,10 +77,14 @@ def main() -> None:
                                             "tiny_05/data.bin": os.urandom(20000)})
     build_wheel(wheels, "x-pkg", "1.0", {"x_pkg/__init__.py": ""},
                 requires=("tiny-01", "tiny-02"))
-    freeze = subprocess.run([uv(), "pip", "freeze", "--python", str(ROOT / ".venv/bin/python")],
+    own = args.from_venv.resolve() == (ROOT / ".venv").resolve()
+    freeze = subprocess.run([uv(), "pip", "freeze", "--python",
+                             str(args.from_venv / "bin" / "python")],
                             capture_output=True, text=True, check=True).stdout.splitlines()
-    # torch's CPU wheel came from a local folder (README), not from a cache index: left out
-    reqs = [line for line in freeze if line and not line.startswith(("-e", "torch=="))]
+    # this checkout's CPU torch came from a local folder (README), not from a cache index:
+    # left out there; a venv built from PyPI (README's CUDA one) keeps it
+    skip = ("-e", "torch==") if own else ("-e", "envguard")
+    reqs = [line for line in freeze if line and not line.startswith(skip)]
     venv = out / "venv"
     python = str(venv / "bin" / "python")
     if not venv.exists():

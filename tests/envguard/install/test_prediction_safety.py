@@ -239,3 +239,24 @@ def test_ctrl_c_during_the_real_install_lets_it_finish_and_records_it(
     listed = envguard("revisions", "--python", str(scene.venv.path), "--format", "json",
                       cwd=scene.cwd)
     assert [r["changes"] for r in json.loads(listed.stdout)["revisions"]] == [["+slow 1.0"]]
+
+
+def test_the_copy_has_one_name_and_one_holder(tmp_path: Path) -> None:
+    """The copy's folder is the same every time (uv finds its interpreter in its cache by
+    path), and a second holder is refused while the first works, not let in beside it."""
+    from envguard.install.scratch import EnvironmentBusy, scratch_copy, wait_for_removals
+
+    prefix = tmp_path / "venv"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    names = []
+    for _ in range(2):
+        with scratch_copy(prefix, site_packages=[]) as (folder, _guard, _cloned):
+            names.append(folder.name)
+            with (pytest.raises(EnvironmentBusy, match="another envguard process"),
+                  scratch_copy(prefix, site_packages=[])):
+                pass
+            assert folder.is_dir()
+        wait_for_removals()
+    assert names == [".venv.envguard-scratch"] * 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["venv"]
