@@ -196,6 +196,10 @@ class TrainConfig:
     next to the teacher-forced ``held_out_tau``. 0: not measured."""
     held_out_decode_tokens: int = 32
     """New tokens per decoded prompt."""
+    held_out_window: int = 0
+    """Tokens after each held-out prompt that ``held_out_tau`` walks (decoding replayed
+    teacher forced, :mod:`dflash.replay`); 0: ``held_out_decode_tokens``. Set it to
+    ``dflash-eval``'s ``--max-new-tokens`` to predict what that decodes."""
     # Bookkeeping.
     out: str = "runs/dflash"
     log_every: int = 10
@@ -223,10 +227,10 @@ class TrainConfig:
             (self.log_every >= 1 and self.save_every >= 0 and self.eval_every >= 0,
              "log_every must be >= 1, save_every and eval_every >= 0"),
             (min(self.stop_after, self.held_out, self.keep_checkpoints,
-                 self.held_out_decode_prompts) >= 0 and self.loss_chunk >= 1
-             and self.held_out_decode_tokens >= 1,
-             "stop_after, held_out, keep_checkpoints and held_out_decode_prompts must be "
-             ">= 0, loss_chunk and held_out_decode_tokens >= 1"),
+                 self.held_out_decode_prompts, self.held_out_window) >= 0
+             and self.loss_chunk >= 1 and self.held_out_decode_tokens >= 1,
+             "stop_after, held_out, keep_checkpoints, held_out_decode_prompts and "
+             "held_out_window must be >= 0, loss_chunk and held_out_decode_tokens >= 1"),
             (self.data is not None or min(self.synthetic_prompts, self.synthetic_prompt_length,
                                           self.synthetic_response_tokens) >= 1,
              "synthetic_prompts, synthetic_prompt_length and synthetic_response_tokens "

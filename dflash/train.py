@@ -38,7 +38,7 @@ from dflash.distributed.roles import FeatureClient, Lookahead
 from dflash.distributed.stop import StopVote
 from dflash.distributed.world import World
 from dflash.flops import count_params, flop_model, visible_pairs
-from dflash.heldout import decode_prompts, teacher_forced_tau, with_decoding
+from dflash.heldout import decode_prompts, evaluate, teacher_forced_tau
 from dflash.loss import LossOutput, block_inputs, block_targets, dflash_loss, sample_anchors
 from dflash.masks import (
     TILE,
@@ -264,19 +264,18 @@ class Trainer:
         return self.warmup_seconds
 
     # -- held-out evaluation (dflash.heldout) ----------------------------------------------
-    def held_out_tau(self) -> float:
-        """Teacher-forced tau on the held-out examples, with fixed anchors per call."""
+    def held_out_tau_random(self) -> float:
+        """Teacher-forced tau at random held-out anchors, the same anchors every call."""
         return teacher_forced_tau(self.forward_loss, self.held_out,
                                   batch_size=self.cfg.batch_size, buckets=self.cfg.buckets,
                                   seed=self.cfg.seed, device=self.rt.device)
 
     def evaluate_held_out(self) -> dict[str, float]:
-        """``held_out_tau``, and the free-running ``held_out_decode_tau`` of a few held-out
-        prompts beside it with their ratio (:func:`dflash.heldout.with_decoding`)."""
-        return with_decoding(self.held_out_tau(), self.target, self.drafter, self.world,
-                             self.decode_prompts,
-                             max_new_tokens=self.cfg.held_out_decode_tokens,
-                             device=self.rt.device, dtype=self.rt.dtype)
+        """``held_out_tau`` (decoding replayed teacher forced), ``held_out_tau_random``, and
+        the free-running ``held_out_decode_tau`` with the ratio (:func:`heldout.evaluate`)."""
+        return evaluate(self.cfg, self.held_out_tau_random(), self.target, self.drafter,
+                        self.world, self.held_out, self.decode_prompts,
+                        device=self.rt.device, dtype=self.rt.dtype)
 
     # -- checkpoints (dflash.checkpoint.resume does the work, in either mode) ---------------
     def save(self) -> Path:

@@ -297,12 +297,20 @@ def _serving_check(command: Command, export: Path, target: str) -> None:
 
 def held_out_report(trainer: Trainer, last: dict[str, Any]) -> dict[str, Any]:
     """metadata.json's ``held_out``: the split (rows and sources on each side, disjoint),
-    and the last evaluation's teacher-forced and decoding τ with their ratio."""
+    and the last evaluation's teacher-forced τ (the walk over ``window`` tokens, the rows
+    it could not follow to the end, and the random-anchor mean), and the decoding τ with
+    the ratio."""
+    from dflash.heldout import window_of
+
     cfg = trainer.cfg
     report: dict[str, Any] = {**trainer.split, "decode_prompts": len(trainer.decode_prompts),
-                              "decode_tokens": cfg.held_out_decode_tokens}
+                              "decode_tokens": cfg.held_out_decode_tokens,
+                              "window": window_of(cfg)}
+    if "held_out_tau_random" in last:
+        report.update(step=last["step"], teacher_forced_tau_random=last["held_out_tau_random"])
     if "held_out_tau" in last:
-        report.update(step=last["step"], teacher_forced_tau=last["held_out_tau"])
+        report.update(teacher_forced_tau=last["held_out_tau"],
+                      stopped_rows=last["held_out_tau_stopped"])
     if "held_out_decode_tau" in last:
         report.update(decode_tau=last["held_out_decode_tau"],
                       ratio=last["held_out_tau_ratio"])

@@ -100,7 +100,7 @@ def trained_tiny(tiny_target, tmp_path_factory) -> TrainedTiny:
 
     out = tmp_path_factory.mktemp("tiny-run")
     trainer = Trainer(dataclasses.replace(tiny_recipe(), out=str(out)), target=tiny_target)
-    untrained_tau = trainer.held_out_tau()
+    untrained_tau = trainer.held_out_tau_random()
     result = trainer.run()
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     return TrainedTiny(trainer, trainer.drafter.eval(), result, records, untrained_tau, out)

@@ -1,6 +1,7 @@
 """A held-out τ that predicts decoding (issue 36, item 3): held-out rows come from sources
-(files, prompt ids, prompts) that never train, and beside the teacher-forced held-out τ
-the trainer measures a free-running one, decoding a few held-out prompts with the current
+(files, prompt ids, prompts) that never train, the teacher-forced held-out τ walks the
+rows as decoding walks (dflash.replay, tested in test_replay.py), and beside it the
+trainer measures a free-running one, decoding a few held-out prompts with the current
 drafter against the target."""
 
 from __future__ import annotations
@@ -13,8 +14,16 @@ import pytest
 
 from dflash.data import Example, read_examples
 from dflash.errors import ConfigError, DataError
-from dflash.heldout import decode_prompts, decode_tau, prompt_of, source_key, split_by_source
+from dflash.heldout import (
+    decode_prompts,
+    decode_tau,
+    prompt_of,
+    source_key,
+    split_by_source,
+    window_of,
+)
 from dflash.presets import tiny
+from dflash.replay import replay
 from dflash.train import Trainer
 from tests.dflash import launch
 
@@ -139,6 +148,34 @@ def test_training_measures_a_decoding_tau_beside_the_teacher_forced_one(tmp_path
     again = decode_tau(tiny_target, trainer.drafter, trainer.decode_prompts,
                        max_new_tokens=16)
     assert evals[-1]["held_out_decode_tau"] == pytest.approx(again)
+    # held_out_tau is decoding replayed on the held-out rows over the decode's 16 tokens
+    # (dflash.replay); the random-anchor mean is still logged beside it
+    walked = replay(tiny_target, trainer.drafter,
+                    [(ex.input_ids, len(prompt_of(ex))) for ex in trainer.held_out],
+                    window=16, batch_size=4)
+    assert evals[-1]["held_out_tau"] == walked.tau
+    assert evals[-1]["held_out_tau_stopped"] == walked.stopped == 0
+    assert all(r["held_out_tau_random"] >= 1.0 for r in evals)
+    # the held-out rows are the target's greedy output, one a source, and the decoded
+    # prompts are theirs: teacher forced and free running are the same walk
+    assert {prompt_of(ex) for ex in trainer.held_out} == set(trainer.decode_prompts)
+    assert evals[-1]["held_out_tau"] == pytest.approx(evals[-1]["held_out_decode_tau"])
+    assert evals[-1]["held_out_tau_ratio"] == pytest.approx(1.0)
+
+
+def test_the_window_is_the_decode_length_unless_set(tmp_path: Path, tiny_target):
+    cfg = dataclasses.replace(tiny(), held_out_decode_tokens=24)
+    assert window_of(cfg) == 24
+    assert window_of(dataclasses.replace(cfg, held_out_window=128)) == 128
+    with pytest.raises(ConfigError, match="held_out_window must be >= 0"):
+        dataclasses.replace(cfg, held_out_window=-1)
+    trainer, records = _train(tmp_path, tiny_target, held_out_window=8,
+                              held_out_decode_prompts=0)
+    walked = replay(tiny_target, trainer.drafter,
+                    [(ex.input_ids, len(prompt_of(ex))) for ex in trainer.held_out],
+                    window=8, batch_size=4)
+    assert records[-1]["held_out_tau"] == walked.tau
+    assert "held_out_decode_tau" not in records[-1]
 
 
 def test_no_decoding_with_zero_prompts(tmp_path: Path, tiny_target):
@@ -160,6 +197,8 @@ def test_the_final_report_says_how_far_apart_they_are(tmp_path: Path,
     held = json.loads((out / "metadata.json").read_text())["held_out"]
     assert held["decode_prompts"] == 2 and held["step"] == 4
     assert held["ratio"] == pytest.approx(held["teacher_forced_tau"] / held["decode_tau"])
+    assert held["window"] == held["decode_tokens"] == 32 and held["stopped_rows"] >= 0
+    assert held["teacher_forced_tau_random"] >= 1.0
     assert held["held_out_rows"] >= 4 and held["train_rows"] > held["held_out_rows"]
     line = next(x for x in capsys.readouterr().out.splitlines() if "held-out τ at" in x)
     assert line == (f"dflash-train: held-out τ at step 4: {held['teacher_forced_tau']:.2f} "

@@ -30,15 +30,20 @@ def test_tiny_preset_learns(trained_tiny):
     first, last = trained_tiny.records[0], trained_tiny.records[-1]
     assert last["step"] == tiny().steps
     assert last["loss"] < 0.7 * first["loss"], (first["loss"], last["loss"])
-    held = [r["held_out_tau"] for r in trained_tiny.records if "held_out_tau" in r]
-    assert held, "the tiny preset evaluates held-out tau"
+    evals = [r for r in trained_tiny.records if "held_out_tau" in r]
+    assert evals, "the tiny preset evaluates held-out tau"
+    held = [r["held_out_tau_random"] for r in evals]
     # Untrained drafters accept nothing (tau 1); a clear margin, not noise. The held-out
     # rows are whole sources picked by hash (dflash.heldout): 1.30 at the end here, where
     # the file's last 16 rows read 1.39 (CPU, torch 2.13).
     assert trained_tiny.untrained_tau < 1.2
     assert held[-1] > trained_tiny.untrained_tau + 0.2, (trained_tiny.untrained_tau, held)
-    decoded = [r["held_out_decode_tau"] for r in trained_tiny.records if "held_out_tau" in r]
-    assert len(decoded) == len(held) and decoded[-1] > 1.0, decoded
+    decoded = [r["held_out_decode_tau"] for r in evals]
+    assert decoded[-1] > 1.0, decoded
+    # Decoding replayed on the held-out rows (32 tokens after each prompt) reads what
+    # decoding does, below the random-anchor mean: 1.16 against 1.30 here.
+    walked = [r["held_out_tau"] for r in evals]
+    assert 1.0 < walked[-1] < held[-1], (walked, held)
     for key in ("acc", "tau_sim", "grad_norm", "lr", "ctx_tok_s", "draft_tok_s", "mfu"):
         assert key in last
     assert len(last["acc"]) == tiny().block_size - 1
