@@ -13,6 +13,10 @@ dflash_eager_ms    a DFlash cycle on dynamic caches (``--cycle eager``);
 dflash_static_ms   the same on the static cycle (CUDA graphs on a GPU);
 ngram_eager_ms / ngram_static_ms   a prompt-lookup cycle on each path (drafts as they
                    come: the prompt repeats a 64-token stretch, so some cycles draft);
+hybrid_eager_ms / hybrid_static_ms  a hybrid cycle (``--min-match`` 3): eager, the lookup's
+                   draft instead of the drafter's where it has one; static, both verified
+                   in one forward of 2 x 16 - 1 rows where the lookup drafts
+                   (dflash/decoding/branches.py), else the DFlash cycle;
 
 each also in target forwards (÷ target_ms), and whether every decode equals target-only
 greedy decoding.
@@ -66,12 +70,13 @@ def main() -> int:
     prompt = [*head, *stretch, *stretch]
     decoders = {f"{kind}_{path}": cycle_decoder(target, None if kind == "ngram" else drafter,
                                                 Drafting(kind=kind), max_draft=15, path=path)
-                for kind in ("dflash", "ngram") for path in ("eager", "static")}
+                for kind in ("dflash", "ngram", "hybrid") for path in ("eager", "static")}
     target_greedy(target, prompt, max_new_tokens=8)  # warm-up (and the captures)
     for decode in decoders.values():
         decode(prompt, max_new_tokens=8)
     rows: dict[str, list[float]] = {name: [] for name in ["target", *decoders]}
     taus: dict[str, float] = {}
+    lookups: dict[str, int] = {}
     equal = True
     for _ in range(args.reps):
         ref = target_greedy(target, prompt, max_new_tokens=args.tokens)
@@ -80,12 +85,14 @@ def main() -> int:
             got = decode(prompt, max_new_tokens=args.tokens)
             rows[name].append(got.seconds / max(1, len(got.accepted)) * 1e3)
             taus[name] = sum(got.accepted) / max(1, len(got.accepted))
+            lookups[name] = got.lookups
             equal = equal and got.tokens == ref.tokens
     summary: dict[str, object] = {
         "device": torch.cuda.get_device_name() if target.device.type == "cuda" else "cpu",
         "dtype": args.dtype, "hidden": args.hidden, "layers": args.layers,
         "prompt": len(prompt), "tokens": args.tokens, "reps": args.reps,
-        "torch": torch.__version__, "lossless_every_decode": equal, "tau": taus}
+        "torch": torch.__version__, "lossless_every_decode": equal, "tau": taus,
+        "lookups": lookups}
     target_ms = statistics.median(rows["target"])
     for name, values in rows.items():
         summary[f"{name}_ms"] = statistics.median(values)

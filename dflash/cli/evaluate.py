@@ -8,12 +8,14 @@ or a near-tie flipped by low precision, which the mismatch's ``logit_gap`` tells
 
 ``--drafter`` is an exported drafter folder (or a training checkpoint folder, which holds
 one), ``ngram[:N_MAX[:N_MIN]]`` for prompt lookup (no drafter model: the target is
-loaded with its default taps), or ``hybrid:DIR``: each cycle verifies prompt lookup's
-draft where the context repeats (``--min-match`` tokens or more matched), else the
-drafter's. ``--cycle`` picks how a cycle runs: ``static`` (a static KV cache, captured in
-CUDA graphs on a GPU; dflash's own Qwen3 targets), ``eager``, or ``auto`` (static on a
-GPU where it can, else eager). ``--untrained`` keeps the folder's config and replaces its
-weights by a fresh initialisation (seed ``--init-seed``): the baseline before training.
+loaded with its default taps), or ``hybrid:DIR``: the drafter's block and, where the
+context repeats (``--min-match`` tokens or more matched), prompt lookup's draft; the
+static cycle verifies both in one forward and keeps the branch that accepted more, the
+eager one verifies the lookup's instead (:mod:`dflash.decoding.branches`). ``--cycle``
+picks how a cycle runs: ``static`` (a static KV cache, captured in CUDA graphs on a GPU;
+dflash's own Qwen3 targets), ``eager``, or ``auto`` (static on a GPU where it can, else
+eager). ``--untrained`` keeps the folder's config and replaces its weights by a fresh
+initialisation (seed ``--init-seed``): the baseline before training.
 ``--max-draft`` (default: the drafter's block size minus one, 15 for n-gram) caps the
 drafts verified per cycle, the same for every drafter. Progress goes to stderr.
 
@@ -62,12 +64,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--drafter", required=True, metavar="DIR|ngram[:N_MAX[:N_MIN]]|hybrid:DIR",
                    help="exported drafter folder (config.json + model.safetensors), "
                         "ngram for prompt-lookup drafts (default orders 4..1), or hybrid:DIR "
-                        "for prompt lookup where the context repeats, else the drafter")
+                        "for the drafter and, where the context repeats, prompt lookup "
+                        "(static cycle: both verified at once, the better kept)")
     p.add_argument("--cycle", choices=CYCLE_PATHS, default="auto",
                    help="static: a static KV cache, in CUDA graphs on a GPU; eager; auto "
                         "(default): static on a GPU where the target allows it")
     p.add_argument("--min-match", type=int, default=DEFAULT_MIN_MATCH, metavar="K",
-                   help="hybrid: prompt lookup's draft when at least K tokens matched "
+                   help="hybrid: prompt lookup drafts when at least K tokens matched "
                         f"(default {DEFAULT_MIN_MATCH})")
     p.add_argument("--untrained", action="store_true",
                    help="the folder's config with freshly initialised weights")
@@ -267,7 +270,7 @@ def render_text(report: EvalReport) -> str:
         f"{d['speculative_tokens_per_s']:.1f}; drafts accepted "
         f"{100 * report.draft_acceptance:.1f} % of {report.drafted}; a cycle costs "
         f"{report.cycle_cost:.2f} target forwards"
-        + (f"; prompt lookup drafted {report.lookups} of {report.cycles} cycles"
+        + (f"; prompt lookup's draft kept in {report.lookups} of {report.cycles} cycles"
            if report.lookups else ""),
         "lossless: output equals target-only greedy, token for token" if report.lossless
         else f"NOT LOSSLESS: {len(report.mismatches)} prompt(s) differ, first at prompt "

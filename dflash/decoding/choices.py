@@ -8,7 +8,8 @@ CYCLE_PATHS = ("auto", "eager", "static")
 where the target allows it)."""
 
 HYBRID_PREFIX = "hybrid:"
-"""``--drafter hybrid:DIR``: prompt lookup where the context repeats, else DIR's drafter."""
+"""``--drafter hybrid:DIR``: DIR's drafter, and prompt lookup where the context repeats
+(the static cycle verifies both at once and keeps the better; the eager one the lookup's)."""
 
 DEFAULT_MIN_MATCH = 3
-"""The hybrid takes prompt lookup's draft when at least this many tokens matched."""
+"""The hybrid has a prompt-lookup draft when at least this many tokens matched."""

@@ -7,15 +7,20 @@ drafts, per cycle (:class:`Drafting`):
 
 - ``dflash``: the DFlash drafter's block;
 - ``ngram``: prompt lookup (:mod:`dflash.ngram`), possibly empty;
-- ``hybrid``: prompt lookup's draft where the context repeats (its last ``min_match`` or
-  more tokens occurred before), otherwise the drafter's. The drafter still sees every
-  accepted position's features, so a lookup cycle costs it nothing but a staged copy.
+- ``hybrid``: the drafter's block, and prompt lookup's draft where the context repeats
+  (its last ``min_match`` or more tokens occurred before). On the static path both are
+  verified in one target forward and the cycle keeps the branch that accepted more (a
+  tie: the drafter's), so it accepts as much as the better of the two
+  (:mod:`dflash.decoding.branches`); on the eager path, which has no room for a second
+  branch, the lookup's draft replaces the drafter's where there is one. The drafter sees
+  every accepted position's features either way.
 
 Where it runs (an :class:`Engine`): :class:`EagerEngine` (dynamic caches, any target,
 what :func:`~dflash.decoding.speculative.speculative_greedy` does) or
-:class:`StaticEngine` (:mod:`dflash.decoding.static`: fixed shapes, CUDA graphs on a
-GPU). Every emitted token is the target's own greedy choice either way, so the output is
-target-only greedy decoding's (lossless); ``dflash-eval`` checks it on every prompt.
+:class:`StaticEngine` (:mod:`dflash.decoding.static`: fixed shapes, dflash's own Qwen3,
+uncaptured on a CPU and in CUDA graphs on a GPU). Every emitted token is the target's
+own greedy choice either way, so the output is target-only greedy decoding's
+(lossless); ``dflash-eval`` checks it on every prompt.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import torch
 from torch import Tensor
 
 from dflash.decoding import static
+from dflash.decoding.branches import TwoBranchVerify
 from dflash.decoding.choices import CYCLE_PATHS, DEFAULT_MIN_MATCH
 from dflash.decoding.speculative import (
     Decoder,
@@ -83,7 +89,8 @@ class Drafting:
         return NgramDrafter(n_max=self.n_max, n_min=self.n_min, context=context)
 
     def pick(self, lookup: NgramDrafter | None, k: int) -> list[int] | None:
-        """Prompt lookup's draft for this cycle, or None for the drafter's."""
+        """Prompt lookup's draft for this cycle, or None for the drafter's alone (the
+        hybrid's on the static path: a second branch beside the drafter's)."""
         if lookup is None:
             return None
         drafts = lookup.propose(k)
@@ -95,6 +102,9 @@ class Drafting:
 class Engine(Protocol):
     """A target (and maybe a drafter) with their caches, one prompt at a time."""
 
+    two_branch: bool
+    """Whether :meth:`verify_both` runs (the static engine of a hybrid)."""
+
     def prefill(self, prompt: Sequence[int]) -> int:
         """A fresh prompt into the caches; the greedy token after it."""
 
@@ -104,12 +114,20 @@ class Engine(Protocol):
     def verify(self, block_1M: Tensor, at: int) -> Tensor:
         """The target's greedy token after each of the M block tokens at ``at`` [M]."""
 
-    def accept(self, at: int, n: int) -> None:
-        """Keep the anchor and n drafts of the last verify; drop the rest."""
+    def verify_both(self, block_1M: Tensor, lookup: Sequence[int], at: int
+                    ) -> tuple[Tensor, Tensor]:
+        """The drafter's block and prompt lookup's drafts after the same anchor, in one
+        forward: the greedy token after each row of each branch ([M], [L+1])."""
+
+    def accept(self, at: int, n: int, lookup_won: bool = False) -> None:
+        """Keep the anchor and n drafts of the last verify (of its lookup branch when
+        ``lookup_won``); drop the rest."""
 
 
 class EagerEngine:
     """Dynamic caches (any target): the same calls as ``speculative_greedy``."""
+
+    two_branch = False
 
     def __init__(self, target: TargetModel, drafter: DFlashDrafter | None) -> None:
         self.target, self.drafter = target, drafter
@@ -138,7 +156,11 @@ class EagerEngine:
         logits, self.feats = self.target.forward_cached(block_1M, self.cache, at)
         return logits[0].argmax(dim=-1)
 
-    def accept(self, at: int, n: int) -> None:
+    def verify_both(self, block_1M: Tensor, lookup: Sequence[int], at: int
+                    ) -> tuple[Tensor, Tensor]:
+        raise TypeError("the eager cycle verifies one draft a cycle")
+
+    def accept(self, at: int, n: int, lookup_won: bool = False) -> None:
         self.target.crop_cache(self.cache, at + n + 1)
         if self.drafter is not None:
             self.pending.append(self.feats[:, :n + 1])
@@ -147,26 +169,37 @@ class EagerEngine:
 class StaticEngine:
     """Fixed shapes (:mod:`dflash.decoding.static`), captured on CUDA. The caches are
     sized for the longest decode seen so far and made (and captured) again only when a
-    prompt needs more slots."""
+    prompt needs more slots. ``two_branch`` (a hybrid with a drafter): the target's cache
+    gets the lookup branch's spare slots and a captured two-branch verify beside the
+    one-branch one (:mod:`dflash.decoding.branches`)."""
 
     def __init__(self, target: TargetModel, drafter: DFlashDrafter | None, max_draft: int,
-                 graphs: bool) -> None:
+                 graphs: bool, *, two_branch: bool = False) -> None:
+        if two_branch and drafter is None:
+            raise ValueError("a two-branch verify needs a drafter's branch")
         self.target, self.drafter = target, drafter
         self.block = max_draft + 1
         self.graphs = graphs
+        self.two_branch = two_branch
         self.slots = 0
         self._target: static.StaticTarget | None = None
         self._drafter: static.StaticDrafter | None = None
+        self._both: TwoBranchVerify | None = None
         self.feats = torch.empty(0)
+        self.last_both = False
 
     def size_for(self, positions: int) -> None:
         """Caches that hold ``positions`` (prompt + new tokens) and a block past them."""
         slots = static.slots_for(positions + 2 * self.block, self.slots)
         if slots == self.slots:
             return
-        self._target = self._drafter = None  # free the old buffers (and graphs) first
+        self._target = self._drafter = self._both = None  # free the old buffers first
         self.slots = slots
-        self._target = static.StaticTarget(self.target, self.block, slots, self.graphs)
+        spare = self.block - 1 if self.two_branch else 0
+        self._target = static.StaticTarget(self.target, self.block, slots, self.graphs,
+                                           spare=spare)
+        if self.two_branch:
+            self._both = TwoBranchVerify(self._target, self.graphs)
         if self.drafter is not None:
             rows = 2 * self.drafter.cfg.block_size
             self._drafter = static.StaticDrafter(self.drafter, self.target, rows, slots,
@@ -191,11 +224,54 @@ class StaticEngine:
 
     def verify(self, block_1M: Tensor, at: int) -> Tensor:
         truth, self.feats = self._verifier().verify(block_1M, at)
+        self.last_both = False
         return truth
 
-    def accept(self, at: int, n: int) -> None:
+    def verify_both(self, block_1M: Tensor, lookup: Sequence[int], at: int
+                    ) -> tuple[Tensor, Tensor]:
+        if self._both is None:
+            raise TypeError("this static engine verifies one draft a cycle")
+        mine, theirs, self.feats = self._both.verify(block_1M, lookup, at)
+        self.last_both = True
+        return mine, theirs
+
+    def accept(self, at: int, n: int, lookup_won: bool = False) -> None:
+        if not self.last_both or self._both is None:
+            if self._drafter is not None:
+                self._drafter.feed(self.feats[:, :n + 1])
+            return
+        if lookup_won:
+            self._both.keep_lookup(at)
         if self._drafter is not None:
-            self._drafter.feed(self.feats[:, :n + 1])
+            self._drafter.feed(self._both.accepted_rows(self.feats, n, lookup_won))
+
+
+def matching(drafts: Sequence[int], truth: Sequence[int]) -> int:
+    """The drafts accepted: the longest prefix equal to the target's choices."""
+    return next((i for i in range(len(drafts)) if drafts[i] != truth[i]), len(drafts))
+
+
+def _verify(engine: Engine, drafting: Drafting, picked: list[int] | None, anchor: int,
+            anchor_1: Tensor, p: int, k: int) -> tuple[list[int], list[int], Tensor, bool]:
+    """One cycle's drafts and verify: (the drafts kept, the target's token after the anchor
+    and after each of them, those on the device, whether the drafts kept are prompt
+    lookup's). Where both drafted, the drafts and the target's choices come back in one
+    wait for the device."""
+    if picked is not None and not (drafting.kind == "hybrid" and engine.two_branch):
+        truth = engine.verify(torch.tensor([[anchor, *picked]], device=anchor_1.device), p)
+        return picked, truth.tolist(), truth, drafting.kind == "hybrid"
+    drafts_k = engine.draft(anchor, anchor_1, p)[:k]
+    block_1M = torch.cat([anchor_1, drafts_k])[None]
+    if picked is None:
+        truth = engine.verify(block_1M, p)
+        both = torch.cat([drafts_k, truth]).tolist()
+        return both[:k], both[k:], truth, False
+    truth_a, truth_b = engine.verify_both(block_1M, picked, p)
+    both = torch.cat([drafts_k, truth_a, truth_b]).tolist()
+    mine, truth_mine, truth_theirs = both[:k], both[k:2 * k + 1], both[2 * k + 1:]
+    if matching(picked, truth_theirs) > matching(mine, truth_mine):  # a tie: the drafter's
+        return picked, truth_theirs, truth_b, True
+    return mine, truth_mine, truth_a, False
 
 
 @torch.no_grad()
@@ -218,19 +294,10 @@ def run_cycles(engine: Engine, drafting: Drafting, prompt: Sequence[int], *, dev
     while len(tokens) < max_new_tokens and not hit_stop(tokens, stop_ids):
         p = len(prompt) + len(tokens) - 1
         k = min(max_draft, max_new_tokens - len(tokens) - 1)
-        picked = drafting.pick(lookup, k)
-        if picked is None:
-            drafts_k = engine.draft(tokens[-1], anchor_1, p)[:k]
-            truth = engine.verify(torch.cat([anchor_1, drafts_k])[None], p)
-            # One wait for the device a cycle: drafts and the target's choices together.
-            both = torch.cat([drafts_k, truth]).tolist()
-            drafts, truth_ids = both[:k], both[k:]
-        else:
-            lookups += drafting.kind == "hybrid"
-            drafts = picked
-            truth = engine.verify(torch.tensor([[tokens[-1], *drafts]], device=device), p)
-            truth_ids = truth.tolist()
-        n = next((i for i in range(len(drafts)) if drafts[i] != truth_ids[i]), len(drafts))
+        drafts, truth_ids, truth, lookup_won = _verify(
+            engine, drafting, drafting.pick(lookup, k), tokens[-1], anchor_1, p, k)
+        lookups += lookup_won
+        n = matching(drafts, truth_ids)
         emitted = [*drafts[:n], truth_ids[n]]
         tokens.extend(emitted)
         if lookup is not None:
@@ -240,7 +307,7 @@ def run_cycles(engine: Engine, drafting: Drafting, prompt: Sequence[int], *, dev
         anchor_1 = truth[n:n + 1]
         accepted.append(n + 1)
         drafted.append(len(drafts))
-        engine.accept(p, n)
+        engine.accept(p, n, lookup_won)
     sync_device(device)
     return DecodeResult(finish(tokens, max_new_tokens, stop_ids), len(accepted),
                         time.perf_counter() - t0, tuple(accepted), tuple(drafted), lookups)
@@ -262,7 +329,8 @@ def cycle_decoder(target: TargetModel, drafter: DFlashDrafter | None, drafting: 
     model = drafter if drafting.kind != "ngram" else None
     engine: EagerEngine | StaticEngine
     if chosen == "static":
-        engine = StaticEngine(target, model, cap, static.graphs_for(target.device))
+        engine = StaticEngine(target, model, cap, static.graphs_for(target.device),
+                              two_branch=drafting.kind == "hybrid")
     else:
         engine = EagerEngine(target, model)
 

@@ -63,7 +63,7 @@ class EvalReport:
     per_prompt: tuple[dict[str, Any], ...] = ()
     """Per prompt: tokens, cycles, tau, target and speculative seconds."""
     lookups: int = 0
-    """Hybrid drafting: cycles that verified prompt lookup's draft (the rest: the drafter's)."""
+    """Hybrid drafting: cycles that kept prompt lookup's draft (the rest: the drafter's)."""
 
     @property
     def speedup(self) -> float:

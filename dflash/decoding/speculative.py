@@ -51,9 +51,11 @@ class DecodeResult:
     """Speculative only: tokens emitted per cycle (accepted drafts + 1)."""
     drafted: tuple[int, ...] = ()
     """Speculative only: draft tokens verified per cycle (at most max_draft; fewer near
-    max_new_tokens, and for the n-gram drafter when its match is short or missing)."""
+    max_new_tokens, and for the n-gram drafter when its match is short or missing); of a
+    hybrid's two-branch cycle, the kept branch's."""
     lookups: int = 0
-    """Hybrid only: cycles that verified prompt lookup's draft instead of the drafter's."""
+    """Hybrid only: cycles that kept prompt lookup's draft (the static cycle: where its
+    branch accepted more than the drafter's; the eager one: wherever it had one)."""
 
 
 class DraftStream:

@@ -12,7 +12,11 @@ once as a CUDA graph and replayed with one launch:
   below) and is overwritten before it could be;
 - :class:`StaticTarget`: the target (dflash's own Qwen3) over T = max_draft + 1 tokens at
   a position held on the device: the greedy token after each and the tapped features.
-  A shorter block is padded; what the padding writes lies past the accepted text;
+  A shorter block is padded; what the padding writes lies past the accepted text. Its
+  rows run through :meth:`StaticTarget.rows`, which takes any slots and mask: the
+  hybrid's two-branch verify (:mod:`dflash.decoding.branches`) lays the drafter's and
+  prompt lookup's drafts side by side through it, the lookup's K/V in ``spare`` slots
+  past the positions;
 - :class:`StaticDrafter`: the drafter's block step over a context buffer of C rows, of
   which the first ``n_ctx`` are new context (the rest go to junk slots no query sees),
   and the block at the anchor's position; the drafts are the argmax on the device.
@@ -123,7 +127,8 @@ class StaticTarget:
     """The target's side of a cycle on a :class:`StaticCache`: ``verify`` runs the
     fixed-size block (captured), ``prefill`` a prompt (uncaptured)."""
 
-    def __init__(self, target: TargetModel, block: int, slots: int, graphs: bool) -> None:
+    def __init__(self, target: TargetModel, block: int, slots: int, graphs: bool, *,
+                 spare: int = 0) -> None:
         if not supports(target):
             raise ValueError("the static decode cycle runs dflash's own Qwen3 targets only")
         self.target = target
@@ -131,9 +136,13 @@ class StaticTarget:
         cfg = self.model.config
         device = target.device
         self.block = block
+        self.slots = slots
+        """Slots that hold positions (slot i: position i); ``spare`` more lie past them
+        (the lookup branch's region of :mod:`dflash.decoding.branches`), which no query
+        of :meth:`forward` sees: every spare slot is past every position."""
         self.cache = StaticCache(cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim,
-                                 slots, dtype=target.dtype, device=device)
-        self.slot_ids = torch.arange(slots, device=device)
+                                 slots + spare, dtype=target.dtype, device=device)
+        self.slot_ids = torch.arange(slots + spare, device=device)
         self.ids_1T = torch.zeros(1, block, dtype=torch.long, device=device)
         self.start = torch.zeros((), dtype=torch.long, device=device)
         self.taps = frozenset(target.layer_ids)
@@ -142,19 +151,26 @@ class StaticTarget:
     def forward(self, ids_1T: Tensor, start: Tensor) -> tuple[Tensor, Tensor]:
         """The greedy token after each of T tokens at positions start.. ([T]) and their
         tapped features [1, T, k*H]."""
-        body = self.model.model
         pos_T = start + torch.arange(ids_1T.shape[1], device=ids_1T.device)
-        self.cache.where = pos_T
-        seen_TK = self.slot_ids[None, :] <= pos_T[:, None]
-        x_1TD: Tensor = body.embed_tokens(ids_1T)
-        rope = rope_cos_sin(pos_T[None], body.inv_freq, x_1TD.dtype)
+        return self.rows(ids_1T, pos_T, pos_T, self.slot_ids[None, :] <= pos_T[:, None])
+
+    def rows(self, ids_1N: Tensor, pos_N: Tensor, where_N: Tensor, seen_NK: Tensor
+             ) -> tuple[Tensor, Tensor]:
+        """The target over N tokens at positions ``pos_N``, their K/V written to the slots
+        ``where_N``, row i attending to the slots ``seen_NK[i]``: the greedy token after
+        each [N] and the tapped features [1, N, k*H]. :meth:`forward` is one causal run
+        (slot = position); the two-branch verify lays two drafts side by side with it."""
+        body = self.model.model
+        self.cache.where = where_N
+        x_1ND: Tensor = body.embed_tokens(ids_1N)
+        rope = rope_cos_sin(pos_N[None], body.inv_freq, x_1ND.dtype)
         taps = []
         for i, layer in enumerate(body.layers):
-            x_1TD = layer(x_1TD, rope, seen_TK, self.cache, i)
+            x_1ND = layer(x_1ND, rope, seen_NK, self.cache, i)
             if i in self.taps:
-                taps.append(x_1TD)
-        logits_1TV: Tensor = self.model.lm_head(body.norm(x_1TD))
-        return logits_1TV[0].argmax(dim=-1), torch.cat(taps, dim=-1)
+                taps.append(x_1ND)
+        logits_1NV: Tensor = self.model.lm_head(body.norm(x_1ND))
+        return logits_1NV[0].argmax(dim=-1), torch.cat(taps, dim=-1)
 
     @torch.no_grad()
     def prefill(self, prompt: Sequence[int]) -> tuple[int, Tensor]:
@@ -171,8 +187,8 @@ class StaticTarget:
         and the features [1, T, k*H] (rows past M are padding). Both are the captured
         outputs: use them before the next call."""
         m = block_1M.shape[1]
-        if start + self.block > self.cache.slots:
-            raise ValueError(f"a block at {start} runs past the cache's {self.cache.slots} slots")
+        if start + self.block > self.slots:
+            raise ValueError(f"a block at {start} runs past the cache's {self.slots} slots")
         self.ids_1T[:, :m].copy_(block_1M)
         self.start.fill_(start)
         truth_T, feats_1TF = self.step.run()

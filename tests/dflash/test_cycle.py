@@ -12,7 +12,13 @@ import pytest
 import torch
 
 from dflash.decoding import static
-from dflash.decoding.cycle import Drafting, choose_path, cycle_decoder
+from dflash.decoding.cycle import (
+    Drafting,
+    StaticEngine,
+    choose_path,
+    cycle_decoder,
+    run_cycles,
+)
 from dflash.decoding.evaluate import evaluate
 from dflash.decoding.generate import synthetic_prompts
 from dflash.decoding.speculative import DraftStream, speculative_greedy, target_greedy
@@ -104,7 +110,9 @@ def test_static_path_decodes_the_eager_path_s_tokens(tiny_target, drafter, kind,
     """Every drafting on both paths: the same tokens as target-only greedy and as each
     other, with the same cycles; for DFlash also a prompt long enough to need a second
     cache size (the floor lowered to keep the test short), and the same cycles as
-    ``speculative_greedy``."""
+    ``speculative_greedy``. The static hybrid verifies both drafts a cycle, so its
+    cycles are its own (test_branches.py); here a static engine without the second
+    branch runs the eager path's choice rule and must give the eager path's cycles."""
     monkeypatch.setattr(static, "SLOT_FLOOR", 32)
     prompts = _prompts(2)
     if kind == "dflash":
@@ -112,10 +120,16 @@ def test_static_path_decodes_the_eager_path_s_tokens(tiny_target, drafter, kind,
     drafting = Drafting(kind=kind, min_match=1)
     paths = {path: cycle_decoder(tiny_target, drafter, drafting, path=path)
              for path in ("eager", "static")}
+    one_branch = StaticEngine(tiny_target, drafter, 3, graphs=False)
     for prompt in prompts:
         ref = target_greedy(tiny_target, prompt, max_new_tokens=20)
         got = {path: decode(prompt, max_new_tokens=20) for path, decode in paths.items()}
         assert got["eager"].tokens == got["static"].tokens == ref.tokens
+        if kind == "hybrid":
+            one_branch.size_for(len(prompt) + 20)
+            got["static"] = run_cycles(one_branch, drafting, prompt, device=tiny_target.device,
+                                       max_new_tokens=20, max_draft=3)
+            assert got["static"].tokens == ref.tokens
         assert got["eager"].accepted == got["static"].accepted
         assert got["eager"].drafted == got["static"].drafted
         if kind == "dflash":

@@ -97,10 +97,13 @@ def test_compiled_trainer_matches_the_eager_sdpa_trainer_on_gpu() -> None:
 @gpu
 def test_captured_cycle_drafts_verifies_and_decodes_as_eager_on_gpu() -> None:
     """The static cycle recorded in CUDA graphs: the drafter's drafts and the target's
-    verify equal the eager calls, and whole decodes (DFlash, prompt lookup, hybrid) give
-    target-only greedy's tokens with the eager path's cycles (fp32)."""
+    verify equal the eager calls, the captured two-branch verify the uncaptured one, and
+    whole decodes (DFlash, prompt lookup, hybrid) give target-only greedy's tokens with
+    the eager path's cycles (the hybrid, which verifies both drafts on the static path:
+    the cycles of the same static engine run uncaptured) (fp32)."""
     from dflash.decoding import static
-    from dflash.decoding.cycle import Drafting, cycle_decoder
+    from dflash.decoding.branches import TwoBranchVerify
+    from dflash.decoding.cycle import Drafting, StaticEngine, cycle_decoder, run_cycles
     from dflash.decoding.generate import synthetic_prompts
     from dflash.decoding.speculative import DraftStream, target_greedy
     from dflash.target import drafter_config_for, load_target
@@ -135,7 +138,25 @@ def test_captured_cycle_drafts_verifies_and_decodes_as_eager_on_gpu() -> None:
             logits, _ = target.forward_cached(torch.tensor([block], device=dev), cache, 20)
             assert truth.tolist() == logits[0].argmax(dim=-1).tolist()
             target.crop_cache(cache, 20)
+        spared = {g: static.StaticTarget(target, block=4, slots=64, graphs=g, spare=3)
+                  for g in (True, False)}
+        both = {g: TwoBranchVerify(v, graphs=g) for g, v in spared.items()}
+        assert both[True].step.graph is not None and both[True].move.graph is not None
+        for v in spared.values():
+            v.prefill(prompt)
+        for mine, theirs in (([first, 3, 4, 5], [6, 7]), ([first, 9], [1, 2, 3])):
+            out = {g: [t.clone() for t in b.verify(torch.tensor([mine], device=dev), theirs, 20)]
+                   for g, b in both.items()}
+            assert out[True][0].tolist() == out[False][0].tolist()
+            assert out[True][1].tolist() == out[False][1].tolist()
+            torch.testing.assert_close(out[True][2], out[False][2], rtol=1e-5, atol=1e-5)
+            for b in both.values():
+                b.keep_lookup(20)
+            torch.testing.assert_close(spared[True].cache.keys[-1][:, :, :24],
+                                       spared[False].cache.keys[-1][:, :, :24],
+                                       rtol=1e-5, atol=1e-5)
     prompts = synthetic_prompts(3, vocab_size=512, length=12, seed=99, exclude=(511,))
+    uncaptured = StaticEngine(target, drafter, 3, graphs=False, two_branch=True)
     for kind in ("dflash", "ngram", "hybrid"):
         drafting = Drafting(kind=kind, min_match=1)
         paths = {p: cycle_decoder(target, drafter, drafting, path=p) for p in ("eager", "auto")}
@@ -143,4 +164,9 @@ def test_captured_cycle_drafts_verifies_and_decodes_as_eager_on_gpu() -> None:
             ref = target_greedy(target, prompt, max_new_tokens=40)
             got = {p: d(prompt, max_new_tokens=40) for p, d in paths.items()}
             assert got["auto"].tokens == got["eager"].tokens == ref.tokens, kind
+            if kind == "hybrid":
+                uncaptured.size_for(len(prompt) + 40)
+                got["eager"] = run_cycles(uncaptured, drafting, prompt, device=dev,
+                                          max_new_tokens=40, max_draft=3)
+                assert got["eager"].tokens == ref.tokens
             assert got["auto"].accepted == got["eager"].accepted, kind
