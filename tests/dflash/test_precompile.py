@@ -33,7 +33,9 @@ def _pyc(folder: Path, source: Path) -> Path:
         sys.pycache_prefix = old
 
 
-def test_the_first_launch_compiles_the_tree_where_imports_will_look(tmp_path: Path):
+def test_the_first_launch_compiles_the_tree_where_imports_will_look(tmp_path: Path,
+                                                                    monkeypatch):
+    monkeypatch.delenv(precompile.OPT_OUT_ENV, raising=False)  # the suite's conftest sets it
     torch_root = _tree(tmp_path)
     folder = tmp_path / "bytecode"
     folder.mkdir()
