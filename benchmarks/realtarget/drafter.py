@@ -90,7 +90,11 @@ def train_argv(run: Run, steps: int, out: Path, *, probe: bool = False) -> list[
     sets = {"draft_layers": args.drafter_layers, "block_size": 16, "gamma": 7.0,
             "batch_size": args.drafter_batch, "buckets": length,
             "anchors": args.drafter_anchors, "held_out": 2 * args.drafter_batch,
-            "log_every": log_every, "eval_every": 0 if probe else 2 * log_every,
+            "log_every": log_every, "eval_every": 0 if probe else max(1, steps // 4),
+            # the held-out τ measured as dflash-eval measures decoding: as many prompts,
+            # as many new tokens (the walk's window follows held_out_decode_tokens)
+            "held_out_decode_prompts": args.eval_limit,
+            "held_out_decode_tokens": args.eval_new_tokens,
             "save_every": 0 if probe else max(1, steps // 3), "keep_checkpoints": 10,
             "compile": "off", "mega_cache": "off", "seed": args.seed,
             "peak_tflops": peak_tflops(run) or 0}
@@ -150,7 +154,9 @@ def stage_train(run: Run) -> dict[str, Any]:
     export = out / "drafter"
     meta_path = out / "metadata.json"
     meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.exists() else {}
-    held = [{"step": r["step"], "held_out_tau": r["held_out_tau"], "loss": r["loss"]}
+    held = [{"step": r["step"], "loss": r["loss"],
+             **{k: r[k] for k in ("held_out_tau", "held_out_decode_tau", "held_out_tau_ratio",
+                                  "held_out_tau_random", "held_out_tau_stopped") if k in r}}
             for r in records if "held_out_tau" in r]
     if res["rc"] != 0 and not checkpoints:
         raise SystemExit(f"real_target: dflash-train failed (rc {res['rc']}): "
