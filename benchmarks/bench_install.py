@@ -14,8 +14,9 @@ from uv's warm cache, offline). In one run, alternating, ``--reps`` times each:
 - ``envguard undo`` of one package's change: ``tiny-05`` replaced by another build of the
   same version (``envguard install --yes``, untimed), then undone (timed).
 
-Prints the medians, the ratio, and the copy's numbers from envguard's JSON (files linked,
-files copied, seconds per phase).
+With ``--from-venv`` a venv holding torch (README's CUDA one) also times a reinstall of
+torch itself. Prints the medians, the ratio, and the copy's numbers from envguard's JSON
+(files linked, files copied, seconds per phase).
 """
 
 from __future__ import annotations
@@ -90,7 +91,9 @@ def main() -> None:
     if not venv.exists():
         run([uv(), "venv", "--quiet", "--python", os.path.realpath(sys.executable), str(venv)],
             env)
-        run([uv(), "pip", "install", "--quiet", "--python", python, *reqs], env)
+        # another venv's set may need index pages uv's cache lacks (the wheels are there)
+        build_env = env if own else {k: v for k, v in env.items() if k != "UV_OFFLINE"}
+        run([uv(), "pip", "install", "--quiet", "--python", python, *reqs], build_env)
         run([uv(), "pip", "install", "--quiet", "--python", python, "--no-index",
              "--find-links", str(wheels), *(f"tiny-{i:02d}" for i in range(args.tiny))], env)
     count = len(subprocess.run([uv(), "pip", "freeze", "--python", python], env=env,
@@ -107,6 +110,11 @@ def main() -> None:
         "flask botocore aiohttp (15 wheels, uv's cache)": ["pip", "install", "flask",
                                                            "botocore", "aiohttp"],
     }
+    if not own and any(r.startswith("torch==") for r in reqs):
+        # the incident's kind of change, where the installer's own time is the most:
+        # torch's thousands of files replaced (its same build again, from uv's cache)
+        cases["torch reinstalled (uv's cache)"] = ["pip", "install", "--reinstall-package",
+                                                   "torch", "torch"]
     for label, install in cases.items():
         plain, guarded = [], []
         for _ in range(args.reps):
