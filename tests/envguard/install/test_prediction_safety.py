@@ -28,16 +28,27 @@ from tests.wheelfactory import VenvFactory, build_wheel, interruptible
 
 
 @pytest.fixture
-def pip_scene(venvs: VenvFactory, tmp_path: Path) -> Scene:
-    scene = make_scene(venvs, tmp_path, with_pip=True)
+def uv_scene(venvs: VenvFactory, tmp_path: Path) -> Scene:
+    scene = make_scene(venvs, tmp_path)
     build_wheel(scene.other, "tiny", "2.0", {"tiny/__init__.py": "x = 2\n",
                                              "tiny/big.bin": b"\1" * 70000})
     return scene
 
 
-@pytest.fixture
-def uv_scene(venvs: VenvFactory, tmp_path: Path) -> Scene:
-    scene = make_scene(venvs, tmp_path)
+@pytest.fixture(scope="module")
+def pip_dry(module_venvs: VenvFactory, tmp_path_factory: pytest.TempPathFactory) -> Scene:
+    """One pip scene for every dry run of the module: each of them asserts the venv byte for
+    byte unchanged, so none can spoil it for the next (one venv, not one a case)."""
+    scene = make_scene(module_venvs, tmp_path_factory.mktemp("pip-dry"), with_pip=True)
+    build_wheel(scene.other, "tiny", "2.0", {"tiny/__init__.py": "x = 2\n",
+                                             "tiny/big.bin": b"\1" * 70000})
+    return scene
+
+
+@pytest.fixture(scope="module")
+def uv_dry(module_venvs: VenvFactory, tmp_path_factory: pytest.TempPathFactory) -> Scene:
+    """The uv scene's counterpart of :func:`pip_dry`."""
+    scene = make_scene(module_venvs, tmp_path_factory.mktemp("uv-dry"))
     build_wheel(scene.other, "tiny", "2.0", {"tiny/__init__.py": "x = 2\n",
                                              "tiny/big.bin": b"\1" * 70000})
     return scene
@@ -64,7 +75,8 @@ PIP_CASES = [
 
 @pytest.mark.parametrize(("args", "expected"), PIP_CASES)
 def test_pip_predictions_leave_the_venv_byte_for_byte_unchanged(
-        pip_scene: Scene, args: list[str], expected: dict[str, str]) -> None:
+        pip_dry: Scene, args: list[str], expected: dict[str, str]) -> None:
+    pip_scene = pip_dry
     words = [str(pip_scene.wheels) if a == "WHEELS" else a for a in args]
     links = ["--no-index", "--find-links", str(pip_scene.other)] if args[0] == "install" else []
     changes = predicted(pip_scene, str(pip_scene.venv.python), "-m", "pip", words[0], *links,
@@ -82,7 +94,8 @@ UV_CASES = [
 
 @pytest.mark.parametrize(("args", "expected"), UV_CASES)
 def test_uv_predictions_leave_the_venv_byte_for_byte_unchanged(
-        uv_scene: Scene, args: list[str], expected: dict[str, str]) -> None:
+        uv_dry: Scene, args: list[str], expected: dict[str, str]) -> None:
+    uv_scene = uv_dry
     words = [str(uv_scene.wheels) if a == "WHEELS" else a for a in args]
     links = ["--no-index", "--find-links", str(uv_scene.other)] if args[0] == "install" else []
     assert predicted(uv_scene, "uv", "pip", words[0], *links, *words[1:]) == expected
