@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.envguard.install.test_install import envguard
-from tests.wheelfactory import VenvFactory, build_wheel, run_checked
+from tests.wheelfactory import Venv, VenvFactory, build_wheel, run_checked
 
 
 def _history(python: Path, cwd: Path) -> dict[str, Any]:
@@ -24,14 +24,26 @@ def _helper_events(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return [e for e in doc["events"] if e["subject"] == "helperlib"]
 
 
-def test_an_install_through_envguard_is_named_from_its_revision(venvs: VenvFactory,
-                                                                  tmp_path: Path) -> None:
+def _helperlib_1_0(venvs: VenvFactory, tmp_path: Path) -> Venv:
+    """helperlib 2.0 among the factory's wheels, and a venv holding 1.0 (from a folder of
+    its own) installed by plain uv."""
     build_wheel(venvs.wheels, "helperlib", "2.0", {"helperlib/__init__.py": "V = 2\n"})
     old = tmp_path / "old"
     build_wheel(old, "helperlib", "1.0", {"helperlib/__init__.py": "V = 1\n"})
     venv = venvs.create()
+    _uv_install(venvs, venv, old, "1.0")
+    return venv
+
+
+def _uv_install(venvs: VenvFactory, venv: Venv, folder: Path, version: str) -> None:
     run_checked([venvs.uv, "pip", "install", "--quiet", "--python", str(venv.python),
-                 "--no-index", "--find-links", str(old), "helperlib==1.0"], env=venvs._env())
+                 "--no-index", "--find-links", str(folder), f"helperlib=={version}"],
+                env=venvs._env())
+
+
+def test_an_install_through_envguard_is_named_from_its_revision(venvs: VenvFactory,
+                                                                  tmp_path: Path) -> None:
+    venv = _helperlib_1_0(venvs, tmp_path)
     cwd = tmp_path / "work"
     cwd.mkdir()
     done = envguard("install", "--python", str(venv.path), "--", "uv", "pip", "install",
@@ -53,14 +65,8 @@ def test_an_install_through_envguard_is_named_from_its_revision(venvs: VenvFacto
 def test_an_install_made_without_envguard_keeps_what_the_disk_says(venvs: VenvFactory,
                                                                    tmp_path: Path) -> None:
     """The miss: the same upgrade by plain uv leaves no revision, so no old version."""
-    build_wheel(venvs.wheels, "helperlib", "2.0", {"helperlib/__init__.py": "V = 2\n"})
-    old = tmp_path / "old"
-    build_wheel(old, "helperlib", "1.0", {"helperlib/__init__.py": "V = 1\n"})
-    venv = venvs.create()
-    for folder, version in ((old, "1.0"), (venvs.wheels, "2.0")):
-        run_checked([venvs.uv, "pip", "install", "--quiet", "--python", str(venv.python),
-                     "--no-index", "--find-links", str(folder), f"helperlib=={version}"],
-                    env=venvs._env())
+    venv = _helperlib_1_0(venvs, tmp_path)
+    _uv_install(venvs, venv, venvs.wheels, "2.0")
     cwd = tmp_path / "work"
     cwd.mkdir()
     doc = _history(venv.python, cwd)
