@@ -40,7 +40,7 @@ def render_plan(plan: RestorePlan, *, show_keep: bool = False) -> RenderableType
         for r in rows:
             table.add_row(Text(r.action, style=_STYLE[r.action]), _cell(r.name, 60),
                           _cell(r.current_version, 40, "red"), _cell(r.good_version, 40, "green"),
-                          _cell(r.reason, 200))
+                          _cell(r.reason, 1000))  # the why: paths in it run long
         parts.append(table)
     if plan.index_hints:
         line = Text("index hints: ", style="bold")
