@@ -9,11 +9,14 @@ package whose import crashes. :class:`VenvFactory` installs them with real
 
 from __future__ import annotations
 
+import atexit
 import base64
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import venv
 import zipfile
 from dataclasses import dataclass
@@ -151,8 +154,7 @@ class VenvFactory:
         self._n += 1
         path = self.root / (name or f"venv{self._n}")
         if with_pip:
-            # The stdlib's ensurepip carries its own pip wheel: no network needed.
-            venv.EnvBuilder(with_pip=True, symlinks=True).create(path)
+            copy_pip_venv(path)
         else:
             run_checked([self.uv, "venv", "--quiet", "--python", base_python(), str(path)],
                         env=self._env())
@@ -168,6 +170,32 @@ class VenvFactory:
     def pip_install(self, env: Venv, *wheels: Path) -> None:
         run_checked([str(env.python), "-m", "pip", "install", "--quiet", "--no-index",
                      "--no-deps", *map(str, wheels)], env=self._env())
+
+
+_PIP_VENV: list[Path] = []
+
+
+def copy_pip_venv(path: Path) -> None:
+    """A venv at ``path`` as the standard library's ``venv`` with ensurepip makes it (pip
+    from ensurepip's own wheel: no network), copied from one made once per process: making
+    one costs about 4 s of ensurepip's pip run, a copy a few hundred milliseconds. The
+    copy's links stay links (the interpreter is the same base Python) and every text that
+    names the first venv's folder (pyvenv.cfg, the activate scripts, the console
+    scripts' shebangs) names ``path`` instead."""
+    if not _PIP_VENV:
+        root = Path(tempfile.mkdtemp(prefix="envguard-tests-pip-venv-"))
+        atexit.register(shutil.rmtree, root, True)
+        venv.EnvBuilder(with_pip=True, symlinks=True).create(root / "venv")
+        _PIP_VENV.append(root / "venv")
+    (template,) = _PIP_VENV
+    shutil.copytree(template, path, symlinks=True)
+    old, new = str(template).encode(), str(path).encode()
+    for file in [path / "pyvenv.cfg", *(path / "bin").iterdir()]:
+        if file.is_symlink() or not file.is_file():
+            continue
+        data = file.read_bytes()
+        if old in data:
+            file.write_bytes(data.replace(old, new))
 
 
 def interruptible() -> None:

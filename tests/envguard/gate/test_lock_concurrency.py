@@ -6,6 +6,7 @@ Real processes against a real uv-built venv (a fake torch and a ``demo-train`` c
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import subprocess
@@ -84,6 +85,19 @@ def test_parallel_locks_keep_every_entry(project: Path, venv: Venv) -> None:
     assert leftovers == []
 
 
+def _wait_until_open(proc: subprocess.Popen[str], path: Path, limit_s: float = 60.0) -> None:
+    """Until ``proc`` holds ``path`` open (read from /proc/PID/fd)."""
+    deadline = time.monotonic() + limit_s
+    fds = Path(f"/proc/{proc.pid}/fd")
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        with contextlib.suppress(OSError):
+            if any(os.readlink(fd) == str(path) for fd in fds.iterdir()):
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"{path} was never opened")
+
+
 def test_a_lock_waits_for_the_one_holding_the_lockfile(project: Path, venv: Venv) -> None:
     """While another process holds the flock, `envguard lock` takes its snapshot but does
     not write; once released, it re-reads the lock and keeps what was added meanwhile."""
@@ -93,7 +107,9 @@ def test_a_lock_waits_for_the_one_holding_the_lockfile(project: Path, venv: Venv
     try:
         proc = subprocess.Popen(_args(venv, "--entry", "waiting"), cwd=project, env=_env(),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(8)  # far longer than the snapshot of a two-package venv takes
+        # It opens the lock file once its snapshot is taken: then it can only be waiting.
+        _wait_until_open(proc, lock_file)
+        time.sleep(0.5)
         assert proc.poll() is None, proc.communicate()
         toml = project / "lockfiles" / f"{NAME}.toml"
         assert not toml.exists()
