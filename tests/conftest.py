@@ -25,6 +25,10 @@ def _isolated_uv_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Non
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("UV_CACHE_DIR", str(tmp_path_factory.mktemp("uv-cache")))
         mp.setenv("UV_LINK_MODE", "copy")
+        # A machine's own pip settings (this VM sets PIP_FIND_LINKS to a local wheel folder)
+        # would reach every pip the tests run: installs resolve from the tests' wheels only.
+        for var in ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_CONSTRAINT"):
+            mp.delenv(var, raising=False)
         # The suite's own venv first on PATH, as `uv run pytest` puts it: a command run
         # outside any environment takes the python3 on PATH (docs/CLI.md), and that must be
         # this venv whether the suite was started by uv or by .venv/bin/python directly.
