@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import base64
+import functools
 import hashlib
 import os
 import shutil
@@ -172,22 +173,23 @@ class VenvFactory:
                      "--no-deps", *map(str, wheels)], env=self._env())
 
 
-_PIP_VENV: list[Path] = []
+@functools.cache
+def _ensurepip_venv() -> Path:
+    """The one venv this process makes with the standard library's ``venv`` and ensurepip
+    (pip from ensurepip's own wheel: no network), removed at exit."""
+    root = Path(tempfile.mkdtemp(prefix="envguard-tests-pip-venv-"))
+    atexit.register(shutil.rmtree, root, True)
+    venv.EnvBuilder(with_pip=True, symlinks=True).create(root / "venv")
+    return root / "venv"
 
 
 def copy_pip_venv(path: Path) -> None:
-    """A venv at ``path`` as the standard library's ``venv`` with ensurepip makes it (pip
-    from ensurepip's own wheel: no network), copied from one made once per process: making
-    one costs about 4 s of ensurepip's pip run, a copy a few hundred milliseconds. The
-    copy's links stay links (the interpreter is the same base Python) and every text that
-    names the first venv's folder (pyvenv.cfg, the activate scripts, the console
-    scripts' shebangs) names ``path`` instead."""
-    if not _PIP_VENV:
-        root = Path(tempfile.mkdtemp(prefix="envguard-tests-pip-venv-"))
-        atexit.register(shutil.rmtree, root, True)
-        venv.EnvBuilder(with_pip=True, symlinks=True).create(root / "venv")
-        _PIP_VENV.append(root / "venv")
-    (template,) = _PIP_VENV
+    """A venv at ``path`` as the standard library's ``venv`` with ensurepip makes it, copied
+    from :func:`_ensurepip_venv`: making one costs about 4 s of ensurepip's pip run, a copy
+    a few hundred milliseconds. The copy's links stay links (the interpreter is the same
+    base Python) and every text that names the first venv's folder (pyvenv.cfg, the
+    activate scripts, the console scripts' shebangs) names ``path`` instead."""
+    template = _ensurepip_venv()
     shutil.copytree(template, path, symlinks=True)
     old, new = str(template).encode(), str(path).encode()
     for file in [path / "pyvenv.cfg", *(path / "bin").iterdir()]:

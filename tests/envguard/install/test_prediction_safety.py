@@ -27,31 +27,30 @@ from tests.envguard.install.test_install import (
 from tests.wheelfactory import VenvFactory, build_wheel, interruptible
 
 
-@pytest.fixture
-def uv_scene(venvs: VenvFactory, tmp_path: Path) -> Scene:
-    scene = make_scene(venvs, tmp_path)
+def with_tiny_2(scene: Scene) -> Scene:
+    """``scene`` with tiny 2.0 (another build of its big file) in its other wheel folder."""
     build_wheel(scene.other, "tiny", "2.0", {"tiny/__init__.py": "x = 2\n",
                                              "tiny/big.bin": b"\1" * 70000})
     return scene
+
+
+@pytest.fixture
+def uv_scene(venvs: VenvFactory, tmp_path: Path) -> Scene:
+    return with_tiny_2(make_scene(venvs, tmp_path))
 
 
 @pytest.fixture(scope="module")
 def pip_dry(module_venvs: VenvFactory, tmp_path_factory: pytest.TempPathFactory) -> Scene:
     """One pip scene for every dry run of the module: each of them asserts the venv byte for
     byte unchanged, so none can spoil it for the next (one venv, not one a case)."""
-    scene = make_scene(module_venvs, tmp_path_factory.mktemp("pip-dry"), with_pip=True)
-    build_wheel(scene.other, "tiny", "2.0", {"tiny/__init__.py": "x = 2\n",
-                                             "tiny/big.bin": b"\1" * 70000})
-    return scene
+    return with_tiny_2(make_scene(module_venvs, tmp_path_factory.mktemp("pip-dry"),
+                                  with_pip=True))
 
 
 @pytest.fixture(scope="module")
 def uv_dry(module_venvs: VenvFactory, tmp_path_factory: pytest.TempPathFactory) -> Scene:
     """The uv scene's counterpart of :func:`pip_dry`."""
-    scene = make_scene(module_venvs, tmp_path_factory.mktemp("uv-dry"))
-    build_wheel(scene.other, "tiny", "2.0", {"tiny/__init__.py": "x = 2\n",
-                                             "tiny/big.bin": b"\1" * 70000})
-    return scene
+    return with_tiny_2(make_scene(module_venvs, tmp_path_factory.mktemp("uv-dry")))
 
 
 def predicted(scene: Scene, *argv: str) -> dict[str, str]:
@@ -76,10 +75,9 @@ PIP_CASES = [
 @pytest.mark.parametrize(("args", "expected"), PIP_CASES)
 def test_pip_predictions_leave_the_venv_byte_for_byte_unchanged(
         pip_dry: Scene, args: list[str], expected: dict[str, str]) -> None:
-    pip_scene = pip_dry
-    words = [str(pip_scene.wheels) if a == "WHEELS" else a for a in args]
-    links = ["--no-index", "--find-links", str(pip_scene.other)] if args[0] == "install" else []
-    changes = predicted(pip_scene, str(pip_scene.venv.python), "-m", "pip", words[0], *links,
+    words = [str(pip_dry.wheels) if a == "WHEELS" else a for a in args]
+    links = ["--no-index", "--find-links", str(pip_dry.other)] if args[0] == "install" else []
+    changes = predicted(pip_dry, str(pip_dry.venv.python), "-m", "pip", words[0], *links,
                         *words[1:])
     assert {k: v for k, v in changes.items() if k in expected or v != "change"} == expected
 
@@ -95,10 +93,9 @@ UV_CASES = [
 @pytest.mark.parametrize(("args", "expected"), UV_CASES)
 def test_uv_predictions_leave_the_venv_byte_for_byte_unchanged(
         uv_dry: Scene, args: list[str], expected: dict[str, str]) -> None:
-    uv_scene = uv_dry
-    words = [str(uv_scene.wheels) if a == "WHEELS" else a for a in args]
-    links = ["--no-index", "--find-links", str(uv_scene.other)] if args[0] == "install" else []
-    assert predicted(uv_scene, "uv", "pip", words[0], *links, *words[1:]) == expected
+    words = [str(uv_dry.wheels) if a == "WHEELS" else a for a in args]
+    links = ["--no-index", "--find-links", str(uv_dry.other)] if args[0] == "install" else []
+    assert predicted(uv_dry, "uv", "pip", words[0], *links, *words[1:]) == expected
 
 
 def _interrupt_when_copied(argv: list[str], scene: Scene) -> subprocess.CompletedProcess[str]:
@@ -165,9 +162,7 @@ def test_an_installer_on_either_copy_changes_the_copy_only(
     from envguard.install.scratch import check_guard, scratch_copy, wait_for_removals
     from envguard.restore.build import find_uv, run_process
 
-    scene = make_scene(venvs, tmp_path, with_pip=tool == "pip")
-    build_wheel(scene.other, "tiny", "2.0", {"tiny/__init__.py": "x = 2\n",
-                                             "tiny/big.bin": b"\1" * 70000})
+    scene = with_tiny_2(make_scene(venvs, tmp_path, with_pip=tool == "pip"))
     words = [str(scene.other) if a == "OTHER" else a for a in args]
     argv = (["uv", "pip", *words] if tool == "uv"
             else [str(scene.venv.python), "-m", "pip", *words])
