@@ -34,8 +34,9 @@ def _reader(stream: Any, lines: list[tuple[float, str]], t0: float) -> None:
 
 
 def first_step(preset: str, out: Path, env: dict[str, str], timeout: float,
-               extra: tuple[str, ...] = ()) -> dict[str, Any]:
-    """One cold process of dflash-train, timed to its first logged step."""
+               extra: tuple[str, ...] = (), keep_all: bool = False) -> dict[str, Any]:
+    """One cold process of dflash-train, timed to its first logged step (``keep_all``: its
+    whole stderr in ``stderr_all``, not only the last 40 lines)."""
     cmd = [sys.executable, "-m", "dflash.cli.train", "--preset", preset, "--unguarded",
            "--out", str(out), "--steps", "1000", "--set=log_every=1", "--set=save_every=0",
            "--set=eval_every=0", *extra]
@@ -72,6 +73,8 @@ def first_step(preset: str, out: Path, env: dict[str, str], timeout: float,
     if meta.exists():
         result["start_s"] = json.loads(meta.read_text()).get("start_s")
     result["stderr"] = err[-40:]
+    if keep_all:
+        result["stderr_all"] = err
     result["stdout"] = std[-10:]
     return result
 

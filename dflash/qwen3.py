@@ -112,8 +112,21 @@ def visibility(t: int, k_len: int, device: torch.device, keys_BK: Tensor | None 
 
 def causal_attention(q_BHTd: Tensor, k_BGKd: Tensor, v_BGKd: Tensor, seen: Visibility
                      ) -> Tensor:
-    """GQA by repeating K/V heads, as transformers' SDPA path does."""
-    rep = q_BHTd.shape[1] // k_BGKd.shape[1]
+    """Grouped-query attention. On top of a cache (decoding, a verify), the ``rep`` query
+    heads that share a K/V head become ``rep`` times as many query rows of that head, each
+    row seeing what its query sees: the same sums, and no copy of the cache. Repeating
+    K/V for every head instead (transformers' SDPA path) copied the whole cache each
+    forward: 2.4 s of the 5.3 s the 8B-shaped target took to generate its 512 x 96 training
+    tokens on an H100. A causal forward with no cache (a prefill) repeats K/V: its mask is
+    the kernel's own, and it runs once."""
+    bsz, heads, t, d = q_BHTd.shape
+    rep = heads // k_BGKd.shape[1]
+    if rep > 1 and not isinstance(seen, str):
+        q_BGRd = q_BHTd.reshape(bsz, k_BGKd.shape[1], rep * t, d)  # rows: (head in group, t)
+        mask = None if seen is None else (seen.repeat(rep, 1) if seen.dim() == 2
+                                          else seen.repeat(1, 1, rep, 1))
+        out = F.scaled_dot_product_attention(q_BGRd, k_BGKd, v_BGKd, attn_mask=mask)
+        return out.reshape(bsz, heads, t, d)
     if rep > 1:
         k_BGKd, v_BGKd = k_BGKd.repeat_interleave(rep, 1), v_BGKd.repeat_interleave(rep, 1)
     if seen is None:

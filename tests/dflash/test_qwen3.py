@@ -239,3 +239,19 @@ def test_the_last_position_s_logits_take_a_plain_matmul():
 
     if Version(torch.__version__).release < (2, 15):
         assert "aten::bmm" in sliced
+
+
+@pytest.mark.parametrize("t,k,padded", [(1, 7, False), (1, 7, True), (3, 7, False),
+                                        (3, 7, True), (5, 5, False)])
+def test_grouped_attention_equals_repeating_the_kv_heads(t: int, k: int, padded: bool):
+    # 8 query heads on 2 K/V heads; the oracle repeats K/V per head as transformers does.
+    g = torch.Generator().manual_seed(0)
+    q, kk, v = (torch.randn(2, h, n, 4, generator=g) for h, n in ((8, t), (2, k), (2, k)))
+    keys = torch.tensor([[0, 0, 1, 1, 1, 1, 1][-k:], [1] * k]) if padded else None
+    seen = qwen3.visibility(t, k, q.device, keys)
+    mask = None if seen is None or isinstance(seen, str) else seen
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q, kk.repeat_interleave(4, 1), v.repeat_interleave(4, 1), attn_mask=mask,
+        is_causal=isinstance(seen, str))
+    torch.testing.assert_close(qwen3.causal_attention(q, kk, v, seen), want,
+                               rtol=1e-6, atol=1e-6)
