@@ -15,6 +15,14 @@ bytes. A marker file says it finished; later launches start nothing, nor do laun
 while one compiles (another marker: a compile killed midway leaves it, and the imports
 then compile as they come, as before).
 ``DFLASH_NO_PRECOMPILE=1`` turns it off.
+
+Before compiling, the same process reads torch's shared libraries, the CUDA wheels' and
+triton's into the page cache, sixteen 32 MiB ranges at a time (:func:`libraries_for`,
+in the order a launch loads them). A newly started cloud machine reads a file the first
+time at a fraction of its later speed, one page fault after another when the loader maps
+a library: there the first launch spent 14.7 s more than a launch with every cache
+emptied but the page cache merely dropped (docs/BENCHMARKS.md). The marker holds what
+the background process did (JSON: bytes read, seconds).
 """
 
 from __future__ import annotations
@@ -36,20 +44,54 @@ OPT_OUT_ENV = "DFLASH_NO_PRECOMPILE"
 """Set (non-empty): no background compile; the imports compile as they come."""
 
 SCRIPT = """
-import compileall, os, re, sys
+import compileall, json, os, re, sys, time
+from concurrent.futures import ThreadPoolExecutor
 try:
     os.nice(10)
 except OSError:
     pass
-marker, skip, dirs = sys.argv[1], re.compile(sys.argv[2]), sys.argv[3:]
+marker, skip, count = sys.argv[1], re.compile(sys.argv[2]), int(sys.argv[3])
+libraries, dirs = sys.argv[4:4 + count], sys.argv[4 + count:]
+CHUNK = 32 << 20
+def ranges():
+    for path in libraries:
+        try:
+            size = os.stat(path).st_size
+        except OSError:
+            continue
+        for start in range(0, size, CHUNK):
+            yield path, start
+def read(job):
+    path, start = job
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return 0
+    try:
+        done = 0
+        while done < CHUNK:
+            got = len(os.pread(fd, min(8 << 20, CHUNK - done), start + done))
+            if not got:
+                break
+            done += got
+        return done
+    except OSError:
+        return 0
+    finally:
+        os.close(fd)
+t0 = time.monotonic()
+with ThreadPoolExecutor(16) as pool:
+    read_bytes = sum(pool.map(read, ranges()))
+t1 = time.monotonic()
 ok = True
 for d in dirs:
     ok &= bool(compileall.compile_dir(d, quiet=2, workers=0, rx=skip))
 if ok:
-    open(marker, "w").close()
+    with open(marker, "w") as fh:
+        json.dump({"read_bytes": read_bytes, "read_s": round(t1 - t0, 3),
+                   "compile_s": round(time.monotonic() - t1, 3)}, fh)
 os.remove(marker + ".running")
 """
-
 
 def marker_for(folder: Path, torch_root: Path) -> Path:
     """The file that says ``torch_root``'s tree was compiled into ``folder``."""
@@ -65,6 +107,31 @@ def dirs_for(torch_root: Path) -> list[Path]:
     return [*first, torch_root, *also]
 
 
+LIBRARIES_FIRST = ("cuda_runtime", "cublas", "cudnn", "nccl", "cuda_nvrtc", "nvjitlink")
+"""The CUDA wheels a launch uses first (the runtime, matmuls, attention, collectives,
+triton's linking); the other ``nvidia`` wheels follow."""
+
+
+def libraries_for(torch_root: Path) -> list[Path]:
+    """The shared libraries to read ahead: torch's own, the CUDA wheels' beside it
+    (:data:`LIBRARIES_FIRST` first) and triton's (with its ``ptxas``), as found."""
+    site = torch_root.parent
+
+    def found(folder: Path) -> list[Path]:
+        if not folder.is_dir():
+            return []
+        return sorted(p for p in folder.rglob("*")
+                      if (".so" in p.name or p.parent.name == "bin") and p.is_file()
+                      and not p.is_symlink())
+
+    nvidia = sorted(p for p in (site / "nvidia").glob("*") if p.is_dir()) if (
+        site / "nvidia").is_dir() else []
+    rank = {name: i for i, name in enumerate(LIBRARIES_FIRST)}
+    nvidia.sort(key=lambda p: (rank.get(p.name, len(rank)), p.name))
+    return [*found(torch_root / "lib"), *(f for p in nvidia for f in found(p)),
+            *found(site / "triton")]
+
+
 def start(folder: Path, torch_root: Path, *, wait: bool = False) -> subprocess.Popen[bytes] | None:
     """Compile ``torch_root``'s tree (and :data:`ALSO`) into the bytecode ``folder`` in a
     detached process, unless its marker is there; the process, or None. ``wait`` (tests)
@@ -76,8 +143,9 @@ def start(folder: Path, torch_root: Path, *, wait: bool = False) -> subprocess.P
         os.close(os.open(f"{marker}.running", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
     except OSError:
         return None
+    libraries = [str(p) for p in libraries_for(torch_root)]
     argv = [sys.executable, "-X", f"pycache_prefix={folder}", "-c", SCRIPT, str(marker), SKIP,
-            *(str(d) for d in dirs_for(torch_root))]
+            str(len(libraries)), *libraries, *(str(d) for d in dirs_for(torch_root))]
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True,
                             env={**os.environ, "PYTHONDONTWRITEBYTECODE": ""})

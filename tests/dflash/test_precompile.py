@@ -4,6 +4,7 @@ a real subprocess compiling a real package tree into a bytecode folder."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -20,6 +21,12 @@ def _tree(root: Path) -> Path:
         (torch_root / rel).write_text("X = 1\n")
     (root / "site" / "sympy").mkdir()
     (root / "site" / "sympy" / "__init__.py").write_text("Y = 2\n")
+    for rel, size in (("torch/lib/libtorch_cpu.so", 40 << 20),
+                      ("nvidia/cufft/lib/libcufft.so.12", 10),
+                      ("nvidia/cublas/lib/libcublas.so.13", 1000),
+                      ("triton/_C/libtriton.so", 5), ("triton/backends/nvidia/bin/ptxas", 7)):
+        (root / "site" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / "site" / rel).write_bytes(b"\x7f" * size)
     return torch_root
 
 
@@ -48,6 +55,18 @@ def test_the_first_launch_compiles_the_tree_where_imports_will_look(tmp_path: Pa
     assert not _pyc(folder, torch_root / "tests" / "test_x.py").exists()  # tests skipped
     assert precompile.marker_for(folder, torch_root).is_file()
     assert not Path(f"{precompile.marker_for(folder, torch_root)}.running").exists()
+    # The libraries were read ahead first, every byte (a 40 MiB one in two ranges).
+    done = json.loads(precompile.marker_for(folder, torch_root).read_text())
+    assert done["read_bytes"] == (40 << 20) + 10 + 1000 + 5 + 7, done
+
+
+def test_libraries_are_read_in_the_order_a_launch_loads_them(tmp_path: Path):
+    torch_root = _tree(tmp_path)
+    site = tmp_path / "site"
+    assert precompile.libraries_for(torch_root) == [
+        site / "torch/lib/libtorch_cpu.so", site / "nvidia/cublas/lib/libcublas.so.13",
+        site / "nvidia/cufft/lib/libcufft.so.12", site / "triton/_C/libtriton.so",
+        site / "triton/backends/nvidia/bin/ptxas"]
 
 
 def test_a_later_launch_or_the_opt_out_starts_nothing(tmp_path: Path, monkeypatch):
