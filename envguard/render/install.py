@@ -11,7 +11,7 @@ from rich.text import Text
 from envguard.findings import Severity
 from envguard.install.report import InstallReport
 from envguard.render.markdown import ICON, md, md_table
-from envguard.render.sanitize import clean
+from envguard.render.sanitize import REASON_LIMIT, clean
 
 _MARK = {"install": "+", "remove": "-", "change": "~", "rebuild": "!"}
 _STYLE = {"install": "green", "remove": "red", "change": "yellow", "rebuild": "bold red"}
@@ -44,7 +44,7 @@ def text(report: InstallReport, show_all: bool = False) -> RenderableType:
         row = Text(f"  {_MARK.get(p.action, '?')} ", style=_STYLE.get(p.action, ""))
         row.append(f"{clean(p.name, 80)} {clean(_versions(p.before, p.after), 80)}")
         if p.detail:
-            row.append(f" ({clean(p.detail, 160)})", style="dim")
+            row.append(f" ({clean(p.detail, REASON_LIMIT)})", style="dim")
         lines.append(row)
     shown = plan.findings if show_all else tuple(
         f for f in plan.findings if f.severity is not Severity.INFO)
@@ -81,7 +81,7 @@ def _outcome(report: InstallReport) -> RenderableType:
                    style="dim" if k.outcome != "not kept" else "yellow")
         row.append(f"{clean(k.name, 80)} {clean(k.version or '', 40)}")
         if k.outcome == "not kept":
-            row.append(f" ({clean(k.detail, 300)}; envguard undo cannot put it back)")
+            row.append(f" ({clean(k.detail, REASON_LIMIT)}; envguard undo cannot put it back)")
         lines.append(row)
     if applied.revision is not None:
         lines.append(Text(f"recorded as revision {applied.revision.number} (envguard "

@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from envguard.render.markdown import md, md_table
-from envguard.render.sanitize import clean
+from envguard.render.sanitize import REASON_LIMIT, clean
 from envguard.restore.plan import CHANGE, INSTALL, KEEP, REMOVE, SKIP, RestorePlan
 from envguard.restore.report import CondaRestoreReport, RestoreReport
 from envguard.restore.verify import Verification
@@ -40,7 +40,7 @@ def render_plan(plan: RestorePlan, *, show_keep: bool = False) -> RenderableType
         for r in rows:
             table.add_row(Text(r.action, style=_STYLE[r.action]), _cell(r.name, 60),
                           _cell(r.current_version, 40, "red"), _cell(r.good_version, 40, "green"),
-                          _cell(r.reason, 1000))  # the why: paths in it run long
+                          _cell(r.reason, REASON_LIMIT))
         parts.append(table)
     if plan.index_hints:
         line = Text("index hints: ", style="bold")
@@ -66,7 +66,7 @@ def render_verification(v: Verification) -> RenderableType:
     for u in v.unreproduced:
         line = Text("  • ")
         line.append(clean(u.problem), style="bold red" if u.problem == "build" else "red")
-        line.append(": " + clean(u.detail, 800))
+        line.append(": " + clean(u.detail, REASON_LIMIT))
         parts.append(line)
     for f in v.findings:
         line = Text("  ")

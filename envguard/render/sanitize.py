@@ -36,6 +36,11 @@ def escape_invisible(text: str) -> str:
     return text if text.isascii() else _INVISIBLE.sub(_escape, text)
 
 
+REASON_LIMIT = 1000
+"""How much of a reason or a detail is shown: paths run long in them (a temporary folder,
+a kept build's digest), and the end says why."""
+
+
 def clean(value: object, limit: int = 500) -> str:
     """One printable line: control, bidi and zero-width characters shown as ``\\xNN`` or
     ``\\uNNNN`` (:func:`escape_controls`), long values cut."""

@@ -9,7 +9,7 @@ from rich.text import Text
 
 from envguard.render.markdown import md
 from envguard.render.restore import render_plan, render_verification
-from envguard.render.sanitize import clean
+from envguard.render.sanitize import REASON_LIMIT, clean
 from envguard.revisions.undo import UndoReport
 
 
@@ -36,7 +36,7 @@ def text(report: UndoReport, show_all: bool = False) -> RenderableType:
         row = Text(f"  {clean(s.name, 80)} {clean(s.version or '', 40)}: ")
         row.append(clean(s.source, 40), style="bold red" if s.source == "not found" else "green")
         if s.detail:
-            row.append(f" ({clean(s.detail, 200)})", style="dim")
+            row.append(f" ({clean(s.detail, REASON_LIMIT)})", style="dim")
         parts.append(row)
     if report.scratch is not None and not report.scratch.ok:
         parts.append(render_verification(report.scratch))
@@ -45,8 +45,8 @@ def text(report: UndoReport, show_all: bool = False) -> RenderableType:
     for k in report.kept:
         if k.outcome == "not kept":
             parts.append(Text(f"  not kept for a later undo: {clean(k.name, 80)} "
-                              f"{clean(k.version or '', 40)} ({clean(k.detail, 300)})",
-                              style="yellow"))
+                              f"{clean(k.version or '', 40)} "
+                              f"({clean(k.detail, REASON_LIMIT)})", style="yellow"))
     parts.append(Text(_verdict(report), style="bold" if report.ok else "bold red"))
     return Group(*parts)
 
