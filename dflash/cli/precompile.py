@@ -16,19 +16,21 @@ while one compiles (another marker: a compile killed midway leaves it, and the i
 then compile as they come, as before).
 ``DFLASH_NO_PRECOMPILE=1`` turns it off.
 
-Before compiling, the same process reads torch's shared libraries, the CUDA wheels' and
-triton's into the page cache, sixteen 32 MiB ranges at a time (:func:`libraries_for`,
-in the order a launch loads them). A newly started cloud machine reads a file the first
-time at a fraction of its later speed, one page fault after another when the loader maps
-a library: there the first launch spent 14.7 s more than a launch with every cache
-emptied but the page cache merely dropped (docs/BENCHMARKS.md). The marker holds what
-the background process did (JSON: bytes read, seconds).
+Before compiling, the same process reads torch's shared libraries and sources, the CUDA
+wheels' and triton's libraries into the page cache, sixteen 32 MiB ranges or files at a
+time (:func:`libraries_for`, in the order a launch loads them). A newly started cloud
+machine reads a file the first time at a fraction of its later speed, one page fault
+after another when the loader maps a library: there the first launch spent 14.7 s more
+than a launch with every cache emptied but the page cache merely dropped
+(docs/BENCHMARKS.md). The marker holds what the background process did (JSON: bytes
+read, seconds).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -113,23 +115,27 @@ triton's linking); the other ``nvidia`` wheels follow."""
 
 
 def libraries_for(torch_root: Path) -> list[Path]:
-    """The shared libraries to read ahead: torch's own, the CUDA wheels' beside it
-    (:data:`LIBRARIES_FIRST` first) and triton's (with its ``ptxas``), as found."""
+    """What to read ahead, in the order a launch needs it: torch's shared libraries, its
+    Python sources (outside tests), the CUDA wheels' libraries beside it
+    (:data:`LIBRARIES_FIRST` first), then triton's (with its ``ptxas``)."""
     site = torch_root.parent
+    skip = re.compile(SKIP)
 
-    def found(folder: Path) -> list[Path]:
+    def found(folder: Path, python: bool = False) -> list[Path]:
         if not folder.is_dir():
             return []
         return sorted(p for p in folder.rglob("*")
-                      if (".so" in p.name or p.parent.name == "bin") and p.is_file()
+                      if (p.suffix == ".py" if python else
+                          ".so" in p.name or p.parent.name == "bin")
+                      and not skip.search(str(p.relative_to(site))) and p.is_file()
                       and not p.is_symlink())
 
     nvidia = sorted(p for p in (site / "nvidia").glob("*") if p.is_dir()) if (
         site / "nvidia").is_dir() else []
     rank = {name: i for i, name in enumerate(LIBRARIES_FIRST)}
     nvidia.sort(key=lambda p: (rank.get(p.name, len(rank)), p.name))
-    return [*found(torch_root / "lib"), *(f for p in nvidia for f in found(p)),
-            *found(site / "triton")]
+    return [*found(torch_root / "lib"), *found(torch_root, python=True),
+            *(f for p in nvidia for f in found(p)), *found(site / "triton")]
 
 
 def start(folder: Path, torch_root: Path, *, wait: bool = False) -> subprocess.Popen[bytes] | None:
