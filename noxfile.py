@@ -34,8 +34,8 @@ def _install_project(session: nox.Session, *, with_torch: bool) -> None:
 def tests(session: nox.Session) -> None:
     """The test suite (real venvs built with uv, real torch, offline)."""
     _install_project(session, with_torch=True)
-    session.install("pytest", "hypothesis", "uv")
-    session.run("pytest", *session.posargs)
+    session.install("pytest", "pytest-xdist", "hypothesis", "uv")
+    session.run("pytest", "-n", "auto", *session.posargs)
 
 
 @nox.session

@@ -192,3 +192,17 @@ def uv_hardlinks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("UV_CACHE_DIR", str(cache))
     monkeypatch.setenv("UV_LINK_MODE", "hardlink")
     return cache
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """Under pytest-xdist: all of tests/dflash on one worker (its session fixtures, a
+    trained drafter and a torchrun job, are built once), every other file whole on one
+    worker (its module-scoped venvs are built once)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFile(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "tests/dflash" if path.startswith("tests/dflash/") else path
+
+    return ByFile(config, log)
