@@ -21,7 +21,9 @@ Every run is ``dflash-train`` in a fresh process, timed to its first step
   (its stderr kept whole in ``evicted-first.stderr``).
 
 Then ``generation.json``: the data phase alone (the target's greedy responses to the
-recipe's prompts), its first and second call timed apart, and the CUDA time by kernel.
+recipe's prompts), its first and second call timed apart, and the CUDA time by kernel;
+four processes, alternating the attention kernels generation may use (its default, and
+with cuDNN's as well, which it used before).
 Each result is written to ``--out`` as soon as it is measured.
 """
 
@@ -124,11 +126,16 @@ from dflash.presets import PRESETS
 from dflash.startup import generation_batch, synthetic_examples
 from dflash.target import load_target
 cfg = PRESETS[sys.argv[1]]()
+if sys.argv[2] == "cudnn":  # the kernels before generation excluded cuDNN's
+    from torch.nn.attention import SDPBackend
+    from dflash.decoding import generate
+    generate.GENERATION_BACKENDS = [SDPBackend.CUDNN_ATTENTION, *generate.GENERATION_BACKENDS]
 t0 = time.perf_counter()
 target = load_target(cfg.target, device="cuda", dtype=torch.bfloat16, layer_ids=cfg.layer_ids,
                      seed=cfg.seed)
 torch.cuda.synchronize()
-r = {"load_s": time.perf_counter() - t0, "batch": generation_batch(target, cfg),
+r = {"kernels": sys.argv[2], "load_s": time.perf_counter() - t0,
+     "batch": generation_batch(target, cfg),
      "prompts": cfg.synthetic_prompts, "tokens": cfg.synthetic_response_tokens}
 for name in ("first_s", "second_s"):
     t0 = time.perf_counter()
@@ -204,12 +211,16 @@ def main() -> int:
         write(args.out, "runs", results)
         print("evicted-first", r.get("first_step_s"), r.get("start_s"), flush=True)
     if "generation" not in skip:
-        proc = subprocess.run([sys.executable, "-c", GENERATION, args.preset], cwd=ROOT,
-                              env=env_for(base / "c-gen", first_cache), capture_output=True,
-                              text=True, timeout=240, check=False)
-        lines = proc.stdout.strip().splitlines()
-        write(args.out, "generation", json.loads(lines[-1]) if proc.returncode == 0 and lines
-              else {"exit": proc.returncode, "stderr": proc.stderr[-3000:]})
+        runs = []
+        for kernels in ("default", "cudnn", "default", "cudnn"):
+            proc = subprocess.run([sys.executable, "-c", GENERATION, args.preset, kernels],
+                                  cwd=ROOT, env=env_for(base / "c-gen", first_cache),
+                                  capture_output=True, text=True, timeout=240, check=False)
+            lines = proc.stdout.strip().splitlines()
+            runs.append(json.loads(lines[-1]) if proc.returncode == 0 and lines
+                        else {"kernels": kernels, "exit": proc.returncode,
+                              "stderr": proc.stderr[-3000:]})
+            write(args.out, "generation", runs)
     return 0
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from dflash.config import TrainConfig
 from dflash.data import Example, read_prompts
@@ -42,6 +43,11 @@ def _next_tokens(logits_BV: torch.Tensor, temperature: float, gen: torch.Generat
 
 _STOP_CHECK_EVERY = 8
 
+GENERATION_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
+                       SDPBackend.MATH]
+"""The attention kernels generation may use: not cuDNN's, which plans a kernel for every
+key length it meets, and decoding meets a new one every step."""
+
 
 def _left_padded(prompts: Sequence[Sequence[int]], device: torch.device
                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -61,6 +67,14 @@ def _generate_group(target: TargetModel, prompts_BP: torch.Tensor, pad_B: torch.
                     max_new_tokens: int, temperature: float, gen: torch.Generator | None,
                     stop_ids: torch.Tensor) -> list[list[int]]:
     """Decode one batch of left-padded prompts; a row stops after a stop id."""
+    with sdpa_kernel(GENERATION_BACKENDS):
+        return _decode_group(target, prompts_BP, pad_B, max_new_tokens, temperature, gen,
+                             stop_ids)
+
+
+def _decode_group(target: TargetModel, prompts_BP: torch.Tensor, pad_B: torch.Tensor | None,
+                  max_new_tokens: int, temperature: float, gen: torch.Generator | None,
+                  stop_ids: torch.Tensor) -> list[list[int]]:
     bsz, plen = prompts_BP.shape
     cache = target.new_cache()
     logits, _ = target.forward_cached(prompts_BP, cache, 0, last_only=True, pad_B=pad_B)
