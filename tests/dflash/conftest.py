@@ -19,6 +19,12 @@ from dflash.model import DFlashDrafter
 from dflash.presets import tiny_drafter
 from tests.dflash import launch
 
+# Under pytest-xdist torch here takes this worker's share of the cores, not all of them:
+# its OpenMP threads spin while they wait, on the cores the other workers need.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // _WORKERS))
+
 # Eager flex_attention on CPU warns that it is unfused; that is expected in tests.
 FLEX_EAGER = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 
