@@ -194,6 +194,7 @@ def uv_hardlinks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return cache
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest without xdist (nox's integrations) runs too
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """Under pytest-xdist: all of tests/dflash on one worker (its session fixtures, a
     trained drafter and a torchrun job, are built once), every other file whole on one

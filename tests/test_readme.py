@@ -52,3 +52,14 @@ def test_main_job_does_not_ask_for_the_trainer_extra() -> None:
     assert not any(d.startswith("envguard") for d in dev), "dev must not pull envguard[dflash]"
     assert heavy <= {re.split(r"[<>=!~; \[]", d, maxsplit=1)[0].lower()
                      for d in project["project"]["optional-dependencies"]["dflash"]}
+
+
+def test_the_suite_still_runs_without_xdist() -> None:
+    # nox's integrations session installs pytest alone; the conftest's xdist hook must not
+    # stop it (an unknown hook is an error unless it is optional).
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-p",
+                           "no:cacheprovider", "-q", "--collect-only", "tests/test_readme.py"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
