@@ -72,7 +72,8 @@ check each value's type. Where any memo file is written, at most once a day per 
 (the stamp file ``.prune-stamp``), this user's regular files named as above and unused for
 30 days (the later of their modification and access times) are removed, nothing followed
 (:mod:`~envguard.probe.fastpath.prune`). A new kind of memo file needs its name in
-``prune.MEMO_NAME``, or it is never pruned.
+``prune.MEMO_NAME``, or it is never pruned. Within a hash memo, a save drops the entries
+of files that no longer exist and that this run did not use.
 
 Adding a field to a memoised record. A field of :class:`~envguard.model.Distribution` (or
 of a record class it holds, such as :class:`~envguard.model.DirectUrl`) needs no edit

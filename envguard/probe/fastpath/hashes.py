@@ -6,11 +6,14 @@ edited and then ``touch``-ed back to its old mtime is still re-hashed.
 
 The memo is a ``marshal`` file (loads 70,000 entries in a few milliseconds, where
 JSON takes tens): private to this machine, tagged with the marshal version, and
-simply ignored when unreadable or of another format.
+simply ignored when unreadable or of another format. A save drops the entries of files
+that are gone (an uninstalled or upgraded package's), so the memo does not grow with every
+version an environment has held.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from envguard.paths import memo_dir
@@ -26,6 +29,7 @@ class HashMemo:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._entries: dict[str, tuple[Key, str]] = {}
+        self._used: set[str] = set()
         self._dirty = False
         self.load_error: str | None = None
 
@@ -39,20 +43,27 @@ class HashMemo:
         self._entries, self.load_error = marshal_file.load(self.path, self.TAG)
 
     def get(self, path: str, key: Key, algorithm: str) -> str | None:
-        hit = self._entries.get(f"{algorithm}:{path}")
+        name = f"{algorithm}:{path}"
+        hit = self._entries.get(name)
         # Entries are checked on use, not on load: a malformed one is just a miss.
         if type(hit) is tuple and len(hit) == 2 and hit[0] == key and type(hit[1]) is str:
+            self._used.add(name)
             return hit[1]
         return None
 
     def put(self, path: str, key: Key, algorithm: str, digest: str) -> None:
-        self._entries[f"{algorithm}:{path}"] = (key, digest)
+        name = f"{algorithm}:{path}"
+        self._entries[name] = (key, digest)
+        self._used.add(name)
         self._dirty = True
 
     def save(self) -> str | None:
         """Write the memo atomically if it changed; return an error message, never raise."""
         if not self._dirty:
             return None
+        for name in [n for n in self._entries if n not in self._used]:
+            if not os.path.lexists(name.partition(":")[2]):  # gone since it was hashed
+                del self._entries[name]
         error = marshal_file.save(self.path, self.TAG, self._entries)
         if error is None:
             self._dirty = False

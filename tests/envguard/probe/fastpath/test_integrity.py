@@ -93,6 +93,28 @@ def test_hash_cache_makes_a_warm_rerun_read_nothing(torch_env: Venv, tmp_path: P
     assert ("torch", "torch/__init__.py", "hash") in _problems(after)
 
 
+def test_a_save_drops_the_entries_of_files_that_are_gone(tmp_path: Path) -> None:
+    kept, gone, new = (tmp_path / n for n in ("kept.py", "gone.py", "new.py"))
+    for f in (kept, gone, new):
+        f.write_text("x")
+    path = tmp_path / "hashes.marshal"
+    first = HashMemo(path)
+    first.put(str(kept), (1, 1, 1, 1), "sha256", "a")
+    first.put(str(gone), (2, 2, 2, 2), "sha256", "b")
+    assert first.save() is None
+    gone.unlink()  # an uninstalled package's file
+    later = HashMemo(path)  # a run that hashes only new.py
+    later.load()
+    later.put(str(new), (3, 3, 3, 3), "sha256", "c")
+    assert later.save() is None
+    again = HashMemo(path)
+    again.load()
+    assert again.get(str(kept), (1, 1, 1, 1), "sha256") == "a"  # still there: kept
+    assert again.get(str(new), (3, 3, 3, 3), "sha256") == "c"
+    assert again.get(str(gone), (2, 2, 2, 2), "sha256") is None
+    assert len(again._entries) == 2
+
+
 def test_corrupt_hash_cache_is_ignored_with_a_note(tmp_path: Path) -> None:
     import marshal
 
