@@ -52,8 +52,12 @@ try:
     os.nice(10)
 except OSError:
     pass
-marker, skip, count = sys.argv[1], re.compile(sys.argv[2]), int(sys.argv[3])
-libraries, dirs = sys.argv[4:4 + count], sys.argv[4 + count:]
+marker, skip, home, torch_root = sys.argv[1], re.compile(sys.argv[2]), sys.argv[3], sys.argv[4]
+dirs = sys.argv[5:]
+sys.path.insert(0, home)  # the folder that holds dflash: the list is made here, not in the launch
+from pathlib import Path
+from dflash.cli.precompile import libraries_for
+libraries = libraries_for(Path(torch_root))
 CHUNK = 32 << 20
 def ranges():
     for path in libraries:
@@ -94,6 +98,7 @@ if ok:
                    "compile_s": round(time.monotonic() - t1, 3)}, fh)
 os.remove(marker + ".running")
 """
+
 
 def marker_for(folder: Path, torch_root: Path) -> Path:
     """The file that says ``torch_root``'s tree was compiled into ``folder``."""
@@ -149,9 +154,9 @@ def start(folder: Path, torch_root: Path, *, wait: bool = False) -> subprocess.P
         os.close(os.open(f"{marker}.running", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
     except OSError:
         return None
-    libraries = [str(p) for p in libraries_for(torch_root)]
+    home = Path(__file__).resolve().parents[2]  # what holds the dflash package
     argv = [sys.executable, "-X", f"pycache_prefix={folder}", "-c", SCRIPT, str(marker), SKIP,
-            str(len(libraries)), *libraries, *(str(d) for d in dirs_for(torch_root))]
+            str(home), str(torch_root), *(str(d) for d in dirs_for(torch_root))]
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True,
                             env={**os.environ, "PYTHONDONTWRITEBYTECODE": ""})
