@@ -9,6 +9,8 @@ that requires two of them (``--find-links``), and ``flask botocore aiohttp`` (15
 from uv's warm cache, offline). In one run, alternating, ``--reps`` times each:
 
 - ``uv pip install ...`` alone, then ``uv pip sync`` back to the venv's set (untimed);
+  both runs name the same uv binary (``uv`` on PATH may be a slower wrapper, such as a
+  pyenv shim, which would charge envguard for the wrapper's start);
 - ``envguard install -- uv pip install ...`` (predicted on a scratch copy, run, checked,
   recorded), then the same sync back;
 - ``envguard undo`` of one package's change: ``tiny-05`` replaced by another build of the
@@ -120,12 +122,12 @@ def main() -> None:
         for _ in range(args.reps):
             plain.append(run([uv(), *install[:2], "--python", python, *install[2:]], env))
             run(reset, env)
-            guarded.append(run([*envguard, "install", "--python", python, "--", "uv",
+            guarded.append(run([*envguard, "install", "--python", python, "--", uv(),
                                 *install], env))
             run(reset, env)
         costs = json.loads(subprocess.run(
             [*envguard, "install", "--dry-run", "--format", "json", "--python", python, "--",
-             "uv", *install], env=env, capture_output=True, text=True,
+             uv(), *install], env=env, capture_output=True, text=True,
             check=False).stdout)["costs"]
         p, g = statistics.median(plain), statistics.median(guarded)
         print(f"{label}:")
@@ -134,7 +136,7 @@ def main() -> None:
         print(f"  ratio {g / p:.1f}x; the prediction: {costs}")
     undo = []
     for _ in range(args.reps):
-        subprocess.run([*envguard, "install", "--yes", "--python", python, "--", "uv", "pip",
+        subprocess.run([*envguard, "install", "--yes", "--python", python, "--", uv(), "pip",
                         "install", "--no-index", "--find-links", str(rebuilt), "--reinstall",
                         "tiny-05"], env=env, capture_output=True, check=True)
         undo.append(run([*envguard, "undo", "--python", python], env))

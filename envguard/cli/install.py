@@ -27,8 +27,9 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
         "(hard links, no download twice), snapshot the copy, and explain the difference with "
         "the rules of envguard diff: a same-version rebuild of torch is seen before it is "
         "installed. A critical finding, or a lock of ./lockfiles the change would break, "
-        "refuses the command; otherwise it runs in the environment, the result is checked "
-        "against the prediction and recorded as a revision (envguard undo).",
+        "refuses the command; otherwise the change is made (uv: the copy's new files are "
+        "moved into place, so uv runs once; pip runs again in the environment), the result "
+        "is checked against the prediction and recorded as a revision (envguard undo).",
         epilog="exit status: 0 installed as predicted (or --dry-run: nothing critical), "
         "1 installed but not as predicted, 2 bad input or usage, 3 refused, 4 the installer "
         "failed, 130 interrupted (envguard help install)")
@@ -74,11 +75,13 @@ def cmd_install(args: argparse.Namespace) -> int:
     cwd = Path.cwd()
     with sigterm_interrupts(), StderrProgress(note_after=0) as progress:
         progress.step(f"predicting on a copy of the environment: {' '.join(command.argv[:3])}")
-        plan = predict(command, python=selection.executable, cwd=cwd)
+        plan = predict(command, python=selection.executable, cwd=cwd, stage=not args.dry_run)
     report = InstallReport(plan=plan)
     if args.dry_run or (plan.refused and not args.yes):
         from envguard.install.scratch import wait_for_removals
+        from envguard.install.transplant import discard
 
+        discard(plan.staged)
         show(report, args.format, show_all=args.all)
         wait_for_removals()
         return ExitCode.REFUSED if plan.refused else ExitCode.OK

@@ -1,5 +1,10 @@
-"""Run the installer command in the real environment, once its prediction was accepted, and
+"""Make the predicted change in the real environment, once its prediction was accepted, and
 check the result against the prediction; record the change as a revision.
+
+A uv command's prediction holds the installer's files (``plan.staged``): they are moved into
+place (:mod:`envguard.install.transplant`), so the installer runs once and what is installed
+is the very build the prediction judged. Otherwise (pip, a prediction made on a whole copy,
+a move that could not be made) the installer runs again, in the environment.
 
 The installer runs in its own session, so a Ctrl-C at the terminal reaches envguard only:
 envguard lets the installer finish (an installer stopped half-way leaves a half-installed
@@ -21,6 +26,7 @@ from envguard.frozen import frozen
 from envguard.install.command import InstallerCommand, installer_environment
 from envguard.install.predict import InstallPlan, differences, snapshot_options
 from envguard.install.scratch import wait_for_removals
+from envguard.install.transplant import TransplantFailed, discard, transplant
 from envguard.probe import collect
 from envguard.revisions.keep import KeptBuild, keep_builds
 from envguard.revisions.store import Revision, env_folder, record_revision, state_root
@@ -44,6 +50,10 @@ class Applied:
     kept: tuple[KeptBuild, ...] = ()
     """The builds the command replaces or removes that uv's cache does not hold, kept for
     ``envguard undo`` before it ran (:mod:`envguard.revisions.keep`), or why not."""
+    moved: bool = False
+    """The predicted files were moved into place; False: the installer ran again."""
+    why_run: str = ""
+    """Why a staged prediction's files were not moved (the installer ran instead)."""
 
 
 def run_to_end(argv: list[str], *, env: Mapping[str, str], cwd: str,
@@ -93,10 +103,21 @@ def apply_install(plan: InstallPlan, command: InstallerCommand, *, cwd: Path,
         kept = keep_builds((plan.before.package(p.name) for p in plan.packages
                             if p.action in REPLACED), prefix=plan.environment, env=given)
     except BaseException:
+        discard(plan.staged)
         wait_for_removals()  # the prediction's copy: never left half-removed
         raise
     with deferred_signals() as got:
-        code = run_to_end(command.argv_for(plan.python), env=environ, cwd=str(cwd), echo=echo)
+        moved, why = False, ""
+        if plan.staged is not None:
+            try:
+                transplant(plan.staged, echo=echo)
+                moved = True
+            except TransplantFailed as exc:
+                why = str(exc)
+            finally:
+                discard(plan.staged)
+        code = 0 if moved else run_to_end(command.argv_for(plan.python), env=environ,
+                                          cwd=str(cwd), echo=echo)
         patterns = tuple(dict.fromkeys(f.pattern for f in plan.before.files.files))
         after = collect(snapshot_options(plan.python, patterns))
         found = differences(plan.predicted, after) if code == 0 else ()
@@ -106,4 +127,4 @@ def apply_install(plan: InstallPlan, command: InstallerCommand, *, cwd: Path,
                                     note=note) if differences(plan.before, after) else None)
         wait_for_removals()  # the prediction's copy, removed meanwhile
     return Applied(exit_code=code, differences=found, revision=revision,
-                   interrupted=bool(got), kept=kept)
+                   interrupted=bool(got), kept=kept, moved=moved, why_run=why)

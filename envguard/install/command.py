@@ -62,6 +62,16 @@ class InstallerCommand:
         return [python, "-m", "pip", self.action, *extra, *self.args]
 
 
+    def argv_into(self, python: str, prefix: str) -> list[str]:
+        """``uv pip ACTION --python PY --prefix PREFIX ARGS``: uv resolves against the
+        packages under ``PREFIX`` and writes there what it would write into the environment
+        of ``python``, scripts with that interpreter in their shebang (uv only)."""
+        if self.tool != UV:
+            raise ValueError("--prefix is taken from uv only")
+        return [self.program, "pip", self.action, "--python", python, "--prefix", prefix,
+                *self.args]
+
+
 def parse_command(argv: Sequence[str], *, uv: str | None = None) -> InstallerCommand:
     """``argv`` as an installer command, or InputError (exit 2) in one line. ``uv``: the
     binary to run for ``uv pip`` when ``argv[0]`` is not found on PATH."""

@@ -6,14 +6,15 @@ gate refuses a launch, naming the lock."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from envguard.errors import InputError
 from envguard.findings import Finding
 from envguard.frozen import frozen
-from envguard.gate.check import check
-from envguard.gate.lockfile import Lock
-from envguard.gate.lookup import project_root_of, read_lock
 from envguard.model import Snapshot
+
+if TYPE_CHECKING:  # the gate is imported only where ./lockfiles holds a lock (0.1 s)
+    from envguard.gate.lockfile import Lock
 
 LOCK_FOLDER = "lockfiles"
 
@@ -41,6 +42,8 @@ def read_locks(cwd: Path) -> tuple[list[FoundLock], tuple[str, ...]]:
     folder = cwd / LOCK_FOLDER
     if not folder.is_dir():
         return [], ()
+    from envguard.gate.lookup import read_lock
+
     found, notes = [], []
     for path in sorted(folder.glob("*.toml")):
         try:
@@ -52,6 +55,10 @@ def read_locks(cwd: Path) -> tuple[list[FoundLock], tuple[str, ...]]:
 
 def lock_patterns(locks: list[FoundLock]) -> tuple[str, ...]:
     """The files the locks pin, as absolute patterns (the snapshot hashes them)."""
+    if not locks:
+        return ()
+    from envguard.gate.lookup import project_root_of
+
     return tuple(dict.fromkeys(str(project_root_of(f.path) / p)
                                for f in locks for p in f.lock.file_patterns))
 
@@ -59,6 +66,11 @@ def lock_patterns(locks: list[FoundLock]) -> tuple[str, ...]:
 def broken_locks(before: Snapshot, predicted: Snapshot, locks: list[FoundLock]
                  ) -> tuple[tuple[LockVerdict, ...], tuple[str, ...]]:
     """(the locks matched now and broken by the prediction, every lock matched now)."""
+    if not locks:
+        return (), ()
+    from envguard.gate.check import check
+    from envguard.gate.lookup import project_root_of
+
     broken, matched = [], []
     for found in locks:
         root = project_root_of(found.path)

@@ -20,9 +20,10 @@ from envguard.changes import ADDED, REMOVED, Change, SnapshotDiff, diff
 from envguard.errors import InputError, RestoreError
 from envguard.findings import Finding, Severity
 from envguard.frozen import frozen
-from envguard.install.command import InstallerCommand, installer_environment
+from envguard.install.command import UV, InstallerCommand, installer_environment
 from envguard.install.locks import LockVerdict, broken_locks, lock_patterns, read_locks
-from envguard.install.scratch import check_guard, scratch_copy
+from envguard.install.scratch import check_guard, scratch_copy, stage_away
+from envguard.install.transplant import Staged, inventory, metadata_dirs
 from envguard.model import Distribution, Snapshot
 from envguard.probe import SnapshotOptions, collect
 from envguard.redact import redact_argv
@@ -73,6 +74,12 @@ class InstallPlan:
     """Locks (by path) this environment matches now."""
     notes: tuple[str, ...] = ()
     costs: Costs | None = None
+    staged: Staged | None = None
+    """The copy the installer changed, kept so that applying the plan moves its files
+    (:mod:`envguard.install.transplant`) instead of running the installer again; None when
+    the plan was made without ``stage`` or the installer cannot be moved (pip, a whole
+    copy). Whoever holds a plan with one applies it or calls
+    :func:`~envguard.install.transplant.discard`."""
 
     @property
     def critical(self) -> tuple[Finding, ...]:
@@ -191,8 +198,13 @@ def same_environment(command: InstallerCommand, prefix: Path) -> None:
 
 
 def predict(command: InstallerCommand, *, python: str, cwd: Path,
-            env: Mapping[str, str] | None = None, echo: Echo | None = None) -> InstallPlan:
-    """The plan of ``command`` for the environment of ``python`` (see the module)."""
+            env: Mapping[str, str] | None = None, echo: Echo | None = None,
+            stage: bool = False) -> InstallPlan:
+    """The plan of ``command`` for the environment of ``python`` (see the module).
+
+    uv runs on the metadata copy with the environment's own interpreter and ``--prefix``
+    at the copy, so the copy receives exactly what the environment would; with ``stage``,
+    that copy is kept in the plan (``plan.staged``) for :func:`~.apply.apply_install`."""
     from envguard.explain import explain
     from envguard.restore.build import error_line, run_process
 
@@ -208,13 +220,19 @@ def predict(command: InstallerCommand, *, python: str, cwd: Path,
     rel = rel if not rel.startswith("..") else os.path.join("bin", "python")
     # First the venv's metadata only (what resolution reads); a command that fails there
     # (a build that imports the venv's own packages) is tried again on a whole copy.
+    staged: Staged | None = None
     for sites in (before.interpreter.site_packages, None):
         with scratch_copy(prefix, site_packages=sites,
                           with_pip=command.tool == "pip") as (folder, guard, cloned):
+            movable = command.tool == UV and sites is not None
+            made = inventory(str(folder)) if movable else {}
+            sites_now = tuple(os.path.realpath(p) for p in sites or ())
+            metadata = metadata_dirs(str(prefix), sites_now) if movable else frozenset()
             cloned_at = time.perf_counter()
             scratch_python = str(folder / rel)
-            result = run_process(command.argv_for(scratch_python), timeout=3600, echo=echo,
-                                 env=environ, cwd=str(cwd))
+            argv = (command.argv_into(python, str(folder)) if movable
+                    else command.argv_for(scratch_python))
+            result = run_process(argv, timeout=3600, echo=echo, env=environ, cwd=str(cwd))
             check_guard(guard)
             ran_at = time.perf_counter()
             if not result.ok and sites is not None:
@@ -225,6 +243,10 @@ def predict(command: InstallerCommand, *, python: str, cwd: Path,
                                    "nothing was changed")
             copy = collect(snapshot_options(scratch_python, memo=False))
             copy_prefix = os.path.realpath(copy.interpreter.prefix)
+            if movable and stage:
+                staged = Staged(folder=str(stage_away(folder, prefix)), prefix=str(prefix),
+                                before=made, sites=sites_now, metadata_dirs=metadata,
+                                guard=guard, lines=tuple(result.lines))
             break
     predicted = as_environment(copy, before, copy_prefix, str(prefix))
     changes = diff(before, predicted)
@@ -238,4 +260,5 @@ def predict(command: InstallerCommand, *, python: str, cwd: Path,
                        command=tuple(redact_argv(list(command.argv))), before=before,
                        predicted=predicted, diff=changes, findings=findings,
                        packages=_versions(package_changes(changes), before, predicted),
-                       locks=broken, locked_by=locked_by, notes=notes, costs=costs)
+                       locks=broken, locked_by=locked_by, notes=notes, costs=costs,
+                       staged=staged)

@@ -65,6 +65,7 @@ class InstallReport:
                 "snapshots_s": round(plan.costs.snapshots_s, 3)},
             "applied": None if applied is None else {
                 "exit_code": applied.exit_code, "as_predicted": not applied.differences,
+                "moved": applied.moved, "why_run": applied.why_run,
                 "differences": list(applied.differences), "interrupted": applied.interrupted,
                 "revision": applied.revision.number if applied.revision else None,
                 "kept": [{"name": k.name, "version": k.version, "outcome": k.outcome,

@@ -104,7 +104,7 @@ def _trash_path(prefix: Path) -> Path:
 
 
 @contextlib.contextmanager
-def _exclusive(prefix: Path) -> Iterator[None]:
+def exclusive(prefix: Path) -> Iterator[None]:
     """An exclusive ``flock`` on the environment's folder, held while the block runs."""
     try:
         import fcntl
@@ -131,7 +131,7 @@ def sweep_stale(prefix: Path) -> None:
         for entry in os.scandir(prefix.parent):
             if not entry.name.startswith(head) or not entry.is_dir(follow_symlinks=False):
                 continue
-            pid = entry.name[len(head):]
+            pid = entry.name[len(head):].split("-", 1)[0]  # PID, or PID-N (a staged copy)
             if pid.isdigit() and not _alive(int(pid)):
                 shutil.rmtree(entry.path, ignore_errors=True)
 
@@ -295,7 +295,7 @@ def scratch_copy(prefix: Path, *, site_packages: Sequence[str] | None = None,
     wait_for_removals()
     sweep_stale(prefix)
     folder = scratch_path(prefix)
-    with _exclusive(prefix):
+    with exclusive(prefix):
         if os.path.islink(folder):  # planted: removed, never followed
             os.unlink(folder)
         elif os.path.lexists(folder):  # left by a killed envguard (the lock was free)
@@ -311,19 +311,37 @@ def scratch_copy(prefix: Path, *, site_packages: Sequence[str] | None = None,
         # Removing thousands of files costs a second on a slow disk: done in a thread
         # while the command goes on (the real install), under a name of this process's
         # own; wait_for_removals() before the process ends.
+        if not os.path.lexists(folder):
+            return  # kept (stage_away)
         trash = _trash_path(prefix)
         try:
             os.rename(folder, trash)
         except OSError:
             shutil.rmtree(folder, ignore_errors=True)
             return
-    thread = threading.Thread(target=shutil.rmtree, args=(trash,),
+    remove_later(trash)
+
+
+_REMOVALS: list[threading.Thread] = []
+_STAGED = [0]
+
+
+def remove_later(folder: str | Path) -> None:
+    """Remove ``folder`` in a thread (:func:`wait_for_removals` waits for it)."""
+    thread = threading.Thread(target=shutil.rmtree, args=(folder,),
                               kwargs={"ignore_errors": True}, daemon=True)
     thread.start()
     _REMOVALS.append(thread)
 
 
-_REMOVALS: list[threading.Thread] = []
+def stage_away(folder: Path, prefix: Path) -> Path:
+    """Keep the copy at ``folder`` past its ``with`` block: renamed to a name of this
+    process's own (``.NAME.envguard-scratch-PID-N``, removed by the next envguard if this
+    one is killed), which :func:`scratch_copy` then leaves alone."""
+    _STAGED[0] += 1
+    kept = prefix.with_name(f".{prefix.name}{_SCRATCH}{os.getpid()}-{_STAGED[0]}")
+    os.rename(folder, kept)
+    return kept
 
 
 def wait_for_removals() -> None:

@@ -76,6 +76,9 @@ def _outcome(report: InstallReport) -> RenderableType:
     lines: list[RenderableType] = [Text(report.verdict, style="bold" if not applied.differences
                                         and applied.exit_code == 0 else "bold yellow")]
     lines += [Text(f"  differs: {clean(d, 300)}", style="yellow") for d in applied.differences]
+    if applied.why_run:
+        lines.append(Text(f"  the installer ran again in the environment: "
+                          f"{clean(applied.why_run, REASON_LIMIT)}", style="dim"))
     for k in applied.kept:
         row = Text(f"  {'kept for undo' if k.outcome != 'not kept' else 'not kept for undo'}: ",
                    style="dim" if k.outcome != "not kept" else "yellow")
@@ -105,6 +108,9 @@ def markdown(report: InstallReport, show_all: bool = False) -> str:
         out.append(f"- 🔒 lock **{md(v.name)}** (`{md(v.path)}`) would refuse")
     if report.applied is not None:
         out += [f"- differs from the prediction: {md(d)}" for d in report.applied.differences]
+        if report.applied.why_run:
+            out.append(f"- the installer ran again in the environment: "
+                       f"{md(report.applied.why_run)}")
         out += [f"- {'not kept' if k.outcome == 'not kept' else 'kept'} for undo: "
                 f"{md(k.name)} {md(k.version or '')}"
                 + (f" ({md(k.detail)})" if k.outcome == "not kept" else "")
