@@ -4,15 +4,19 @@
 
 A venv of about 100 packages: this checkout's own development set (``uv pip freeze`` of
 ``.venv``, envguard itself and torch left out; installed offline from uv's warm cache, uv's default
-link mode) plus ``--tiny`` generated wheels. Two installs: X, one more generated wheel
-that requires two of them (``--find-links``), and ``flask botocore aiohttp`` (15 wheels
-from uv's warm cache, offline). In one run, alternating, ``--reps`` times each:
+link mode) plus ``--tiny`` generated wheels. Three installs: one more generated wheel
+that requires two of them (``--find-links``), ``flask botocore aiohttp`` (15 wheels
+from uv's warm cache, offline) and ``diffusers openai pandas scipy sqlalchemy`` (23 wheels,
+numpy replaced by another version: an inference stack's kind of change). In one run,
+alternating, ``--reps`` times each:
 
 - ``uv pip install ...`` alone, then ``uv pip sync`` back to the venv's set (untimed);
   both runs name the same uv binary (``uv`` on PATH may be a slower wrapper, such as a
   pyenv shim, which would charge envguard for the wrapper's start);
-- ``envguard install -- uv pip install ...`` (predicted on a scratch copy, run, checked,
-  recorded), then the same sync back;
+- ``envguard install --yes -- uv pip install ...`` (predicted on a scratch copy, made,
+  checked, recorded; ``--yes`` because the offline resolution of the third set picks old
+  releases that envguard rightly refuses: pandas 1.5.3 with numpy 2 and SQLAlchemy 2), then
+  the same sync back;
 - ``envguard undo`` of one package's change: ``tiny-05`` replaced by another build of the
   same version (``envguard install --yes``, untimed), then undone (timed).
 
@@ -111,6 +115,9 @@ def main() -> None:
                                                "--find-links", str(wheels), "x-pkg"],
         "flask botocore aiohttp (15 wheels, uv's cache)": ["pip", "install", "flask",
                                                            "botocore", "aiohttp"],
+        # an inference stack's kind: 23 wheels, thousands of files, numpy replaced
+        "diffusers openai pandas scipy sqlalchemy (23 wheels, numpy replaced)": [
+            "pip", "install", "diffusers", "openai", "pandas", "scipy", "sqlalchemy"],
     }
     if not own and any(r.startswith("torch==") for r in reqs):
         # the incident's kind of change, where the installer's own time is the most:
@@ -122,7 +129,7 @@ def main() -> None:
         for _ in range(args.reps):
             plain.append(run([uv(), *install[:2], "--python", python, *install[2:]], env))
             run(reset, env)
-            guarded.append(run([*envguard, "install", "--python", python, "--", uv(),
+            guarded.append(run([*envguard, "install", "--yes", "--python", python, "--", uv(),
                                 *install], env))
             run(reset, env)
         costs = json.loads(subprocess.run(

@@ -15,6 +15,7 @@ interruption (exit 130); ``envguard undo`` returns to the state before it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
@@ -27,6 +28,7 @@ from envguard.install.command import InstallerCommand, installer_environment
 from envguard.install.predict import InstallPlan, differences, snapshot_options
 from envguard.install.scratch import wait_for_removals
 from envguard.install.transplant import TransplantFailed, discard, transplant
+from envguard.model import Distribution
 from envguard.probe import collect
 from envguard.revisions.keep import KeptBuild, keep_builds
 from envguard.revisions.store import Revision, env_folder, record_revision, state_root
@@ -90,6 +92,28 @@ def deferred_signals() -> Iterator[list[int]]:
             signal.signal(sig, handler)
 
 
+def read_back(plan: InstallPlan) -> bool:
+    """Whether the environment holds what the plan predicted for every package it
+    changes: each new build's RECORD fingerprint read back from the environment, each
+    removed distribution's metadata folder gone."""
+    from envguard.probe.recordfile import fingerprint_record, fingerprinted_rows
+
+    def folder(dist: Distribution) -> str:
+        return os.path.join(dist.location, dist.metadata_dir)
+
+    for change in plan.packages:
+        new, old = plan.predicted.package(change.name), plan.before.package(change.name)
+        if old is not None and (new is None or folder(old) != folder(new)) and os.path.lexists(
+                folder(old)):
+            return False
+        if new is None:
+            continue
+        rows = fingerprinted_rows(os.path.join(folder(new), "RECORD"))
+        if not rows or fingerprint_record(rows) != new.fingerprint:
+            return False
+    return True
+
+
 def apply_install(plan: InstallPlan, command: InstallerCommand, *, cwd: Path,
                   env: Mapping[str, str] | None = None, echo: Echo | None = None) -> Applied:
     """Run ``command`` against ``plan``'s environment, snapshot it, compare with the
@@ -118,13 +142,18 @@ def apply_install(plan: InstallPlan, command: InstallerCommand, *, cwd: Path,
                 discard(plan.staged)
         code = 0 if moved else run_to_end(command.argv_for(plan.python), env=environ,
                                           cwd=str(cwd), echo=echo)
-        patterns = tuple(dict.fromkeys(f.pattern for f in plan.before.files.files))
-        after = collect(snapshot_options(plan.python, patterns))
-        found = differences(plan.predicted, after) if code == 0 else ()
+        if moved and read_back(plan):
+            # moved under envguard's and uv's locks, every changed distribution read back
+            after = dataclasses.replace(plan.predicted, created_at=now_iso())
+            found: tuple[str, ...] = ()
+        else:
+            patterns = tuple(dict.fromkeys(f.pattern for f in plan.before.files.files))
+            after = collect(snapshot_options(plan.python, patterns))
+            found = differences(plan.predicted, after) if code == 0 else ()
         note = ("differs from the prediction: " + "; ".join(found)) if found else ""
         revision = (record_revision(plan.environment, plan.before, after, kind="install",
                                     argv=command.argv, exit_code=code, started_at=started,
                                     note=note) if differences(plan.before, after) else None)
-        wait_for_removals()  # the prediction's copy, removed meanwhile
+        wait_for_removals(detached=False)  # the prediction's copy, removed meanwhile
     return Applied(exit_code=code, differences=found, revision=revision,
                    interrupted=bool(got), kept=kept, moved=moved, why_run=why)

@@ -28,8 +28,10 @@ says which file changed.
 
 The copy is removed when the ``with`` block ends: at once when it ends with an exception
 (Ctrl-C included), else in a thread while the command goes on
-(:func:`wait_for_removals` waits for it); a copy a killed envguard left behind is removed
-by the next one (the lock is free, or the pid in its name is gone).
+(:func:`wait_for_removals` waits for it), unless :func:`stage_away` kept it for the move of
+its files into the environment (:mod:`envguard.install.transplant`); a copy a killed
+envguard left behind is removed by the next one (the lock is free, or the pid in its name
+is gone).
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ import contextlib
 import os
 import re
 import shutil
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -292,7 +296,7 @@ def scratch_copy(prefix: Path, *, site_packages: Sequence[str] | None = None,
     """A scratch copy of the venv at ``prefix``: (its folder, the guard, what it cost).
     With ``site_packages`` (the interpreter's folders): :func:`metadata_clone`, else the
     whole venv (:func:`clone_tree`)."""
-    wait_for_removals()
+    wait_for_removals(detached=False)
     sweep_stale(prefix)
     folder = scratch_path(prefix)
     with exclusive(prefix):
@@ -323,11 +327,25 @@ def scratch_copy(prefix: Path, *, site_packages: Sequence[str] | None = None,
 
 
 _REMOVALS: list[threading.Thread] = []
+_DETACHED: list[subprocess.Popen[bytes]] = []
 _STAGED = [0]
+_RMTREE = "import shutil, sys; shutil.rmtree(sys.argv[1], ignore_errors=True)"
 
 
-def remove_later(folder: str | Path) -> None:
-    """Remove ``folder`` in a thread (:func:`wait_for_removals` waits for it)."""
+def remove_later(folder: str | Path, *, detached: bool = False) -> None:
+    """Remove ``folder`` in a thread, or (``detached``) in a process of its own that
+    outlives envguard: the files a move set aside (torch's thousands) need not hold up the
+    command's exit. :func:`wait_for_removals` waits for either; a folder a removal left
+    behind is removed by the next envguard (its name holds a pid that is gone)."""
+    if detached:
+        try:
+            _DETACHED.append(subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", _RMTREE, str(folder)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True, close_fds=True))
+            return
+        except OSError:
+            pass  # no process to be had: a thread instead
     thread = threading.Thread(target=shutil.rmtree, args=(folder,),
                               kwargs={"ignore_errors": True}, daemon=True)
     thread.start()
@@ -344,10 +362,13 @@ def stage_away(folder: Path, prefix: Path) -> Path:
     return kept
 
 
-def wait_for_removals() -> None:
-    """Wait until every scratch copy this process made is removed."""
+def wait_for_removals(*, detached: bool = True) -> None:
+    """Wait until every scratch copy this process made is removed (``detached=False``:
+    those removed in threads only; a detached removal goes on after envguard ends)."""
     while _REMOVALS:
         _REMOVALS.pop().join()
+    while detached and _DETACHED:
+        _DETACHED.pop().wait()
 
 
 def check_guard(guard: LinkGuard) -> None:

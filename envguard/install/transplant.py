@@ -176,13 +176,20 @@ def _whole_folders(removed: dict[str, None], sites: tuple[str, ...]) -> list[str
 
 
 def _only_removed(top: str, removed: dict[str, None]) -> bool:
-    for folder, dirs, files in os.walk(top):
-        if not dirs and not files:
-            return False  # an empty folder: an installer leaves it where it is not emptied
-        if any(os.path.join(folder, n) not in removed for n in files):
-            return False
-        if any(os.path.islink(os.path.join(folder, d)) for d in dirs):
-            return False
+    """Whether every file below ``top`` is removed, with no link to a folder and no empty
+    folder (an installer leaves a folder it does not empty)."""
+    stack = [top]
+    while stack:
+        with os.scandir(stack.pop()) as entries:
+            empty = True
+            for entry in entries:
+                empty = False
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                elif entry.path not in removed:
+                    return False
+            if empty:
+                return False
     return True
 
 
@@ -204,7 +211,7 @@ def _record_paths(prefix: str, meta: str) -> list[str]:
     caches: dict[str, list[str]] = {}
     for row in rows:
         path = os.path.normpath(os.path.join(site, row[0]))
-        if not _inside(prefix, path) or not os.path.lexists(path):
+        if not _inside(prefix, path):
             continue
         out.append(path)
         if path.endswith(".py"):
@@ -306,12 +313,19 @@ def _aside_removals(journal: _Journal, removed: dict[str, None], whole: list[str
     for top in whole:
         journal.set_aside(top)
     count = len(whole)
+    inside = tuple(top + os.sep for top in whole)
+    tops = set(whole)
     for path in removed:
-        if os.path.isdir(path) and not os.path.islink(path):
-            continue  # a metadata folder (moved whole) or one a RECORD names
-        if os.path.lexists(path):  # absent: inside a whole folder, or listed twice
-            journal.set_aside(path)
-            count += 1
+        if path in tops or (inside and path.startswith(inside)):
+            continue
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue  # listed twice (RECORD and the copy), or not there
+        if stat.S_ISDIR(st.st_mode):
+            continue  # a folder a RECORD names: its files are listed themselves
+        journal.set_aside(path)
+        count += 1
     return count
 
 
@@ -409,6 +423,7 @@ def _remove_empty(folder: str, prefix: str) -> None:
 
 
 def discard(staged: Staged | None) -> None:
-    """Remove the staged copy, in a thread (:func:`~.scratch.wait_for_removals`)."""
+    """Remove the staged copy (and what a move set aside in it) in a process of its own
+    (:func:`~.scratch.remove_later`)."""
     if staged is not None:
-        remove_later(staged.folder)
+        remove_later(staged.folder, detached=True)

@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,17 @@ def envguard(*args: str, cwd: Path, env: dict[str, str] | None = None,
     environ.update(env or {})
     return subprocess.run([sys.executable, "-m", "envguard", *args], cwd=cwd, env=environ,
                           capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def no_copy_left(env: Path) -> bool:
+    """The copy is gone, or going: what a move set aside is removed by a process of its
+    own after envguard ends (given 30 s here)."""
+    deadline = time.monotonic() + 30
+    while [p for p in env.parent.iterdir() if "envguard-scratch" in p.name]:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def fingerprints(venv: Venv, cwd: Path) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from tests.envguard.install.test_install import (
     envguard,
     hashes,
     make_scene,
+    no_copy_left,
 )
 from tests.wheelfactory import VenvFactory, build_wheel, interruptible
 
@@ -99,16 +100,18 @@ def test_uv_predictions_leave_the_venv_byte_for_byte_unchanged(
 
 
 def _interrupt_when_copied(argv: list[str], scene: Scene) -> subprocess.CompletedProcess[str]:
-    """Run envguard and send SIGINT as soon as its scratch copy of the venv exists."""
+    """Run envguard and send SIGINT as soon as its scratch copy of the venv exists (by its
+    name while in use: an earlier install's copy may still be going, removed by a process
+    of its own)."""
     environ = dict(os.environ, UV_OFFLINE="1", UV_NO_CONFIG="1", COLUMNS="200")
     proc = subprocess.Popen([sys.executable, "-m", "envguard", *argv], cwd=scene.cwd,
                             env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, preexec_fn=interruptible)
-    folder = scene.venv.path.parent
+    copy = scene.venv.path.with_name(f".{scene.venv.path.name}.envguard-scratch")
     deadline = time.monotonic() + 60
     seen = False
     while time.monotonic() < deadline and proc.poll() is None:
-        if any("envguard-scratch" in p.name for p in folder.iterdir()):
+        if os.path.lexists(copy):
             proc.send_signal(signal.SIGINT)
             seen = True
             break
@@ -138,7 +141,7 @@ def test_ctrl_c_during_undo_leaves_the_venv_as_it_was(uv_scene: Scene) -> None:
     done = _interrupt_when_copied(["undo", "--python", str(uv_scene.venv.path)], uv_scene)
     assert done.returncode == 130, done.stderr
     assert hashes(uv_scene.venv.path) == before
-    assert not [p for p in uv_scene.venv.path.parent.iterdir() if "envguard-scratch" in p.name]
+    assert no_copy_left(uv_scene.venv.path)
 
 
 COPY_CASES = [

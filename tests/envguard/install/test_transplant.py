@@ -22,7 +22,7 @@ from envguard.install.command import parse_command
 from envguard.install.predict import predict
 from envguard.install.scratch import wait_for_removals
 from envguard.install.transplant import TransplantFailed, discard, transplant
-from tests.envguard.install.test_install import BACKEND, envguard
+from tests.envguard.install.test_install import BACKEND, envguard, no_copy_left
 from tests.wheelfactory import VenvFactory, build_wheel, run_checked
 
 pytestmark = pytest.mark.usefixtures("no_state_leak")
@@ -82,8 +82,8 @@ def base(venvs: VenvFactory) -> Path:
                 env=venvs._env())
     environ = {k: v for k, v in os.environ.items()
                if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
-    run_checked([str(venv.python), "-c", "import tool, tool.old, tool.deep.inner.x, ns.a.deep.mod, ns.b"],
-                env=environ)
+    run_checked([str(venv.python), "-c",
+                 "import tool, tool.old, tool.deep.inner.x, ns.a.deep.mod, ns.b"], env=environ)
     site = next(venv.path.glob("lib/python3*/site-packages"))
     assert list((site / "tool" / "deep" / "inner" / "__pycache__").glob("x.*.pyc"))
     return venv.path
@@ -123,7 +123,7 @@ def test_a_moved_change_is_byte_for_byte_the_installer_s_own(
                  *index, *words[1:]], env=venvs._env())
     plain = tree(env)
     assert guarded == plain
-    assert not [p for p in env.parent.iterdir() if "envguard-scratch" in p.name]
+    assert no_copy_left(env)
 
 
 def _plan(env: Path, *words: str, wheels_at: Path, cwd: Path):  # type: ignore[no-untyped-def]
@@ -195,6 +195,7 @@ def test_a_stale_prediction_runs_the_installer_instead(venvs: VenvFactory,
     assert applied.differences == ("late 1.0 is installed, not predicted",)
     site = next(env.glob("lib/python3*/site-packages"))
     assert (site / "late.py").exists() and (site / "tool" / "cli.py").exists()
+    wait_for_removals()
     assert not [p for p in env.parent.iterdir() if "envguard-scratch" in p.name]
 
 
@@ -234,3 +235,35 @@ def test_what_is_installed_is_the_build_that_was_judged(venvs: VenvFactory,
     assert report["applied"]["moved"] is True
     assert report["applied"]["as_predicted"] is True
     assert report["verdict"] == "installed as predicted"
+
+
+def test_the_recorded_state_after_a_move_is_what_a_snapshot_reads(
+        venvs: VenvFactory, tmp_path: Path) -> None:
+    """After a move, the revision's state after is the prediction, proven by reading back
+    every changed distribution's RECORD; it must equal a fresh snapshot of the venv, and a
+    RECORD that differs is caught."""
+    from envguard.install.apply import apply_install, read_back
+    from envguard.install.predict import snapshot_options
+    from envguard.probe import collect
+    from envguard.revisions.store import list_revisions, load_snapshot
+
+    wheels(venvs.wheels)
+    env = base(venvs)
+    plan, command = _plan(env, "install", "tool==2.0", wheels_at=venvs.wheels, cwd=tmp_path)
+    applied = apply_install(plan, command, cwd=tmp_path,
+                            env={**os.environ, "UV_OFFLINE": "1", "UV_NO_CONFIG": "1"})
+    assert applied.moved and applied.revision is not None and not applied.differences
+    (revision,) = list_revisions(str(env)).revisions
+    stored = load_snapshot(str(env), revision.after)
+    fresh = collect(snapshot_options(str(env / "bin" / "python"), memo=False))
+
+    def packages(s):  # type: ignore[no-untyped-def]
+        return sorted((p.name, p.version, p.fingerprint, p.metadata_dir, p.location)
+                      for p in s.packages)
+
+    assert packages(stored) == packages(fresh)
+    assert read_back(plan)
+    record = next(env.glob("lib/python3*/site-packages/tool-2.0.dist-info")) / "RECORD"
+    with open(record, "a", encoding="utf-8") as f:
+        f.write("tool/planted.py,sha256=AAAA,1\n")
+    assert not read_back(plan)
