@@ -20,6 +20,10 @@ alternating, ``--reps`` times each:
 - ``envguard undo`` of one package's change: ``tiny-05`` replaced by another build of the
   same version (``envguard install --yes``, untimed), then undone (timed).
 
+``UV_CACHE_DIR`` is kept: with it and ``--out`` on a tmpfs (``/dev/shm``), the venv, the
+scratch copy and uv's cache are in memory, and the run measures the tools, not the disk
+(this VM's disk made a folder's first ``mkdir`` calls cost 10-20 times more, at random).
+
 With ``--from-venv`` a venv holding torch (README's CUDA one) also times a reinstall of
 torch itself. Prints the medians, the ratio, and the copy's numbers from envguard's JSON
 (files linked, files copied, seconds per phase).
@@ -71,7 +75,8 @@ def main() -> None:
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="bench-install-"))
     out.mkdir(parents=True, exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "PIP_"))
+    env = {k: v for k, v in os.environ.items()
+           if (not k.startswith(("UV_", "PIP_")) or k == "UV_CACHE_DIR")
            and k not in ("VIRTUAL_ENV",)}
     env.update({"UV_OFFLINE": "1", "UV_NO_CONFIG": "1", "UV_PYTHON_DOWNLOADS": "never",
                 "ENVGUARD_CACHE_DIR": str(out / "envguard-cache")})
