@@ -27,7 +27,8 @@ from envguard.frozen import frozen
 from envguard.install.command import InstallerCommand, installer_environment
 from envguard.install.predict import InstallPlan, differences, snapshot_options
 from envguard.install.scratch import wait_for_removals
-from envguard.install.transplant import TransplantFailed, discard, transplant
+from envguard.install.transplant import discard, transplant
+from envguard.install.uninstalls import TransplantFailed
 from envguard.model import Distribution
 from envguard.probe import collect
 from envguard.revisions.keep import KeptBuild, keep_builds
@@ -136,6 +137,7 @@ def apply_install(plan: InstallPlan, command: InstallerCommand, *, cwd: Path,
             try:
                 transplant(plan.staged, echo=echo)
                 moved = True
+                started = plan.staged.started_at or started  # the files were written then
             except TransplantFailed as exc:
                 why = str(exc)
             finally:

@@ -27,6 +27,7 @@ from envguard.install.transplant import Staged, inventory, metadata_dirs
 from envguard.model import Distribution, Snapshot
 from envguard.probe import SnapshotOptions, collect
 from envguard.redact import redact_argv
+from envguard.runs.store import now_iso
 
 Echo = Callable[[str], None]
 _IGNORED_TORCH = frozenset({"compat_key", "location"})
@@ -232,6 +233,7 @@ def predict(command: InstallerCommand, *, python: str, cwd: Path,
             scratch_python = str(folder / rel)
             argv = (command.argv_into(python, str(folder)) if movable
                     else command.argv_for(scratch_python))
+            written_at = now_iso()
             result = run_process(argv, timeout=3600, echo=echo, env=environ, cwd=str(cwd))
             check_guard(guard)
             ran_at = time.perf_counter()
@@ -246,7 +248,8 @@ def predict(command: InstallerCommand, *, python: str, cwd: Path,
             if movable and stage:
                 staged = Staged(folder=str(stage_away(folder, prefix)), prefix=str(prefix),
                                 before=made, sites=sites_now, metadata_dirs=metadata,
-                                guard=guard, lines=tuple(result.lines))
+                                guard=guard, lines=tuple(result.lines),
+                                started_at=written_at)
             break
     predicted = as_environment(copy, before, copy_prefix, str(prefix))
     changes = diff(before, predicted)

@@ -12,8 +12,9 @@ environment that result:
    ``*.dist-info`` folder whose RECORD it removed or replaced is a distribution it
    uninstalled;
 2. each uninstalled distribution's files, as its RECORD in the environment lists them (with
-   their ``__pycache__`` files and the metadata folder itself), are moved aside into the
-   copy; a path outside the environment is never touched;
+   their ``__pycache__`` files and the metadata folder itself:
+   :mod:`envguard.install.uninstalls`), are moved aside into the copy; a path outside the
+   environment is never touched;
 3. each file the installer wrote is renamed to its place in the environment (the copy is on
    the same filesystem); folders the environment lacks are made with the copy's modes; a
    file that is there already is moved aside first;
@@ -36,23 +37,22 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from envguard.errors import EnvguardError
-from envguard.exitcodes import ExitCode
 from envguard.frozen import frozen
 from envguard.install.scratch import EnvironmentBusy, LinkGuard, exclusive, remove_later
+from envguard.install.uninstalls import (
+    META,
+    FileKey,
+    TransplantFailed,
+    file_key,
+    inside,
+    removals,
+    touched,
+    whole_folders,
+)
 
-FileKey = tuple[int, int, int, bool]
-"""(inode, size, modification time in ns, is a symlink) of one entry of the copy."""
-_META = (".dist-info", ".egg-info")
 _UV_LOCK = ".lock"
 _ASIDE = ".envguard-aside"
 _LOCK_WAIT_S = 60.0
-
-
-class TransplantFailed(EnvguardError):
-    """The predicted files could not be moved into place; the environment is as it was."""
-
-    exit_code = ExitCode.ENVIRONMENT_ERROR
 
 
 @frozen
@@ -73,6 +73,9 @@ class Staged:
     guard: LinkGuard
     lines: tuple[str, ...] = ()
     """What the installer printed on the copy."""
+    started_at: str = ""
+    """When the installer began writing into the copy: the moved files' times are from
+    then, so the change's revision starts then."""
 
 
 @frozen
@@ -109,124 +112,9 @@ def metadata_dirs(prefix: str, sites: tuple[str, ...]) -> frozenset[str]:
     for site in sites:
         with contextlib.suppress(OSError), os.scandir(site) as entries:
             for entry in entries:
-                if entry.name.endswith(_META) and entry.is_dir(follow_symlinks=False):
+                if entry.name.endswith(META) and entry.is_dir(follow_symlinks=False):
                     out.add(os.path.relpath(entry.path, prefix))
     return frozenset(out)
-
-
-def _inside(prefix: str, path: str) -> bool:
-    return path.startswith(prefix + os.sep)
-
-
-def _key(path: str) -> FileKey | None:
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns, stat.S_ISLNK(st.st_mode))
-
-
-def _touched(staged: Staged) -> set[str]:
-    """The entries the copy was made with that the installer removed or replaced."""
-    return {rel for rel, key in staged.before.items()
-            if _key(os.path.join(staged.folder, rel)) != key}
-
-
-def _removals(staged: Staged, touched: set[str]) -> dict[str, None]:
-    """Absolute paths in the environment the installer's uninstalls remove (see the
-    module), in order; the metadata folders of uninstalled distributions among them."""
-    prefix = staged.prefix
-    removed: dict[str, None] = {}
-    for meta in sorted({rel.rsplit("/", 1)[0] for rel in touched if "/" in rel}):
-        if not meta.endswith(_META) or (meta.endswith(".dist-info")
-                                        and f"{meta}/RECORD" not in touched):
-            continue  # a file of a distribution that stays (the installer rewrote it)
-        if meta.endswith(".egg-info"):
-            raise TransplantFailed(f"the installer removed {meta}, a legacy egg-info "
-                                   "distribution whose files only the installer can list")
-        for path in _record_paths(prefix, meta):
-            removed[path] = None
-        removed[os.path.join(prefix, meta)] = None
-    for rel in touched:  # anything else the installer took out of the copy
-        path = os.path.join(prefix, rel)
-        if _key(os.path.join(staged.folder, rel)) is None and path not in removed:
-            removed[path] = None
-    return removed
-
-
-def _whole_folders(removed: dict[str, None], sites: tuple[str, ...]) -> list[str]:
-    """Folders right below a site-packages folder that hold nothing but removed files (and
-    no empty folder): moved aside in one step each instead of file by file."""
-    tops: dict[str, None] = {}
-    for path in removed:
-        for site in sites:
-            if _inside(site, path):
-                top = os.path.join(site, path[len(site) + 1:].split(os.sep, 1)[0])
-                tops[top] = None
-    whole = []
-    for top in tops:
-        if top in removed and top.endswith(_META):
-            whole.append(top)
-            continue
-        if os.path.islink(top) or not os.path.isdir(top):
-            continue
-        if _only_removed(top, removed):
-            whole.append(top)
-    return whole
-
-
-def _only_removed(top: str, removed: dict[str, None]) -> bool:
-    """Whether every file below ``top`` is removed, with no link to a folder and no empty
-    folder (an installer leaves a folder it does not empty)."""
-    stack = [top]
-    while stack:
-        with os.scandir(stack.pop()) as entries:
-            empty = True
-            for entry in entries:
-                empty = False
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(entry.path)
-                elif entry.path not in removed:
-                    return False
-            if empty:
-                return False
-    return True
-
-
-def _record_paths(prefix: str, meta: str) -> list[str]:
-    """What uninstalling the distribution of ``meta`` removes from the environment: its
-    RECORD's files inside ``prefix``, their ``__pycache__`` files, the metadata folder's."""
-    from envguard.input_file import RECORD_BYTES, NotReadable, read_bounded_text
-    from envguard.probe.recordfile import parse_record
-
-    folder = os.path.join(prefix, meta)
-    site = os.path.dirname(folder)
-    try:
-        rows = parse_record(read_bounded_text(os.path.join(folder, "RECORD"),
-                                              limit=RECORD_BYTES, what="RECORD"))
-    except (OSError, NotReadable) as exc:
-        raise TransplantFailed(f"{meta}/RECORD cannot be read ({exc}): the files of the "
-                               "distribution it replaces are unknown") from None
-    out: list[str] = []
-    caches: dict[str, list[str]] = {}
-    for row in rows:
-        path = os.path.normpath(os.path.join(site, row[0]))
-        if not _inside(prefix, path):
-            continue
-        out.append(path)
-        if path.endswith(".py"):
-            cache = os.path.join(os.path.dirname(path), "__pycache__")
-            if cache not in caches:
-                try:
-                    caches[cache] = os.listdir(cache)
-                except OSError:
-                    caches[cache] = []
-            stem = os.path.basename(path)[:-3] + "."
-            out += [os.path.join(cache, n) for n in caches[cache]
-                    if n.startswith(stem) and n.endswith(".pyc")]
-    for folder_path, _dirs, files in os.walk(folder):
-        out += [os.path.join(folder_path, n) for n in files]
-    return out
 
 
 def _check_fresh(staged: Staged) -> None:
@@ -345,7 +233,7 @@ def _move_new(journal: _Journal, staged: Staged) -> int:
                 continue
             real = os.path.join(staged.prefix, sub)
             if entry.name == "__pycache__" or entry.name.endswith(".pyc"):
-                if staged.before.get(sub) != _key(entry.path):
+                if staged.before.get(sub) != file_key(entry.path):
                     raise TransplantFailed(f"the installer compiled bytecode on the copy "
                                            f"({sub}), which names the copy's folder")
                 continue
@@ -365,7 +253,7 @@ def _move_new(journal: _Journal, staged: Staged) -> int:
                 else:
                     stack.append(sub + "/")
                 continue
-            if staged.before.get(sub) == _key(entry.path):
+            if staged.before.get(sub) == file_key(entry.path):
                 continue  # the copy's own, untouched
             if there:
                 if os.path.isdir(real) and not os.path.islink(real):
@@ -382,8 +270,8 @@ def transplant(staged: Staged, *, echo: Callable[[str], None] | None = None) -> 
     started = time.perf_counter()
     with exclusive(Path(staged.prefix)), _uv_lock(staged.prefix):
         _check_fresh(staged)
-        removed = _removals(staged, _touched(staged))
-        whole = _whole_folders(removed, staged.sites)
+        removed = removals(staged.prefix, staged.folder, touched(staged.folder, staged.before))
+        whole = whole_folders(removed, staged.sites)
         aside = os.path.join(staged.folder, _ASIDE)
         os.mkdir(aside, 0o700)
         journal = _Journal(aside)
@@ -413,7 +301,7 @@ def transplant(staged: Staged, *, echo: Callable[[str], None] | None = None) -> 
 def _remove_empty(folder: str, prefix: str) -> None:
     """``folder`` and its parents, each while it is empty; never ``site-packages`` nor a
     folder right under ``prefix``."""
-    while (_inside(prefix, folder) and os.path.dirname(folder) != prefix
+    while (inside(prefix, folder) and os.path.dirname(folder) != prefix
            and os.path.basename(folder) != "site-packages"):
         try:
             os.rmdir(folder)

@@ -21,7 +21,8 @@ import pytest
 from envguard.install.command import parse_command
 from envguard.install.predict import predict
 from envguard.install.scratch import wait_for_removals
-from envguard.install.transplant import TransplantFailed, discard, transplant
+from envguard.install.transplant import discard, transplant
+from envguard.install.uninstalls import TransplantFailed
 from tests.envguard.install.test_install import BACKEND, envguard, no_copy_left
 from tests.wheelfactory import VenvFactory, build_wheel, run_checked
 
