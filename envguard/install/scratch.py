@@ -12,7 +12,9 @@ thread never meets the next process's copy.
 :func:`metadata_clone`, tried first: the venv as an installer sees it (the interpreter,
 every ``*.dist-info`` folder, ``.pth`` files and what they import, torch's ``version.py``,
 pip's own package for pip), without the packages' files; tens of links per package
-instead of thousands. :func:`clone_tree`, when a command fails there
+instead of thousands, symbolic ones: a hard link changes the file's inode change time,
+which is part of every memo key of envguard's snapshot, so each prediction left the
+venv's whole memo cold. :func:`clone_tree`, when a command fails there
 (a build that imports the venv's packages): the whole venv, folders made anew, symlinks
 copied as links (one that leads into the environment is pointed at the copy's own
 folder), ``bin/`` scripts, ``pyvenv.cfg``, ``.pth`` files and every ``*.dist-info``
@@ -157,9 +159,10 @@ def _is_metadata(rel_parts: tuple[str, ...], name: str) -> bool:
 
 
 def clone_tree(src: Path, dst: Path, guard: LinkGuard, *,
-               link_metadata: bool = False) -> Cloned:
+               link_metadata: bool = False, symlink: bool = False) -> Cloned:
     """Copy ``src`` into the new folder ``dst`` as the module says (``link_metadata``:
-    the files :func:`_is_metadata` names are linked too)."""
+    the files :func:`_is_metadata` names are linked too; ``symlink``: by symbolic links,
+    see :func:`metadata_clone`)."""
     linked = copied = copied_bytes = 0
     real_src = os.path.realpath(src)
     os.mkdir(dst, 0o755)
@@ -182,7 +185,10 @@ def clone_tree(src: Path, dst: Path, guard: LinkGuard, *,
                 continue
             if link_metadata or not _is_metadata(parts, name):
                 try:
-                    os.link(path, target, follow_symlinks=False)
+                    if symlink:
+                        os.symlink(path, target)
+                    else:
+                        os.link(path, target, follow_symlinks=False)
                 except OSError:
                     pass
                 else:
@@ -213,9 +219,10 @@ def metadata_clone(prefix: Path, dst: Path, site_packages: Sequence[str], guard:
                    *, with_pip: bool) -> Cloned:
     """The venv as an installer sees it, without the packages' files: ``pyvenv.cfg``, the
     interpreter in ``bin/``, and in each site-packages folder every ``*.dist-info`` and
-    ``*.egg-info`` folder, ``.pth`` and ``.egg-link`` file (copied), the modules a ``.pth``
+    ``*.egg-info`` folder, ``.pth`` and ``.egg-link`` file, the modules a ``.pth``
     file imports and torch's ``version.py`` (what the snapshot reads of torch), and for
-    pip, pip's own package (linked). Resolution reads only the metadata, and an uninstall
+    pip, pip's own package (symbolic links to the venv's files; the interpreter hard
+    linked or copied). Resolution reads only the metadata, and an uninstall
     skips files that are not there, so the installer's choice is the same as on the venv;
     the files it writes are the new builds' own."""
     counts = [0, 0, 0]
@@ -245,26 +252,28 @@ def metadata_clone(prefix: Path, dst: Path, site_packages: Sequence[str], guard:
             if entry.is_symlink():
                 continue
             if entry.is_dir() and entry.name.endswith((".dist-info", ".egg-info")):
-                sub = clone_tree(path, target, guard, link_metadata=True)
+                sub = clone_tree(path, target, guard, link_metadata=True, symlink=True)
                 counts[0] += sub.linked
                 counts[1] += sub.copied
                 counts[2] += sub.copied_bytes
             elif entry.is_file() and entry.name.endswith((".pth", ".egg-link")):
-                _one(path, target, real_src, str(dst), guard, counts)
+                _one(path, target, real_src, str(dst), guard, counts, symlink=True)
                 if entry.name.endswith(".pth"):
                     modules |= set(_PTH_IMPORT.findall(path.read_text("utf-8", "replace")))
         version_py = Path(site) / "torch" / "version.py"
         if version_py.is_file() and not version_py.is_symlink():
             os.makedirs(out / "torch", 0o755, exist_ok=True)
-            _one(version_py, out / "torch" / "version.py", real_src, str(dst), guard, counts)
+            _one(version_py, out / "torch" / "version.py", real_src, str(dst), guard, counts,
+                 symlink=True)
         for module in sorted(modules):
             for candidate in (Path(site) / module, Path(site) / f"{module}.py"):
                 if candidate.is_dir() and not candidate.is_symlink():
-                    sub = clone_tree(candidate, out / module, guard)
+                    sub = clone_tree(candidate, out / module, guard, symlink=True)
                     counts[0] += sub.linked
                     counts[1] += sub.copied
                 elif candidate.is_file() and not candidate.is_symlink():
-                    _one(candidate, out / candidate.name, real_src, str(dst), guard, counts)
+                    _one(candidate, out / candidate.name, real_src, str(dst), guard, counts,
+                         symlink=True)
     return Cloned(linked=counts[0], copied=counts[1], copied_bytes=counts[2])
 
 
@@ -275,14 +284,17 @@ def _copy(src: Path, dst: Path, counts: list[int]) -> None:
 
 
 def _one(src: Path, dst: Path, real_src: str, root: str, guard: LinkGuard,
-         counts: list[int]) -> None:
+         counts: list[int], *, symlink: bool = False) -> None:
     """One file: a link copied as a link, a regular file hard linked (else copied)."""
     if src.is_symlink():
         os.symlink(_link_target(str(src), real_src, root), dst)
         return
     st = os.lstat(src)
     try:
-        os.link(src, dst, follow_symlinks=False)
+        if symlink:
+            os.symlink(src, dst)
+        else:
+            os.link(src, dst, follow_symlinks=False)
     except OSError:
         _copy(src, dst, counts)
     else:

@@ -54,12 +54,20 @@ def uv_dry(module_venvs: VenvFactory, tmp_path_factory: pytest.TempPathFactory) 
     return with_tiny_2(make_scene(module_venvs, tmp_path_factory.mktemp("uv-dry")))
 
 
+def ctimes(root: Path) -> dict[str, int]:
+    """Every file's inode change time below ``root``: a hard link made to a file changes
+    it, and with it every memo key of the file (envguard's snapshot memo goes cold)."""
+    return {os.path.join(folder, n): os.lstat(os.path.join(folder, n)).st_ctime_ns
+            for folder, _dirs, files in os.walk(root) for n in files}
+
+
 def predicted(scene: Scene, *argv: str) -> dict[str, str]:
-    before = hashes(scene.venv.path)
+    before, touched = hashes(scene.venv.path), ctimes(scene.venv.path)
     proc = envguard("install", "--dry-run", "--format", "json", "--python",
                     str(scene.venv.path), "--", *argv, cwd=scene.cwd)
     assert proc.returncode in (0, 3), proc.stdout + proc.stderr
     assert hashes(scene.venv.path) == before
+    assert ctimes(scene.venv.path) == touched
     return {p["name"]: p["action"] for p in json.loads(proc.stdout)["packages"]}
 
 
