@@ -7,17 +7,18 @@ would write into the environment (scripts with the environment's interpreter in 
 shebang, RECORD rows and all), and nothing else changed. :func:`transplant` makes the
 environment that result:
 
-1. what the installer did to the copy, from :func:`inventory` before it ran and after: a
-   file that is new, or not the one the copy was made with, is the installer's; a
-   ``*.dist-info`` folder whose RECORD it removed or replaced is a distribution it
+1. what the installer did to the copy, from the copy's :func:`inventory` taken before it
+   ran: an entry that is new, or not the one the copy was made with, is the installer's;
+   a ``*.dist-info`` folder whose RECORD it removed or replaced is a distribution it
    uninstalled;
 2. each uninstalled distribution's files, as its RECORD in the environment lists them (with
    their ``__pycache__`` files and the metadata folder itself:
    :mod:`envguard.install.uninstalls`), are moved aside into the copy; a path outside the
    environment is never touched;
-3. each file the installer wrote is renamed to its place in the environment (the copy is on
-   the same filesystem); folders the environment lacks are made with the copy's modes; a
-   file that is there already is moved aside first;
+3. what the installer wrote is renamed to its place in the environment (the copy is on the
+   same filesystem): a folder the environment lacks in one step, with its mode (a new
+   package's whole tree), else entry by entry; a file that is there already is moved
+   aside first;
 4. folders the uninstall left empty are removed, as installers do.
 
 Every move is journaled; when one fails the journal is played back, the environment is as it
