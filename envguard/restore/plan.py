@@ -19,7 +19,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict
-from urllib.parse import unquote, urlparse
+from urllib.parse import urlparse
 
 from envguard.explain.remedies import (
     VCS_SCHEMES,
@@ -162,7 +162,7 @@ def file_url_path(url: str) -> str | None:
         return None
     from urllib.request import url2pathname  # urllib.request costs 25 ms to import
 
-    return url2pathname(unquote(parsed.path))
+    return url2pathname(parsed.path)  # unquotes once: a literal "%41" in a name stays
 
 
 def requirement_for(dist: Distribution,
