@@ -29,11 +29,11 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from envguard.atomic import check_state_path, write_text_atomic
 from envguard.errors import InputError, OutputError
 from envguard.explain.tables import DEFAULT_FORBIDDEN
+from envguard.flock import CAN_FLOCK, flock_until
 from envguard.frozen import frozen
 from envguard.gate.command import gate_snapshot_options
 from envguard.gate.lockfile import (
@@ -144,9 +144,7 @@ def exclusive(path: Path, *, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
     locked (else it opens the file again): so the one that made the file can remove it
     again when what it guards fails, and leaves nothing behind. After a success the file
     stays (a next writer may already be waiting on it)."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not POSIX: no locking
+    if not CAN_FLOCK:  # pragma: no cover - not POSIX: no locking
         yield
         return
     lock_file = path.parent / f".{path.name}.lock"
@@ -156,7 +154,7 @@ def exclusive(path: Path, *, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
     except OSError as exc:
         raise OutputError(f"cannot lock {path}: {path.parent}: {exc.strerror or exc}") from None
     deadline = time.monotonic() + wait_s
-    fd, created = _open_locked(path, lock_file, fcntl, deadline, wait_s)
+    fd, created = _open_locked(path, lock_file, deadline, wait_s)
     try:
         yield
     except BaseException:
@@ -180,7 +178,7 @@ def _missing_folders(folder: Path) -> list[Path]:
     return missing
 
 
-def _open_locked(path: Path, lock_file: Path, fcntl: Any, deadline: float,
+def _open_locked(path: Path, lock_file: Path, deadline: float,
                  wait_s: float) -> tuple[int, bool]:
     """(fd of ``lock_file``, flocked; whether this call made the file)."""
     flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
@@ -207,15 +205,9 @@ def _open_locked(path: Path, lock_file: Path, fcntl: Any, deadline: float,
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise OutputError(f"cannot lock {path}: {lock_file} is not a regular file")
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise OutputError(f"cannot lock {path}: another envguard lock has "
-                                          f"held {lock_file} for {wait_s:g} s") from None
-                    time.sleep(0.05)
+            if not flock_until(fd, deadline):
+                raise OutputError(f"cannot lock {path}: another envguard lock has held "
+                                  f"{lock_file} for {wait_s:g} s")
             if _same_file(fd, lock_file):
                 return fd, created
         except BaseException:

@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from envguard.flock import CAN_FLOCK, flock_until
 from envguard.frozen import frozen
 from envguard.install.scratch import EnvironmentBusy, LinkGuard, exclusive, remove_later
 from envguard.install.uninstalls import (
@@ -134,9 +135,7 @@ def _check_fresh(staged: Staged) -> None:
 def _uv_lock(prefix: str) -> Iterator[None]:
     """uv's lock on the environment (``PREFIX/.lock``, when there is one), held while the
     block runs; a link or anything but a file there is not opened."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - no flock (Windows)
+    if not CAN_FLOCK:  # pragma: no cover - no flock (Windows)
         yield
         return
     try:
@@ -147,16 +146,9 @@ def _uv_lock(prefix: str) -> Iterator[None]:
         yield
         return
     try:
-        deadline = time.monotonic() + _LOCK_WAIT_S
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise EnvironmentBusy(f"uv holds {prefix}/.lock (another install into "
-                                          "the environment); nothing was changed") from None
-                time.sleep(0.05)
+        if not flock_until(fd, time.monotonic() + _LOCK_WAIT_S):
+            raise EnvironmentBusy(f"uv holds {prefix}/.lock (another install into the "
+                                  "environment); nothing was changed")
         yield
     finally:
         os.close(fd)
