@@ -75,11 +75,17 @@ def parse_record(text: str) -> list[RecordRow]:
     return rows
 
 
+def record_rows(record_path: str) -> list[RecordRow]:
+    """Every row of the RECORD at ``record_path``; FileNotFoundError if it is not there,
+    :class:`~envguard.input_file.NotReadable` if it is not a regular file of at most
+    :data:`~envguard.input_file.RECORD_BYTES`."""
+    return parse_record(read_bounded_text(record_path, limit=RECORD_BYTES, what="RECORD"))
+
+
 def read_record(record_path: str) -> tuple[int, list[RecordRow]]:
     """(rows in the RECORD at ``record_path``, the rows :func:`is_fingerprinted` keeps);
-    FileNotFoundError if it is not there, :class:`~envguard.input_file.NotReadable` if it is
-    not a regular file of at most :data:`~envguard.input_file.RECORD_BYTES`."""
-    rows = parse_record(read_bounded_text(record_path, limit=RECORD_BYTES, what="RECORD"))
+    raises as :func:`record_rows`."""
+    rows = record_rows(record_path)
     return len(rows), [r for r in rows if is_fingerprinted(r[0])]
 
 

@@ -39,14 +39,14 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from envguard.atomic import write_text_atomic
 from envguard.frozen import frozen
-from envguard.input_file import METADATA_BYTES, RECORD_BYTES, NotReadable, read_bounded_text
+from envguard.input_file import METADATA_BYTES, NotReadable, read_bounded_text
 from envguard.model import Distribution
 from envguard.paths import user_dir
 from envguard.probe.recordfile import (
     fingerprint_record,
     is_fingerprinted,
     is_script_row,
-    parse_record,
+    record_rows,
 )
 from envguard.revisions.builds import find_in_uv_cache
 from envguard.revisions.kept import (
@@ -179,8 +179,7 @@ def _files(dist: Distribution, prefix: str) -> Iterable[_File]:
     stem, location = info[: -len(".dist-info")], os.path.realpath(dist.location)
     info_dir = os.path.join(location, dist.metadata_dir)  # relative to its location
     try:
-        rows = parse_record(read_bounded_text(os.path.join(info_dir, "RECORD"),
-                                              limit=RECORD_BYTES, what="RECORD"))
+        rows = record_rows(os.path.join(info_dir, "RECORD"))
     except (OSError, NotReadable) as exc:
         raise _Unkeepable(f"its RECORD cannot be read ({exc})") from None
     if fingerprint_record([r for r in rows if is_fingerprinted(r[0])]) != dist.fingerprint:
