@@ -105,23 +105,29 @@ def only_removed(top: str, removed: dict[str, None]) -> bool:
 
 def record_paths(prefix: str, meta: str) -> list[str]:
     """What uninstalling the distribution of ``meta`` removes from the environment: its
-    RECORD's files inside ``prefix``, their ``__pycache__`` files, the metadata folder's."""
-    from envguard.input_file import RECORD_BYTES, NotReadable, read_bounded_text
-    from envguard.probe.recordfile import parse_record
+    RECORD's files inside ``prefix`` (their folder too, links resolved: a row through a
+    link that leads out is left alone), their ``__pycache__`` files, the metadata
+    folder's."""
+    from envguard.input_file import NotReadable
+    from envguard.probe.recordfile import record_rows
 
     folder = os.path.join(prefix, meta)
     site = os.path.dirname(folder)
     try:
-        rows = parse_record(read_bounded_text(os.path.join(folder, "RECORD"),
-                                              limit=RECORD_BYTES, what="RECORD"))
+        rows = record_rows(os.path.join(folder, "RECORD"))
     except (OSError, NotReadable) as exc:
         raise TransplantFailed(f"{meta}/RECORD cannot be read ({exc}): the files of the "
                                "distribution it replaces are unknown") from None
     out: list[str] = []
     caches: dict[str, list[str]] = {}
+    real: dict[str, bool] = {}  # a folder: whether it lies inside prefix, links resolved
     for row in rows:
         path = os.path.normpath(os.path.join(site, row[0]))
-        if not inside(prefix, path):
+        parent = os.path.dirname(path)
+        if parent not in real:
+            real[parent] = inside(prefix, os.path.realpath(parent)) or (
+                os.path.realpath(parent) == prefix)
+        if not inside(prefix, path) or not real[parent]:
             continue
         out.append(path)
         if path.endswith(".py"):

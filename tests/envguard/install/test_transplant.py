@@ -268,3 +268,26 @@ def test_the_recorded_state_after_a_move_is_what_a_snapshot_reads(
     with open(record, "a", encoding="utf-8") as f:
         f.write("tool/planted.py,sha256=AAAA,1\n")
     assert not read_back(plan)
+
+
+def test_a_record_row_through_a_link_out_of_the_venv_is_left_alone(
+        venvs: VenvFactory, tmp_path: Path) -> None:
+    """A RECORD row whose folder is a link leading out of the venv names a file elsewhere:
+    the move never sets it aside (an installer would delete it through the link)."""
+    wheels(venvs.wheels)
+    env = base(venvs)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim").write_text("keep me", encoding="utf-8")
+    site = next(env.glob("lib/python3*/site-packages"))
+    (site / "tool" / "out").symlink_to(outside)
+    with open(site / "tool-1.0.dist-info" / "RECORD", "a", encoding="utf-8") as f:
+        f.write("tool/out/victim,,\n")
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    proc = envguard("install", "--format", "json", "--python", str(env), "--", "uv", "pip",
+                    "uninstall", "tool", cwd=cwd)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout)["applied"]["moved"] is True
+    assert (outside / "victim").read_text(encoding="utf-8") == "keep me"
+    assert not (site / "tool-1.0.dist-info").exists()
