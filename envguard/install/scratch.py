@@ -185,10 +185,7 @@ def clone_tree(src: Path, dst: Path, guard: LinkGuard, *,
                 continue
             if link_metadata or not _is_metadata(parts, name):
                 try:
-                    if symlink:
-                        os.symlink(path, target)
-                    else:
-                        os.link(path, target, follow_symlinks=False)
+                    _link(path, target, symlink=symlink)
                 except OSError:
                     pass
                 else:
@@ -283,6 +280,15 @@ def _copy(src: Path, dst: Path, counts: list[int]) -> None:
     counts[2] += os.lstat(dst).st_size
 
 
+def _link(src: str | Path, dst: str | Path, *, symlink: bool) -> None:
+    """``dst`` made a link to the regular file ``src``: symbolic, or hard (OSError where
+    neither can be made)."""
+    if symlink:
+        os.symlink(src, dst)
+    else:
+        os.link(src, dst, follow_symlinks=False)
+
+
 def _one(src: Path, dst: Path, real_src: str, root: str, guard: LinkGuard,
          counts: list[int], *, symlink: bool = False) -> None:
     """One file: a link copied as a link, a regular file hard linked (else copied)."""
@@ -291,10 +297,7 @@ def _one(src: Path, dst: Path, real_src: str, root: str, guard: LinkGuard,
         return
     st = os.lstat(src)
     try:
-        if symlink:
-            os.symlink(src, dst)
-        else:
-            os.link(src, dst, follow_symlinks=False)
+        _link(src, dst, symlink=symlink)
     except OSError:
         _copy(src, dst, counts)
     else:

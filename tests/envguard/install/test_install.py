@@ -289,16 +289,23 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 '''
 
 
-def test_a_result_unlike_the_prediction_is_named(venvs: VenvFactory, tmp_path: Path) -> None:
-    """pip builds a local project twice, once on the copy and once in the venv; this one's
-    backend makes another build each time, so the result differs from the prediction."""
-    scene = make_scene(venvs, tmp_path, with_pip=True)
-    project = tmp_path / "drifty"
+def drifty_project(root: Path) -> Path:
+    """``root/drifty``: a local project whose build backend (:data:`BACKEND`) makes another
+    build every time it runs."""
+    project = root / "drifty"
     project.mkdir()
     (project / "backend.py").write_text(BACKEND, encoding="utf-8")
     (project / "pyproject.toml").write_text(
         '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
         '[project]\nname = "drifty"\nversion = "1.0"\n', encoding="utf-8")
+    return project
+
+
+def test_a_result_unlike_the_prediction_is_named(venvs: VenvFactory, tmp_path: Path) -> None:
+    """pip builds a local project twice, once on the copy and once in the venv; this one's
+    backend makes another build each time, so the result differs from the prediction."""
+    scene = make_scene(venvs, tmp_path, with_pip=True)
+    project = drifty_project(tmp_path)
     proc = envguard("install", "--python", str(scene.venv.path), "--", str(scene.venv.python),
                     "-m", "pip", "install", str(project), cwd=scene.cwd)
     assert proc.returncode == 1, proc.stdout + proc.stderr

@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 from envguard.install.command import parse_command
-from envguard.install.predict import predict
+from envguard.install.predict import InstallPlan, predict
 from envguard.install.scratch import wait_for_removals
 from envguard.install.transplant import discard, transplant
 from envguard.install.uninstalls import TransplantFailed
-from tests.envguard.install.test_install import BACKEND, envguard, no_copy_left
+from tests.envguard.install.test_install import drifty_project, envguard, no_copy_left
 from tests.wheelfactory import VenvFactory, build_wheel, run_checked
 
 pytestmark = pytest.mark.usefixtures("no_state_leak")
@@ -140,6 +140,17 @@ def _uv() -> str:
     return str(find_uv_bin())
 
 
+def refused_and_put_back(plan: InstallPlan, env: Path, match: str) -> None:
+    """The move of ``plan`` fails with ``match``, and the venv is as it was before it."""
+    assert plan.staged is not None
+    before = tree(env)
+    with pytest.raises(TransplantFailed, match=match):
+        transplant(plan.staged)
+    discard(plan.staged)
+    wait_for_removals()
+    assert tree(env) == before
+
+
 def test_a_failed_move_puts_everything_back(venvs: VenvFactory, tmp_path: Path) -> None:
     """A folder where the installer wrote a file stops the move half-way (tool 1.0's files
     are aside by then): every step is played back."""
@@ -149,12 +160,7 @@ def test_a_failed_move_puts_everything_back(venvs: VenvFactory, tmp_path: Path) 
     assert plan.staged is not None
     site = next(env.glob("lib/python3*/site-packages"))
     (site / "tool" / "sub" / "__init__.py").mkdir(parents=True)  # where a file goes
-    before = tree(env)
-    with pytest.raises(TransplantFailed, match="is a folder where the installer wrote a file"):
-        transplant(plan.staged)
-    discard(plan.staged)
-    wait_for_removals()
-    assert tree(env) == before
+    refused_and_put_back(plan, env, "is a folder where the installer wrote a file")
     assert not [p for p in env.parent.iterdir() if "envguard-scratch" in p.name]
 
 
@@ -168,12 +174,7 @@ def test_a_planted_link_is_never_written_through(venvs: VenvFactory, tmp_path: P
     site = next(env.glob("lib/python3*/site-packages"))
     os.rename(site / "tool", tmp_path / "tool-moved")
     (site / "tool").symlink_to(elsewhere)
-    before = tree(env)
-    with pytest.raises(TransplantFailed, match="is a link"):
-        transplant(plan.staged)
-    discard(plan.staged)
-    wait_for_removals()
-    assert tree(env) == before
+    refused_and_put_back(plan, env, "is a link")
     assert list(elsewhere.iterdir()) == []
 
 
@@ -223,12 +224,7 @@ def test_what_is_installed_is_the_build_that_was_judged(venvs: VenvFactory,
     """A local project whose backend makes another build every time: uv builds it once, on
     the copy, and that very build is installed (pip builds it twice and differs)."""
     venv = venvs.create("env")
-    project = tmp_path / "drifty"
-    project.mkdir()
-    (project / "backend.py").write_text(BACKEND, encoding="utf-8")
-    (project / "pyproject.toml").write_text(
-        '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
-        '[project]\nname = "drifty"\nversion = "1.0"\n', encoding="utf-8")
+    project = drifty_project(tmp_path)
     proc = envguard("install", "--format", "json", "--python", str(venv.path), "--", "uv",
                     "pip", "install", str(project), cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
