@@ -23,7 +23,7 @@ def collect(python: str, *, timeout: float = DEEP_TIMEOUT_S) -> Deep:
         env = dict(os.environ)
         env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(scratch, "inductor")
         env["TRITON_CACHE_DIR"] = os.path.join(scratch, "triton")
-        result = run([python, str(Path(_deep_probe.__file__))], timeout=timeout, env=env)
+        result = run([python, "-B", str(Path(_deep_probe.__file__))], timeout=timeout, env=env)
     if not result.ok:
         return Deep(ok=False, error=f"import torch failed: {result.error}")
     try:

@@ -105,7 +105,12 @@ def is_current_interpreter(exe: str) -> bool:
 
 
 def _probe_argv(exe: str) -> list[str]:
-    return [exe, str(Path(_inprocess.__file__))]
+    """The probe's command line. ``-B``: the target writes no bytecode. Its start runs the
+    environment's ``.pth`` files, and one that imports a module (setuptools'
+    ``distutils-precedence.pth``) would otherwise write a ``__pycache__`` into the
+    environment; into the scratch copy of an install's prediction, it made the move of
+    uv's files refuse the copy."""
+    return [exe, "-B", str(Path(_inprocess.__file__))]
 
 
 _Started = tuple[subprocess.Popen[bytes] | CommandResult, tuple[Any, ...], int]

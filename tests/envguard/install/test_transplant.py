@@ -287,3 +287,39 @@ def test_a_record_row_through_a_link_out_of_the_venv_is_left_alone(
     assert json.loads(proc.stdout)["applied"]["moved"] is True
     assert (outside / "victim").read_text(encoding="utf-8") == "keep me"
     assert not (site / "tool-1.0.dist-info").exists()
+
+
+def test_a_venv_whose_pth_imports_a_module_is_still_moved_with_bytecode_on(
+        venvs: VenvFactory, tmp_path: Path) -> None:
+    """A user's Python writes bytecode, and most venvs hold a ``.pth`` that imports a module
+    at every start (setuptools' ``distutils-precedence.pth`` imports ``_distutils_hack``).
+    envguard's probe of the copy ran that import and wrote ``__pycache__`` into the copy,
+    so the move was refused and uv ran twice; the probe of the venv wrote one into the venv.
+    The probe writes no bytecode: the move is made, and the venv is uv's own work."""
+    wheels(venvs.wheels)
+    build_wheel(venvs.wheels, "hack", "1.0", {"hack_mod.py": "HACKED = True\n",
+                                              "hack-precedence.pth": "import hack_mod\n"})
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+
+    def made() -> Path:
+        env = base(venvs)
+        run_checked([venvs.uv, "pip", "install", "--quiet", "--python",
+                     str(env / "bin" / "python"), "--no-index", "--find-links",
+                     str(venvs.wheels), "hack"], env=venvs._env())
+        return env
+
+    env = made()
+    proc = envguard("install", "--yes", "--format", "json", "--python", str(env), "--", "uv",
+                    "pip", "install", "--no-index", "--find-links", str(venvs.wheels),
+                    "tool==2.0", cwd=cwd, env={"PYTHONDONTWRITEBYTECODE": ""})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    applied = json.loads(proc.stdout)["applied"]
+    assert applied["moved"] is True, applied
+    guarded = tree(env)
+    shutil.rmtree(env)
+    made()
+    run_checked([venvs.uv, "pip", "install", "--quiet", "--python", str(env / "bin" / "python"),
+                 "--no-index", "--find-links", str(venvs.wheels), "tool==2.0"],
+                env=venvs._env())
+    assert guarded == tree(env)
