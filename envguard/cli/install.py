@@ -58,7 +58,7 @@ def cmd_install(args: argparse.Namespace) -> int:
     if argv and argv[0] == "--":
         argv = argv[1:]
     command = parse_command(argv, uv=find_uv() if argv[:1] == ["uv"] else None)
-    selection = select_environment(args.python)
+    selection = select_environment(args.python, probe=True, verify="none")
     if command.action == "sync":
         from envguard.probe.interpreter import is_current_interpreter
 
@@ -75,7 +75,8 @@ def cmd_install(args: argparse.Namespace) -> int:
     cwd = Path.cwd()
     with sigterm_interrupts(), StderrProgress(note_after=0) as progress:
         progress.step(f"predicting on a copy of the environment: {' '.join(command.argv[:3])}")
-        plan = predict(command, python=selection.executable, cwd=cwd, stage=not args.dry_run)
+        plan = predict(command, python=selection.executable, cwd=cwd, stage=not args.dry_run,
+                       meanwhile=_import_the_rest)
     report = InstallReport(plan=plan)
     if args.dry_run or (plan.refused and not args.yes):
         from envguard.install.scratch import wait_for_removals
@@ -101,3 +102,11 @@ def cmd_install(args: argparse.Namespace) -> int:
     if applied.exit_code != 0:
         return ExitCode.ENVIRONMENT_ERROR
     return ExitCode.DRIFT if applied.differences else ExitCode.OK
+
+
+def _import_the_rest() -> None:
+    """What the command needs after the prediction, imported while the installer runs on the
+    copy (:func:`envguard.install.predict.predict`'s ``meanwhile``)."""
+    import envguard.install.apply
+    import envguard.install.report
+    import envguard.render.install  # noqa: F401 - imported for its cost, now

@@ -95,13 +95,16 @@ def deferred_signals() -> Iterator[list[int]]:
 
 def read_back(plan: InstallPlan) -> bool:
     """Whether the environment holds what the plan predicted for every package it
-    changes: each new build's RECORD fingerprint read back from the environment, each
-    removed distribution's metadata folder gone."""
+    changes: each new build's RECORD fingerprint read back from the environment (unless
+    it is the very file the prediction read: the same inode, size and modification time
+    as in the copy, :attr:`~envguard.install.transplant.Staged.records`), each removed
+    distribution's metadata folder gone."""
     from envguard.probe.recordfile import fingerprint_record, fingerprinted_rows
 
     def folder(dist: Distribution) -> str:
         return os.path.join(dist.location, dist.metadata_dir)
 
+    read = plan.staged.records if plan.staged is not None else {}
     for change in plan.packages:
         new, old = plan.predicted.package(change.name), plan.before.package(change.name)
         if old is not None and (new is None or folder(old) != folder(new)) and os.path.lexists(
@@ -109,7 +112,14 @@ def read_back(plan: InstallPlan) -> bool:
             return False
         if new is None:
             continue
-        rows = fingerprinted_rows(os.path.join(folder(new), "RECORD"))
+        record = os.path.join(folder(new), "RECORD")
+        try:
+            st = os.lstat(record)
+        except OSError:
+            return False
+        if read.get(record) == (st.st_ino, st.st_size, st.st_mtime_ns):
+            continue
+        rows = fingerprinted_rows(record)
         if not rows or fingerprint_record(rows) != new.fingerprint:
             return False
     return True

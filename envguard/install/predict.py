@@ -10,8 +10,11 @@ A same-version rebuild is visible: the copy holds the new build's RECORD.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import os
+import stat
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -24,7 +27,8 @@ from envguard.install.command import UV, InstallerCommand, installer_environment
 from envguard.install.locks import LockVerdict, broken_locks, lock_patterns, read_locks
 from envguard.install.scratch import check_guard, scratch_copy, stage_away
 from envguard.install.transplant import Staged, inventory, metadata_dirs
-from envguard.model import Distribution, Snapshot
+from envguard.model import Distribution, Interpreter, Snapshot
+from envguard.paths import memo_dir
 from envguard.probe import SnapshotOptions, collect
 from envguard.redact import redact_argv
 from envguard.runs.store import now_iso
@@ -124,6 +128,26 @@ def as_environment(copy: Snapshot, of: Snapshot, copy_prefix: str, prefix: str) 
     return dataclasses.replace(of, packages=packages, torch=torch)
 
 
+def _record_keys(copy: Snapshot, before: Snapshot, folder: str, copy_prefix: str,
+                 prefix: str) -> dict[str, tuple[int, int, int]]:
+    """(inode, size, mtime) of the RECORD of each distribution the installer wrote into the
+    copy (now at ``folder``), by the path it will have in the environment."""
+    out = {}
+    for d in copy.packages:
+        old = before.package(d.name)
+        if old is not None and old.fingerprint == d.fingerprint and \
+                old.metadata_dir == d.metadata_dir:
+            continue  # the environment's own, linked
+        rel = os.path.relpath(os.path.join(d.location, d.metadata_dir, "RECORD"), copy_prefix)
+        if rel.startswith(".."):
+            continue
+        with contextlib.suppress(OSError):
+            st = os.lstat(os.path.join(folder, rel))
+            if stat.S_ISREG(st.st_mode):
+                out[os.path.join(prefix, rel)] = (st.st_ino, st.st_size, st.st_mtime_ns)
+    return out
+
+
 def package_changes(changes: SnapshotDiff) -> tuple[PackageChange, ...]:
     """The diff's package changes, one row per package."""
     rows: dict[str, PackageChange] = {}
@@ -176,10 +200,15 @@ def _line(c: Change) -> str:
 
 def prefix_of(snapshot: Snapshot) -> Path:
     """The venv's folder; InputError for an interpreter outside a venv."""
-    if not snapshot.interpreter.is_venv or not snapshot.interpreter.prefix:
-        raise InputError(f"{snapshot.interpreter.executable} is not in a venv: envguard "
+    return venv_folder(snapshot.interpreter)
+
+
+def venv_folder(interpreter: Interpreter) -> Path:
+    """The venv's folder of ``interpreter``; InputError for one outside a venv."""
+    if not interpreter.is_venv or not interpreter.prefix:
+        raise InputError(f"{interpreter.executable} is not in a venv: envguard "
                          "install predicts on a copy of a venv (choose one with --python)")
-    return Path(os.path.realpath(snapshot.interpreter.prefix))
+    return Path(os.path.realpath(interpreter.prefix))
 
 
 def same_environment(command: InstallerCommand, prefix: Path) -> None:
@@ -200,29 +229,39 @@ def same_environment(command: InstallerCommand, prefix: Path) -> None:
 
 def predict(command: InstallerCommand, *, python: str, cwd: Path,
             env: Mapping[str, str] | None = None, echo: Echo | None = None,
-            stage: bool = False) -> InstallPlan:
+            stage: bool = False, meanwhile: Callable[[], object] | None = None) -> InstallPlan:
     """The plan of ``command`` for the environment of ``python`` (see the module).
 
     uv runs on the metadata copy with the environment's own interpreter and ``--prefix``
     at the copy, so the copy receives exactly what the environment would; with ``stage``,
-    that copy is kept in the plan (``plan.staged``) for :func:`~.apply.apply_install`."""
-    from envguard.explain import explain
-    from envguard.restore.build import error_line, run_process
+    that copy is kept in the plan (``plan.staged``) for :func:`~.apply.apply_install`.
+
+    The installer runs in the background from the moment the copy exists: the
+    environment's own snapshot is taken meanwhile, and ``meanwhile`` (the caller's own
+    preparations, such as the imports of what comes after the prediction) is called then
+    too. The environment's interpreter facts come first, from the probe's memo."""
+    from envguard.probe.background import Task
+    from envguard.probe.interpreter import hand_on, interpreter_section, probe_python
+    from envguard.restore.build import error_line, kill_running, run_process
 
     environ = installer_environment(os.environ if env is None else env)
     locks, notes = read_locks(cwd)
     patterns = lock_patterns(locks)
     started = time.perf_counter()
-    before = collect(snapshot_options(python, patterns))
-    prefix = prefix_of(before)
+    options = snapshot_options(python, patterns)
+    target = probe_python(python, memo_dir())
+    hand_on(python, target)  # the snapshot below takes these facts
+    interpreter = interpreter_section(target)
+    prefix = venv_folder(interpreter)
     same_environment(command, prefix)
-    taken = time.perf_counter() - started
-    rel = os.path.relpath(os.path.abspath(python), os.path.abspath(before.interpreter.prefix))
+    rel = os.path.relpath(os.path.abspath(python), os.path.abspath(interpreter.prefix))
     rel = rel if not rel.startswith("..") else os.path.join("bin", "python")
     # First the venv's metadata only (what resolution reads); a command that fails there
     # (a build that imports the venv's own packages) is tried again on a whole copy.
     staged: Staged | None = None
-    for sites in (before.interpreter.site_packages, None):
+    before: Snapshot | None = None
+    taken = 0.0
+    for sites in (interpreter.site_packages, None):
         with scratch_copy(prefix, site_packages=sites,
                           with_pip=command.tool == "pip") as (folder, guard, cloned):
             movable = command.tool == UV and sites is not None
@@ -234,7 +273,23 @@ def predict(command: InstallerCommand, *, python: str, cwd: Path,
             argv = (command.argv_into(python, str(folder)) if movable
                     else command.argv_for(scratch_python))
             written_at = now_iso()
-            result = run_process(argv, timeout=3600, echo=echo, env=environ, cwd=str(cwd))
+            job = Task(functools.partial(run_process, argv, timeout=3600, echo=echo,
+                                         env=environ, cwd=str(cwd)))
+            try:
+                if before is None:
+                    snapped = time.perf_counter()
+                    before = collect(options)
+                    taken = time.perf_counter() - snapped
+                from envguard.explain import explain  # imported while the installer runs
+
+                if meanwhile is not None:
+                    meanwhile()
+            except BaseException:
+                kill_running()  # the installer, on the copy only; then the copy goes
+                with contextlib.suppress(BaseException):
+                    job.result()
+                raise
+            result = job.result()
             check_guard(guard)
             ran_at = time.perf_counter()
             if not result.ok and sites is not None:
@@ -243,7 +298,8 @@ def predict(command: InstallerCommand, *, python: str, cwd: Path,
                 raise RestoreError(f"the command fails on a copy of the environment (exit "
                                    f"status {result.returncode}): {error_line(result.lines)}; "
                                    "nothing was changed")
-            copy = collect(snapshot_options(scratch_python, memo=False))
+            copy = collect(dataclasses.replace(snapshot_options(scratch_python, memo=False),
+                                               memo_of=interpreter.prefix))
             copy_prefix = os.path.realpath(copy.interpreter.prefix)
             if movable and stage:
                 staged = Staged(folder=str(stage_away(folder, prefix)), prefix=str(prefix),
@@ -251,12 +307,16 @@ def predict(command: InstallerCommand, *, python: str, cwd: Path,
                                 guard=guard, lines=tuple(result.lines),
                                 started_at=written_at)
             break
+    assert before is not None  # noqa: S101 - taken on the first pass
     predicted = as_environment(copy, before, copy_prefix, str(prefix))
     changes = diff(before, predicted)
+    if staged is not None:
+        staged = dataclasses.replace(staged, records=_record_keys(
+            copy, before, staged.folder, copy_prefix, str(prefix)))
     findings = tuple(explain(before, predicted, changes))
     broken, locked_by = broken_locks(before, predicted, locks)
     done = time.perf_counter()
-    costs = Costs(clone_s=cloned_at - started - taken, linked=cloned.linked,
+    costs = Costs(clone_s=cloned_at - started, linked=cloned.linked,
                   copied=cloned.copied, copied_bytes=cloned.copied_bytes,
                   installer_s=ran_at - cloned_at, snapshots_s=taken + done - ran_at)
     return InstallPlan(environment=str(prefix), python=python,

@@ -32,6 +32,7 @@ folder and uv's own (its ``.lock``) are held while files move.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import stat
 import time
@@ -78,6 +79,10 @@ class Staged:
     started_at: str = ""
     """When the installer began writing into the copy: the moved files' times are from
     then, so the change's revision starts then."""
+    records: dict[str, tuple[int, int, int]] = dataclasses.field(default_factory=dict)
+    """(inode, size, mtime) of each new RECORD the prediction read in the copy, by the path
+    it moves to in the environment: one found there unchanged is that very file
+    (:func:`envguard.install.apply.read_back`)."""
 
 
 @frozen

@@ -32,7 +32,7 @@ from envguard.probe.commands import CommandResult, guard, release, run
 from envguard.probe.fastpath import gpu as gpu_memo
 from envguard.probe.fastpath import statahead
 from envguard.probe.fastpath.hashes import HashMemo
-from envguard.probe.fastpath.records import RecordMemo
+from envguard.probe.fastpath.records import BorrowedMemo, RecordMemo
 from envguard.probe.interpreter import Target, interpreter_section, probe_python, probe_self
 from envguard.probe.options import SnapshotOptions
 from envguard.probe.progress import NullProgress, Progress
@@ -104,6 +104,8 @@ def _scan(target: Target, options: SnapshotOptions, memo_root: Path,
         ahead = statahead.take(prefix, memo_root)
     records = (ahead.memo if ahead is not None else RecordMemo.for_prefix(prefix, memo_root)
                if options.use_memo else None)
+    if records is None and options.memo_of is not None:
+        records = BorrowedMemo(options.memo_of, prefix, memo_root)
     installed, scan_issues = distributions.scan(target.sys_path, records)
     issues.extend(scan_issues)
     if records is not None:

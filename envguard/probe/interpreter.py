@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import atexit
+import contextlib
 import os
 import shutil
 import subprocess
@@ -138,6 +139,15 @@ def prefetch(python: str, memo_root: Path | None = None) -> None:
         return
     known = facts_memo.lookup(exe, os.environ, memo_root or memo_dir())
     _PREFETCHED[exe] = known if known is not None else _start(exe)
+
+
+def hand_on(python: str, target: Target) -> None:
+    """The next :func:`probe_python` of ``python`` in this process takes ``target``'s facts
+    instead of probing again: for a command that needs the facts before its snapshot
+    (``envguard install`` makes its scratch copy from them), when the memo could not keep
+    them (an environment changed a moment ago)."""
+    with contextlib.suppress(ProbeError):
+        _PREFETCHED[resolve_python(python)] = target.facts
 
 
 @atexit.register

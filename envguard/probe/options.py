@@ -35,6 +35,10 @@ class SnapshotOptions:
     default, :func:`envguard.paths.memo_dir`."""
     use_memo: bool = True
     """Reuse parsed RECORDs from earlier snapshots of the same environment."""
+    memo_of: str | None = None
+    """The environment (its prefix) this one is a scratch copy of: its memo of parsed
+    dist-info folders is read, never written, through this one's paths
+    (:class:`~envguard.probe.fastpath.records.BorrowedMemo`). With ``use_memo`` off."""
     integrity_only: frozenset[str] | None = None
     """Check only these distributions against RECORD (the gate's fast path); None: all."""
     git: bool = True

@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import operator
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -169,6 +170,39 @@ class RecordMemo:
         if error is None:
             self._entries, self._dirty = kept, False
         return error
+
+
+class BorrowedMemo(RecordMemo):
+    """The memo of the environment at ``prefix``, read through the paths of its scratch copy
+    at ``copy`` (:mod:`envguard.install.scratch`), never written. The copy's dist-info files
+    are symbolic links to the environment's, so a folder the installer left alone has the
+    very stat keys the environment's entry was made with (``os.stat`` follows the link) and
+    is not read again; a folder the installer wrote has new inodes, so it misses and is
+    read."""
+
+    def __init__(self, prefix: str, copy: str, root: Path | None = None) -> None:
+        super().__init__(self.for_prefix_path(prefix, root))
+        self._prefix, self._copy = prefix.rstrip(os.sep), copy.rstrip(os.sep)
+
+    def _theirs(self, path: str) -> str:
+        if path.startswith(self._copy + os.sep):
+            return self._prefix + path[len(self._copy):]
+        return path
+
+    def get(self, record_path: str, key: Key) -> Parsed | None:
+        return super().get(self._theirs(record_path), key)
+
+    def put(self, record_path: str, key: Key, parsed: Parsed) -> None:
+        return None
+
+    def get_folder(self, meta_dir: str, key: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        return super().get_folder(self._theirs(meta_dir), key)
+
+    def put_folder(self, meta_dir: str, key: tuple[Any, ...], value: tuple[Any, ...]) -> None:
+        return None
+
+    def save(self) -> str | None:
+        return None
 
 
 def _rereader(record_path: str) -> Callable[[], list[RecordRow]]:

@@ -15,7 +15,11 @@ GOOD = ('[[break]]\nid = "a-b"\npackage = "a"\nversions = "<2"\ndependency = "b"
 
 
 def test_the_bundled_entries_load_and_each_is_cited() -> None:
+    from envguard.explain.knowledge import FILE
+
     entries = known_breaks()
+    # known_breaks() skips packaging's parsers at run time; the file is checked here
+    assert parse_breaks(FILE.read_text(encoding="utf-8")) == entries
     assert entries
     assert len({e.id for e in entries}) == len(entries)
     for e in entries:

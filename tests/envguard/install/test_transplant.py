@@ -323,3 +323,41 @@ def test_a_venv_whose_pth_imports_a_module_is_still_moved_with_bytecode_on(
                  "--no-index", "--find-links", str(venvs.wheels), "tool==2.0"],
                 env=venvs._env())
     assert guarded == tree(env)
+
+
+def test_an_interruption_while_the_installer_runs_on_the_copy_stops_it(
+        venvs: VenvFactory, tmp_path: Path) -> None:
+    """The installer runs on the copy in the background while the venv's snapshot is taken
+    and the caller's ``meanwhile`` runs: a Ctrl-C there kills the installer and removes the
+    copy before it propagates, and the venv is untouched."""
+    import time
+
+    from tests.envguard.install.test_install import hashes
+
+    wheels(venvs.wheels)
+    env = base(venvs)
+    before = hashes(env)
+    slow = tmp_path / "slow" / "uv"  # an installer that takes a minute before it writes
+    slow.parent.mkdir()
+    slow.write_text(f'#!/bin/sh\nsleep 60\nexec "{shutil.which("uv") or _uv()}" "$@"\n',
+                    encoding="utf-8")
+    slow.chmod(0o755)
+    command = parse_command([str(slow), "pip", "install", "--no-index", "--find-links",
+                             str(venvs.wheels), "tool==2.0"])
+    seen = []
+
+    def meanwhile() -> None:
+        seen.append([p.name for p in env.parent.iterdir() if "envguard-scratch" in p.name])
+        raise KeyboardInterrupt
+
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        predict(command, python=str(env / "bin" / "python"), cwd=tmp_path, stage=True,
+                env={**os.environ, "UV_OFFLINE": "1", "UV_NO_CONFIG": "1"},
+                meanwhile=meanwhile)
+    assert time.monotonic() - started < 30  # the installer was killed, not waited for
+    assert seen == [[".env.envguard-scratch"]]  # it ran while the copy was in use
+    wait_for_removals()
+    time.sleep(0.3)  # an installer still running would write into a copy again
+    assert not [p for p in env.parent.iterdir() if "envguard-scratch" in p.name]
+    assert hashes(env) == before

@@ -117,6 +117,21 @@ def test_no_answer_is_kept_about_folders_touched_as_the_probe_started(
     assert facts.lookup(exe, os.environ, tmp_path) is not None
 
 
+def test_facts_handed_on_serve_the_next_probe_of_a_just_changed_environment(
+        venvs: VenvFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """envguard install needs the facts before its snapshot, of an environment an install
+    changed a moment ago (the memo keeps no answer then): handed on, they serve the
+    snapshot's probe, once; the probe after that starts an interpreter again."""
+    fresh = venvs.create()
+    probes = _Probes(monkeypatch)
+    first = interpreter.probe_python(str(fresh.python), tmp_path)
+    interpreter.hand_on(str(fresh.python), first)
+    assert interpreter.probe_python(str(fresh.python), tmp_path).facts == first.facts
+    assert probes.count == 1
+    interpreter.probe_python(str(fresh.python), tmp_path)
+    assert probes.count == 2
+
+
 def test_a_corrupt_or_foreign_memo_is_a_miss(env: Venv, tmp_path: Path) -> None:
     exe = interpreter.resolve_python(str(env.python))
     _probe(env, tmp_path)
