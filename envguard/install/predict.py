@@ -26,7 +26,7 @@ from envguard.frozen import frozen
 from envguard.install.command import UV, InstallerCommand, installer_environment
 from envguard.install.locks import LockVerdict, broken_locks, lock_patterns, read_locks
 from envguard.install.scratch import check_guard, scratch_copy, stage_away
-from envguard.install.transplant import Staged, inventory, metadata_dirs
+from envguard.install.transplant import Staged, metadata_dirs
 from envguard.model import Distribution, Interpreter, Snapshot
 from envguard.paths import memo_dir
 from envguard.probe import SnapshotOptions, collect
@@ -57,6 +57,8 @@ class Costs:
     copied_bytes: int
     installer_s: float
     snapshots_s: float
+    kept: int = 0
+    """Entries of the copy kept from the last prediction found up to date."""
 
 
 @frozen
@@ -265,7 +267,7 @@ def predict(command: InstallerCommand, *, python: str, cwd: Path,
         with scratch_copy(prefix, site_packages=sites,
                           with_pip=command.tool == "pip") as (folder, guard, cloned):
             movable = command.tool == UV and sites is not None
-            made = inventory(str(folder)) if movable else {}
+            made = cloned.made if movable else {}
             sites_now = tuple(os.path.realpath(p) for p in sites or ())
             metadata = metadata_dirs(str(prefix), sites_now) if movable else frozenset()
             cloned_at = time.perf_counter()
@@ -318,7 +320,8 @@ def predict(command: InstallerCommand, *, python: str, cwd: Path,
     done = time.perf_counter()
     costs = Costs(clone_s=cloned_at - started, linked=cloned.linked,
                   copied=cloned.copied, copied_bytes=cloned.copied_bytes,
-                  installer_s=ran_at - cloned_at, snapshots_s=taken + done - ran_at)
+                  installer_s=ran_at - cloned_at, snapshots_s=taken + done - ran_at,
+                  kept=cloned.kept)
     return InstallPlan(environment=str(prefix), python=python,
                        command=tuple(redact_argv(list(command.argv))), before=before,
                        predicted=predicted, diff=changes, findings=findings,

@@ -62,7 +62,7 @@ class InstallReport:
                 "clone_s": round(plan.costs.clone_s, 3), "linked": plan.costs.linked,
                 "copied": plan.costs.copied, "copied_bytes": plan.costs.copied_bytes,
                 "installer_s": round(plan.costs.installer_s, 3),
-                "snapshots_s": round(plan.costs.snapshots_s, 3)},
+                "snapshots_s": round(plan.costs.snapshots_s, 3), "kept": plan.costs.kept},
             "applied": None if applied is None else {
                 "exit_code": applied.exit_code, "as_predicted": not applied.differences,
                 "moved": applied.moved, "why_run": applied.why_run,

@@ -39,8 +39,8 @@ is gone).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -51,9 +51,17 @@ from pathlib import Path
 from envguard.errors import EnvguardError
 from envguard.exitcodes import ExitCode
 from envguard.frozen import frozen
+from envguard.install.skeleton import (
+    FileKey,
+    clone_plan,
+    inventory,
+    is_metadata,
+    link_target,
+    prune,
+    realize,
+)
 
 _SCRATCH = ".envguard-scratch-"
-_COPIED_DIRS = frozenset({"bin", "Scripts"})
 
 
 class EnvironmentBusy(EnvguardError):
@@ -75,6 +83,10 @@ class Cloned:
     linked: int
     copied: int
     copied_bytes: int
+    kept: int = 0
+    """Entries of a kept copy found up to date (none made for them)."""
+    made: dict[str, FileKey] = dataclasses.field(default_factory=dict)
+    """A metadata copy's :func:`~.skeleton.inventory` once made (empty for a whole copy)."""
 
 
 class LinkGuard:
@@ -106,7 +118,10 @@ def scratch_path(prefix: Path) -> Path:
 
 
 def _trash_path(prefix: Path) -> Path:
-    return prefix.with_name(f".{prefix.name}{_SCRATCH}{os.getpid()}")
+    """A new folder name of this process's own (``.NAME.envguard-scratch-PID-tN``) for what
+    is to be removed: the next envguard removes it if this one is killed first."""
+    _STAGED[0] += 1
+    return prefix.with_name(f".{prefix.name}{_SCRATCH}{os.getpid()}-t{_STAGED[0]}")
 
 
 @contextlib.contextmanager
@@ -152,16 +167,10 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _is_metadata(rel_parts: tuple[str, ...], name: str) -> bool:
-    return (any(p.endswith((".dist-info", ".egg-info")) for p in rel_parts)
-            or name.endswith(".pth") or name == "pyvenv.cfg"
-            or (bool(rel_parts) and rel_parts[0] in _COPIED_DIRS))
-
-
 def clone_tree(src: Path, dst: Path, guard: LinkGuard, *,
                link_metadata: bool = False, symlink: bool = False) -> Cloned:
     """Copy ``src`` into the new folder ``dst`` as the module says (``link_metadata``:
-    the files :func:`_is_metadata` names are linked too; ``symlink``: by symbolic links,
+    the files :func:`~.skeleton.is_metadata` names are linked too; ``symlink``: by symbolic links,
     see :func:`metadata_clone`)."""
     linked = copied = copied_bytes = 0
     real_src = os.path.realpath(src)
@@ -176,14 +185,14 @@ def clone_tree(src: Path, dst: Path, guard: LinkGuard, *,
             target = os.path.join(out, name)
             st = os.lstat(path)
             if os.path.islink(path):
-                os.symlink(_link_target(path, real_src, str(dst)), target)
+                os.symlink(link_target(path, real_src, str(dst)), target)
                 if name in dirs:
                     dirs.remove(name)  # not walked: a link, copied as one
                 continue
             if name in dirs:
                 os.mkdir(target, st.st_mode & 0o7777 | 0o700)
                 continue
-            if link_metadata or not _is_metadata(parts, name):
+            if link_metadata or not is_metadata(parts, name):
                 try:
                     _link(path, target, symlink=symlink)
                 except OSError:
@@ -198,20 +207,6 @@ def clone_tree(src: Path, dst: Path, guard: LinkGuard, *,
     return Cloned(linked=linked, copied=copied, copied_bytes=copied_bytes)
 
 
-def _link_target(path: str, real_src: str, dst: str) -> str:
-    """A symlink's target in the copy: one that leads into the environment (absolute)
-    leads into the copy instead; relative ones and those outside stay."""
-    target = os.readlink(path)
-    if os.path.isabs(target):
-        real = os.path.normpath(target)
-        if real == real_src or real.startswith(real_src + os.sep):
-            return dst + real[len(real_src):]
-    return target
-
-
-_PTH_IMPORT = re.compile(r"(?:__import__\(\s*['\"]|\bimport\s+)([A-Za-z_][A-Za-z0-9_]*)")
-
-
 def metadata_clone(prefix: Path, dst: Path, site_packages: Sequence[str], guard: LinkGuard,
                    *, with_pip: bool) -> Cloned:
     """The venv as an installer sees it, without the packages' files: ``pyvenv.cfg``, the
@@ -221,63 +216,11 @@ def metadata_clone(prefix: Path, dst: Path, site_packages: Sequence[str], guard:
     pip, pip's own package (symbolic links to the venv's files; the interpreter hard
     linked or copied). Resolution reads only the metadata, and an uninstall
     skips files that are not there, so the installer's choice is the same as on the venv;
-    the files it writes are the new builds' own."""
-    counts = [0, 0, 0]
-    os.mkdir(dst, 0o755)
-    real_src = os.path.realpath(prefix)
-    for name in ("pyvenv.cfg",):
-        if os.path.isfile(prefix / name):
-            _copy(prefix / name, dst / name, counts)
-    for folder in ("bin", "Scripts"):
-        if (prefix / folder).is_dir() and not (prefix / folder).is_symlink():
-            os.mkdir(dst / folder, 0o755)
-            for entry in os.scandir(prefix / folder):
-                if entry.name.startswith("python"):
-                    _one(Path(entry.path), dst / folder / entry.name, real_src, str(dst),
-                         guard, counts)
-    for top in os.scandir(prefix):
-        if top.is_symlink() and top.name.startswith("lib"):  # lib64 -> lib
-            os.symlink(_link_target(top.path, real_src, str(dst)), dst / top.name)
-    for site in dict.fromkeys(os.path.realpath(p) for p in site_packages):
-        if not site.startswith(real_src + os.sep) or not os.path.isdir(site):
-            continue
-        out = dst / os.path.relpath(site, real_src)
-        os.makedirs(out, 0o755, exist_ok=True)
-        modules = {"pip"} if with_pip else set()
-        for entry in os.scandir(site):
-            path, target = Path(entry.path), out / entry.name
-            if entry.is_symlink():
-                continue
-            if entry.is_dir() and entry.name.endswith((".dist-info", ".egg-info")):
-                sub = clone_tree(path, target, guard, link_metadata=True, symlink=True)
-                counts[0] += sub.linked
-                counts[1] += sub.copied
-                counts[2] += sub.copied_bytes
-            elif entry.is_file() and entry.name.endswith((".pth", ".egg-link")):
-                _one(path, target, real_src, str(dst), guard, counts, symlink=True)
-                if entry.name.endswith(".pth"):
-                    modules |= set(_PTH_IMPORT.findall(path.read_text("utf-8", "replace")))
-        version_py = Path(site) / "torch" / "version.py"
-        if version_py.is_file() and not version_py.is_symlink():
-            os.makedirs(out / "torch", 0o755, exist_ok=True)
-            _one(version_py, out / "torch" / "version.py", real_src, str(dst), guard, counts,
-                 symlink=True)
-        for module in sorted(modules):
-            for candidate in (Path(site) / module, Path(site) / f"{module}.py"):
-                if candidate.is_dir() and not candidate.is_symlink():
-                    sub = clone_tree(candidate, out / module, guard, symlink=True)
-                    counts[0] += sub.linked
-                    counts[1] += sub.copied
-                elif candidate.is_file() and not candidate.is_symlink():
-                    _one(candidate, out / candidate.name, real_src, str(dst), guard, counts,
-                         symlink=True)
-    return Cloned(linked=counts[0], copied=counts[1], copied_bytes=counts[2])
-
-
-def _copy(src: Path, dst: Path, counts: list[int]) -> None:
-    shutil.copy2(src, dst, follow_symlinks=False)
-    counts[1] += 1
-    counts[2] += os.lstat(dst).st_size
+    the files it writes are the new builds' own. A copy already at ``dst`` (kept from the
+    last prediction) is brought up to date (:mod:`envguard.install.skeleton`)."""
+    made = realize(clone_plan(prefix, dst, site_packages, with_pip=with_pip), dst, guard)
+    return Cloned(linked=made.linked, copied=made.copied, copied_bytes=made.copied_bytes,
+                  kept=made.kept)
 
 
 def _link(src: str | Path, dst: str | Path, *, symlink: bool) -> None:
@@ -289,40 +232,32 @@ def _link(src: str | Path, dst: str | Path, *, symlink: bool) -> None:
         os.link(src, dst, follow_symlinks=False)
 
 
-def _one(src: Path, dst: Path, real_src: str, root: str, guard: LinkGuard,
-         counts: list[int], *, symlink: bool = False) -> None:
-    """One file: a link copied as a link, a regular file hard linked (else copied)."""
-    if src.is_symlink():
-        os.symlink(_link_target(str(src), real_src, root), dst)
-        return
-    st = os.lstat(src)
-    try:
-        _link(src, dst, symlink=symlink)
-    except OSError:
-        _copy(src, dst, counts)
-    else:
-        guard.add(str(src), st)
-        counts[0] += 1
-
-
 @contextlib.contextmanager
 def scratch_copy(prefix: Path, *, site_packages: Sequence[str] | None = None,
                  with_pip: bool = False) -> Iterator[tuple[Path, LinkGuard, Cloned]]:
     """A scratch copy of the venv at ``prefix``: (its folder, the guard, what it cost).
-    With ``site_packages`` (the interpreter's folders): :func:`metadata_clone`, else the
-    whole venv (:func:`clone_tree`)."""
+    With ``site_packages`` (the interpreter's folders): :func:`metadata_clone`, kept when
+    the block ends (what the installer wrote moved aside and removed in a thread) and
+    brought up to date by the next prediction; else the whole venv (:func:`clone_tree`),
+    removed when the block ends."""
     wait_for_removals(detached=False)
     sweep_stale(prefix)
     folder = scratch_path(prefix)
     with exclusive(prefix):
-        if os.path.islink(folder):  # planted: removed, never followed
-            os.unlink(folder)
-        elif os.path.lexists(folder):  # left by a killed envguard (the lock was free)
-            shutil.rmtree(folder, ignore_errors=True)
+        if os.path.islink(folder) or (os.path.lexists(folder) and not os.path.isdir(folder)):
+            os.unlink(folder)  # planted, or not a folder: removed, never followed
+        elif os.path.lexists(folder) and site_packages is None:
+            shutil.rmtree(folder, ignore_errors=True)  # a kept copy: not a whole one
         guard = LinkGuard()
         try:
-            cloned = (clone_tree(prefix, folder, guard) if site_packages is None else
-                      metadata_clone(prefix, folder, site_packages, guard, with_pip=with_pip))
+            if site_packages is None:
+                cloned = clone_tree(prefix, folder, guard)
+            else:
+                made = realize(clone_plan(prefix, folder, site_packages, with_pip=with_pip),
+                               folder, guard)
+                cloned = Cloned(linked=made.linked, copied=made.copied,
+                                copied_bytes=made.copied_bytes, kept=made.kept,
+                                made=inventory(str(folder)))
             yield folder, guard, cloned
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
@@ -334,11 +269,36 @@ def scratch_copy(prefix: Path, *, site_packages: Sequence[str] | None = None,
             return  # kept (stage_away)
         trash = _trash_path(prefix)
         try:
-            os.rename(folder, trash)
+            if site_packages is not None:
+                if not prune(folder, cloned.made, trash):
+                    return
+            else:
+                os.rename(folder, trash)
         except OSError:
             shutil.rmtree(folder, ignore_errors=True)
             return
     remove_later(trash)
+
+
+def keep_or_remove(staged: Path, prefix: Path, made: dict[str, FileKey]) -> None:
+    """A copy kept past its block (:func:`stage_away`), once done with: kept as the next
+    prediction's copy when none is there and no other envguard holds the environment, what
+    it was not ``made`` with (:func:`~.skeleton.prune`) moved aside first; else removed.
+    Either way what is moved aside goes in a process of its own (:func:`remove_later`)."""
+    trash = _trash_path(prefix)
+    try:
+        with exclusive(prefix):
+            if os.path.lexists(scratch_path(prefix)):
+                raise EnvironmentBusy("a copy is there already")
+            moved = prune(staged, made, trash)
+            os.rename(staged, scratch_path(prefix))
+    except (OSError, EnvironmentBusy):
+        remove_later(staged, detached=True)
+        if os.path.lexists(trash):
+            remove_later(trash, detached=True)
+        return
+    if moved:
+        remove_later(trash, detached=True)
 
 
 _REMOVALS: list[threading.Thread] = []

@@ -7,7 +7,7 @@ would write into the environment (scripts with the environment's interpreter in 
 shebang, RECORD rows and all), and nothing else changed. :func:`transplant` makes the
 environment that result:
 
-1. what the installer did to the copy, from the copy's :func:`inventory` taken before it
+1. what the installer did to the copy, from the copy's :func:`~.skeleton.inventory` taken before it
    ran: an entry that is new, or not the one the copy was made with, is the installer's;
    a ``*.dist-info`` folder whose RECORD it removed or replaced is a distribution it
    uninstalled;
@@ -41,12 +41,11 @@ from pathlib import Path
 
 from envguard.flock import CAN_FLOCK, flock_until
 from envguard.frozen import frozen
-from envguard.install.scratch import EnvironmentBusy, LinkGuard, exclusive, remove_later
+from envguard.install.scratch import EnvironmentBusy, LinkGuard, exclusive, keep_or_remove
+from envguard.install.skeleton import FileKey, file_key
 from envguard.install.uninstalls import (
     META,
-    FileKey,
     TransplantFailed,
-    file_key,
     inside,
     removals,
     touched,
@@ -94,23 +93,6 @@ class Moved:
     removed: int
     """Files of uninstalled distributions moved aside."""
     seconds: float
-
-
-def inventory(folder: str) -> dict[str, FileKey]:
-    """Every file and symlink under ``folder`` (symlinks not followed), by relative path."""
-    out: dict[str, FileKey] = {}
-    stack = [("", folder)]
-    while stack:
-        rel, path = stack.pop()
-        with os.scandir(path) as entries:
-            for entry in entries:
-                sub = f"{rel}{entry.name}"
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append((sub + "/", entry.path))
-                    continue
-                st = entry.stat(follow_symlinks=False)
-                out[sub] = (st.st_ino, st.st_size, st.st_mtime_ns, entry.is_symlink())
-    return out
 
 
 def metadata_dirs(prefix: str, sites: tuple[str, ...]) -> frozenset[str]:
@@ -309,7 +291,8 @@ def _remove_empty(folder: str, prefix: str) -> None:
 
 
 def discard(staged: Staged | None) -> None:
-    """Remove the staged copy (and what a move set aside in it) in a process of its own
-    (:func:`~.scratch.remove_later`)."""
+    """Done with the staged copy: kept as the next prediction's copy, what the installer
+    wrote and what a move set aside in it removed in a process of its own
+    (:func:`~.scratch.keep_or_remove`)."""
     if staged is not None:
-        remove_later(staged.folder, detached=True)
+        keep_or_remove(Path(staged.folder), Path(staged.prefix), staged.before)

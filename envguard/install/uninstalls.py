@@ -8,13 +8,11 @@ uninstall: every RECORD row inside the environment, the ``__pycache__`` files of
 from __future__ import annotations
 
 import os
-import stat
 
 from envguard.errors import EnvguardError
 from envguard.exitcodes import ExitCode
+from envguard.install.skeleton import FileKey, file_key
 
-FileKey = tuple[int, int, int, bool]
-"""(inode, size, modification time in ns, is a symlink) of one entry of the copy."""
 META = (".dist-info", ".egg-info")
 
 
@@ -26,14 +24,6 @@ class TransplantFailed(EnvguardError):
 
 def inside(prefix: str, path: str) -> bool:
     return path.startswith(prefix + os.sep)
-
-
-def file_key(path: str) -> FileKey | None:
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns, stat.S_ISLNK(st.st_mode))
 
 
 def touched(folder: str, before: dict[str, FileKey]) -> set[str]:

@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from tests.envguard.install.test_install import hashes
+from tests.envguard.install.test_install import hashes, no_copy_left
 from tests.wheelfactory import VenvFactory, build_wheel, fake_torch_files, run_checked
 
 TORCH = "2.11.0+cu130"
@@ -161,8 +161,7 @@ def test_the_install_is_refused_before_anything_changes_naming_the_rules(
     # byte for byte: every distribution's build, and every file of site-packages
     assert incident.after_refusal == incident.first
     assert incident.after_refusal_files == incident.first_files
-    assert not [p for p in incident.site_packages.parents[2].parent.iterdir()
-                if "envguard-scratch" in p.name]
+    assert no_copy_left(incident.site_packages.parents[2])
 
 
 def test_yes_installs_it_exactly_as_predicted(incident: Incident) -> None:

@@ -65,13 +65,34 @@ def envguard(*args: str, cwd: Path, env: dict[str, str] | None = None,
 
 
 def no_copy_left(env: Path) -> bool:
-    """The copy is gone, or going: what a move set aside is removed by a process of its
-    own after envguard ends (given 30 s here)."""
+    """No copy is left but the one kept for the next prediction, and that holds nothing an
+    installer wrote (:func:`kept_copy_is_bare`): what a move set aside, and what the
+    installer wrote into the copy, is removed by a process of its own after envguard ends
+    (given 30 s here)."""
+    kept = kept_copy(env)
     deadline = time.monotonic() + 30
-    while [p for p in env.parent.iterdir() if "envguard-scratch" in p.name]:
+    while [p for p in env.parent.iterdir() if "envguard-scratch" in p.name and p != kept]:
         if time.monotonic() > deadline:
             return False
         time.sleep(0.05)
+    return not os.path.lexists(kept) or kept_copy_is_bare(kept)
+
+
+def kept_copy(env: Path) -> Path:
+    """Where envguard keeps its copy of ``env`` between predictions."""
+    return env.with_name(f".{env.name}.envguard-scratch")
+
+
+def kept_copy_is_bare(kept: Path) -> bool:
+    """Only what the copy is made of: folders, symbolic links, ``pyvenv.cfg`` and the
+    interpreter; no file an installer wrote."""
+    for folder, _dirs, files in os.walk(kept):
+        for name in files:
+            path = os.path.join(folder, name)
+            rel = os.path.relpath(path, kept)
+            if not (os.path.islink(path) or rel == "pyvenv.cfg"
+                    or rel.startswith(("bin/python", "Scripts/python"))):
+                return False
     return True
 
 
@@ -127,7 +148,7 @@ def test_a_same_version_rebuild_is_refused_before_anything_changes(scene: Scene)
     assert "nothing was changed" in proc.stdout
     assert hashes(scene.venv.path) == before
     assert revisions(scene) == []
-    assert not [p for p in scene.venv.path.parent.iterdir() if "envguard-scratch" in p.name]
+    assert no_copy_left(scene.venv.path)
 
 
 def test_json_and_markdown_say_the_same(scene: Scene) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.envguard.install.test_install import envguard, fingerprints, hashes
+from tests.envguard.install.test_install import envguard, fingerprints, hashes, no_copy_left
 from tests.wheelfactory import Venv, VenvFactory, build_wheel, interruptible, run_checked
 
 TOOL_FILES: dict[str, str | bytes] = {
@@ -171,7 +171,7 @@ def test_ctrl_c_while_builds_are_kept_leaves_the_venv_as_it_was(
     assert proc.returncode == 130, out + err
     assert hashes(venv.path) == before
     assert os.listdir(_kept_folder()) == []
-    assert not [p for p in venv.path.parent.iterdir() if "envguard-scratch" in p.name]
+    assert no_copy_left(venv.path)
     listed = envguard("revisions", "--python", str(venv.path), "--format", "json", cwd=cwd)
     assert json.loads(listed.stdout)["revisions"] == []
 

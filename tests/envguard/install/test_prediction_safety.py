@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +23,8 @@ from tests.envguard.install.test_install import (
     Scene,
     envguard,
     hashes,
+    kept_copy,
+    kept_copy_is_bare,
     make_scene,
     no_copy_left,
 )
@@ -110,8 +113,10 @@ def test_uv_predictions_leave_the_venv_byte_for_byte_unchanged(
 def _interrupt_when_copied(argv: list[str], scene: Scene) -> subprocess.CompletedProcess[str]:
     """Run envguard and send SIGINT as soon as its scratch copy of the venv exists (by its
     name while in use: an earlier install's copy may still be going, removed by a process
-    of its own)."""
+    of its own). The copy an earlier prediction kept is removed first, so that the copy
+    seen is this run's."""
     environ = dict(os.environ, UV_OFFLINE="1", UV_NO_CONFIG="1", COLUMNS="200")
+    shutil.rmtree(kept_copy(scene.venv.path), ignore_errors=True)
     proc = subprocess.Popen([sys.executable, "-m", "envguard", *argv], cwd=scene.cwd,
                             env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, preexec_fn=interruptible)
@@ -137,7 +142,7 @@ def test_ctrl_c_during_the_prediction_leaves_the_venv_as_it_was(uv_scene: Scene)
          "servestack"], uv_scene)
     assert done.returncode == 130, done.stderr
     assert hashes(uv_scene.venv.path) == before
-    assert not [p for p in uv_scene.venv.path.parent.iterdir() if "envguard-scratch" in p.name]
+    assert no_copy_left(uv_scene.venv.path)
 
 
 def test_ctrl_c_during_undo_leaves_the_venv_as_it_was(uv_scene: Scene) -> None:
@@ -194,7 +199,8 @@ def test_an_installer_on_either_copy_changes_the_copy_only(
         assert cloned.linked > 0
     wait_for_removals()
     assert hashes(scene.venv.path) == before
-    assert not folder.exists()
+    # a whole copy is removed; a metadata copy is kept for the next prediction, bare
+    assert not folder.exists() if whole else kept_copy_is_bare(folder)
 
 
 SLOW_BACKEND = '''"""An in-tree backend that notes each build in BUILDS_LOG, then takes a second."""
@@ -278,4 +284,4 @@ def test_the_copy_has_one_name_and_one_holder(tmp_path: Path) -> None:
             assert folder.is_dir()
         wait_for_removals()
     assert names == [".venv.envguard-scratch"] * 2
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["venv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".venv.envguard-scratch", "venv"]

@@ -161,7 +161,7 @@ def test_a_failed_move_puts_everything_back(venvs: VenvFactory, tmp_path: Path) 
     site = next(env.glob("lib/python3*/site-packages"))
     (site / "tool" / "sub" / "__init__.py").mkdir(parents=True)  # where a file goes
     refused_and_put_back(plan, env, "is a folder where the installer wrote a file")
-    assert not [p for p in env.parent.iterdir() if "envguard-scratch" in p.name]
+    assert no_copy_left(env)
 
 
 def test_a_planted_link_is_never_written_through(venvs: VenvFactory, tmp_path: Path) -> None:
@@ -198,7 +198,7 @@ def test_a_stale_prediction_runs_the_installer_instead(venvs: VenvFactory,
     site = next(env.glob("lib/python3*/site-packages"))
     assert (site / "late.py").exists() and (site / "tool" / "cli.py").exists()
     wait_for_removals()
-    assert not [p for p in env.parent.iterdir() if "envguard-scratch" in p.name]
+    assert no_copy_left(env)
 
 
 def test_compiled_bytecode_is_left_to_the_installer(venvs: VenvFactory, tmp_path: Path) -> None:
@@ -359,5 +359,5 @@ def test_an_interruption_while_the_installer_runs_on_the_copy_stops_it(
     assert seen == [[".env.envguard-scratch"]]  # it ran while the copy was in use
     wait_for_removals()
     time.sleep(0.3)  # an installer still running would write into a copy again
-    assert not [p for p in env.parent.iterdir() if "envguard-scratch" in p.name]
+    assert no_copy_left(env)
     assert hashes(env) == before
