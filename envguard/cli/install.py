@@ -24,7 +24,7 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
         usage="envguard install [--yes] [--dry-run] [--python PY] [--format F] -- "
         "uv pip install|uninstall|sync ... | pip install|uninstall ...",
         description="Run the installer command on a scratch copy of the environment first "
-        "(hard links, no download twice), snapshot the copy, and explain the difference with "
+        "(links to its metadata, kept beside it for the next install), snapshot the copy, and explain the difference with "
         "the rules of envguard diff: a same-version rebuild of torch is seen before it is "
         "installed. A critical finding, or a lock of ./lockfiles the change would break, "
         "refuses the command; otherwise the change is made (uv: the copy's new files are "
