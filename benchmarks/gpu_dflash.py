@@ -124,13 +124,14 @@ def train_once(preset: str, target: Any, *, attention: str, seq: int, anchors: i
 
 
 def stage_train(out: Path, device: torch.device, peak: float, steps: int,
-                presets: list[str], name: str = "train") -> None:
+                presets: list[str], name: str = "train",
+                attentions: tuple[str, ...] = ("flex", "sdpa")) -> None:
     results: dict[str, Any] = {}
     for preset in presets:
         t0 = time.perf_counter()
         target = load_target(PRESETS[preset]().target, device=device, dtype=torch.bfloat16)
         results[f"{preset}/build_s"] = time.perf_counter() - t0
-        for attention in ("flex", "sdpa"):
+        for attention in attentions:
             key = f"{preset}/{attention}"
             try:
                 results[key] = train_once(preset, target, attention=attention, seq=3072,
@@ -271,6 +272,8 @@ def main() -> int:
     p.add_argument("--stages", default="ceilings,train,dense,start,load,race")
     p.add_argument("--budget", type=float, default=560.0, help="seconds for this call")
     p.add_argument("--steps", type=int, default=25)
+    p.add_argument("--train-attention", default="flex,sdpa",
+                   help="train: the attention paths to time (flex, sdpa)")
     p.add_argument("--race-runs", type=int, default=5)
     p.add_argument("--race-timeout", type=float, default=60.0)
     p.add_argument("--race-seq", type=int, default=2048)
@@ -308,7 +311,8 @@ def main() -> int:
         "ceilings": lambda: None,
         "gpu-tests": lambda: stage_gpu_tests(out),
         "smoke": lambda: stage_smoke(out, device, peak()),
-        "train": lambda: stage_train(out, device, peak(), args.steps, ["qwen3-8b-shape"]),
+        "train": lambda: stage_train(out, device, peak(), args.steps, ["qwen3-8b-shape"],
+                                     attentions=tuple(args.train_attention.split(","))),
         "train-1.7b": lambda: stage_train(out, device, peak(), args.steps,
                                           ["qwen3-1.7b-shape"], "train_1_7b"),
         "dense": lambda: stage_dense(out, device, peak(), deadline - 60,

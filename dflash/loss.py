@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -96,16 +97,68 @@ def _chunk_ce(hidden_MD: Tensor, labels_M: Tensor, head: nn.Module) -> tuple[Ten
     return ce_M, logits_MV.argmax(-1) == labels_M
 
 
+class _LinearCE(torch.autograd.Function):
+    """sum(w * CE(hidden @ W^T, labels)) / denom for a frozen head W, chunk by chunk, with
+    the gradient for ``hidden`` made in the forward: each chunk's logits live once, for
+    the loss and for d(loss)/d(hidden) = (softmax - onehot) * w / denom @ W. The
+    checkpointed chunk this replaces ran the head's matmul twice (forward, then again in
+    the backward) and read the [chunk, vocab] logits a few more times."""
+
+    @staticmethod
+    def forward(ctx: Any, hidden_MD: Tensor, weight_VD: Tensor, labels_M: Tensor,
+                w_M: Tensor, denom: Tensor, chunk_size: int) -> tuple[Tensor, Tensor]:
+        num = hidden_MD.new_zeros((), dtype=torch.float32)
+        grad_MD = torch.empty_like(hidden_MD)
+        correct_M = torch.empty(hidden_MD.shape[0], dtype=torch.bool, device=hidden_MD.device)
+        scale_M = w_M.float() / denom
+        for start in range(0, hidden_MD.shape[0], chunk_size):
+            end = start + chunk_size
+            logits_MV = (hidden_MD[start:end] @ weight_VD.t()).float()
+            labels = labels_M[start:end]
+            correct_M[start:end] = logits_MV.argmax(-1) == labels
+            lse_M = torch.logsumexp(logits_MV, dim=-1)
+            picked_M = logits_MV.gather(1, labels[:, None]).squeeze(1)
+            num = num + ((lse_M - picked_M) * w_M[start:end]).sum()
+            probs_MV = logits_MV.sub_(lse_M[:, None]).exp_()  # softmax, in place
+            probs_MV.scatter_add_(1, labels[:, None],
+                                  torch.full_like(picked_M[:, None], -1.0))
+            probs_MV.mul_(scale_M[start:end, None])
+            grad_MD[start:end] = probs_MV.to(weight_VD.dtype) @ weight_VD
+        ctx.save_for_backward(grad_MD)
+        ctx.mark_non_differentiable(correct_M)
+        return num / denom, correct_M
+
+    @staticmethod
+    def backward(ctx: Any, grad_loss: Tensor, _grad_correct: Tensor | None
+                 ) -> tuple[Tensor | None, ...]:
+        (grad_MD,) = ctx.saved_tensors
+        return grad_MD * grad_loss.to(grad_MD.dtype), None, None, None, None, None
+
+
+def _frozen_weight(head: nn.Module) -> Tensor | None:
+    """The weight of a frozen, bias-free ``nn.Linear`` held as a plain tensor (what the
+    fused loss needs), else None."""
+    if type(head) is not nn.Linear or getattr(head, "bias", None) is not None:
+        return None
+    weight = head.weight
+    if weight.requires_grad or type(weight.data) is not torch.Tensor:
+        return None
+    return weight.detach()
+
+
 def dflash_loss(hidden_BQD: Tensor, labels_BQ: Tensor, weights_BQ: Tensor,
                 lm_head: nn.Module, block_size: int, chunk_size: int = 2048,
                 select_supervised: bool = True) -> LossOutput:
     """L = sum w*m*CE / sum w*m, with lm_head + CE applied chunk by chunk.
 
-    Each chunk is activation-checkpointed, so at most one [chunk, vocab] logits block is
-    alive at a time in the forward and in the backward; the full [N*B, vocab] logits
-    never exist. ``select_supervised`` sends only rows with weight > 0 through lm_head
-    (less compute, but ``nonzero`` waits for the device); the trainer passes False and
-    runs every row, so a step has fixed shapes and no host sync.
+    At most one [chunk, vocab] logits block is alive at a time; the full [N*B, vocab]
+    logits never exist. For a frozen bias-free ``nn.Linear`` head (the trainer's), the
+    gradient for the hidden states is made in the forward, chunk by chunk
+    (:class:`_LinearCE`: one head matmul per chunk and direction); any other head runs
+    each chunk activation-checkpointed (its matmul again in the backward).
+    ``select_supervised`` sends only rows with weight > 0 through lm_head (less compute,
+    but ``nonzero`` waits for the device); the trainer passes False and runs every row,
+    so a step has fixed shapes and no host sync.
     """
     bsz, q_len, d_model = hidden_BQD.shape
     slot_BQ = torch.arange(q_len, device=hidden_BQD.device).expand(bsz, q_len) % block_size
@@ -119,6 +172,13 @@ def dflash_loss(hidden_BQD: Tensor, labels_BQ: Tensor, weights_BQ: Tensor,
         hidden_MD = hidden_BQD.reshape(-1, d_model)
         labels_M, w_M = labels_BQ.reshape(-1), weights_BQ.reshape(-1)
 
+    weight = _frozen_weight(lm_head)
+    if weight is not None and torch.is_grad_enabled() and hidden_MD.requires_grad:
+        denom = w_M.sum().clamp_min(torch.finfo(torch.float32).tiny)
+        loss, correct = _LinearCE.apply(  # type: ignore[no-untyped-call]
+            hidden_MD, weight, labels_M, w_M.detach(), denom, chunk_size)
+        return _outputs(loss + 0.0 * hidden_BQD.sum(), correct, sel_M, w_M, weights_BQ,
+                        slot_BQ, block_size)
     num = hidden_BQD.new_zeros((), dtype=torch.float32)
     correct_parts = []
     for start in range(0, hidden_MD.shape[0], chunk_size):
@@ -132,18 +192,24 @@ def dflash_loss(hidden_BQD: Tensor, labels_BQ: Tensor, weights_BQ: Tensor,
         correct_parts.append(ok_M)
     # Empty selection: loss is 0 (still attached to the graph), not NaN.
     loss = num / w_M.sum().clamp_min(torch.finfo(torch.float32).tiny) + 0.0 * hidden_BQD.sum()
-
     correct_M = torch.cat(correct_parts) if correct_parts else labels_M.new_zeros(0).bool()
-    correct_BQ = torch.zeros(bsz * q_len, dtype=torch.bool, device=hidden_BQD.device)
+    return _outputs(loss, correct_M, sel_M, w_M, weights_BQ, slot_BQ, block_size)
+
+
+def _outputs(loss: Tensor, correct_M: Tensor, sel_M: Tensor | None, w_M: Tensor,
+             weights_BQ: Tensor, slot_BQ: Tensor, block_size: int) -> LossOutput:
+    """The loss with the per-slot accuracy and the teacher-forced tau of its rows."""
+    bsz, q_len = weights_BQ.shape
+    correct_BQ = torch.zeros(bsz * q_len, dtype=torch.bool, device=weights_BQ.device)
     if sel_M is None:
         correct_BQ = correct_M & (w_M > 0)
     else:
         correct_BQ[sel_M] = correct_M
     supervised_BQ = (weights_BQ > 0).reshape(-1)
     slot_Q = slot_BQ.reshape(-1)
-    count_K = torch.zeros(block_size, dtype=torch.long, device=hidden_BQD.device)
+    count_K = torch.zeros(block_size, dtype=torch.long, device=weights_BQ.device)
     count_K.index_add_(0, slot_Q, supervised_BQ.long())
-    hits_K = torch.zeros(block_size, dtype=torch.long, device=hidden_BQD.device)
+    hits_K = torch.zeros(block_size, dtype=torch.long, device=weights_BQ.device)
     hits_K.index_add_(0, slot_Q, correct_BQ.long())
     acc_K = torch.where(count_K > 0, hits_K.float() / count_K.clamp_min(1).float(), math.nan)
     return LossOutput(loss=loss, acc_K=acc_K, count_K=count_K,

@@ -24,12 +24,13 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
         usage="envguard install [--yes] [--dry-run] [--python PY] [--format F] -- "
         "uv pip install|uninstall|sync ... | pip install|uninstall ...",
         description="Run the installer command on a scratch copy of the environment first "
-        "(links to its metadata, kept beside it for the next install), snapshot the copy, and explain the difference with "
-        "the rules of envguard diff: a same-version rebuild of torch is seen before it is "
-        "installed. A critical finding, or a lock of ./lockfiles the change would break, "
-        "refuses the command; otherwise the change is made (uv: the copy's new files are "
-        "moved into place, so uv runs once; pip runs again in the environment), the result "
-        "is checked against the prediction and recorded as a revision (envguard undo).",
+        "(links to its metadata, kept beside it for the next install), snapshot the copy, "
+        "and explain the difference with the rules of envguard diff: a same-version "
+        "rebuild of torch is seen before it is installed. A critical finding, or a lock "
+        "of ./lockfiles the change would break, refuses the command; otherwise the change "
+        "is made (uv: the copy's new files are moved into place, so uv runs once; pip runs "
+        "again in the environment), the result is checked against the prediction and "
+        "recorded as a revision (envguard undo).",
         epilog="exit status: 0 installed as predicted (or --dry-run: nothing critical), "
         "1 installed but not as predicted, 2 bad input or usage, 3 refused, 4 the installer "
         "failed, 130 interrupted (envguard help install)")

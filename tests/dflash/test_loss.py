@@ -51,11 +51,16 @@ def test_block_inputs_and_same_position_labels() -> None:
     assert w2[0].tolist() == [0.0, 1.0, 0.0, 0.0]
 
 
+@pytest.mark.parametrize("fused", [True, False], ids=["fused-head", "checkpointed-head"])
 @pytest.mark.parametrize(("chunk_size", "select"), [(3, True), (2048, True), (3, False)])
-def test_loss_is_weighted_mean_ce_and_accuracy(chunk_size: int, select: bool) -> None:
+def test_loss_is_weighted_mean_ce_and_accuracy(chunk_size: int, select: bool,
+                                               fused: bool) -> None:
+    """A frozen nn.Linear head takes the fused path (the gradient made in the forward);
+    any other module, the checkpointed one: both give autograd's loss and gradient."""
     torch.manual_seed(0)
     bsz, q_len, d, vocab, bs = 2, 8, 16, 32, 4
-    head = nn.Linear(d, vocab, bias=False).requires_grad_(False)
+    linear = nn.Linear(d, vocab, bias=False).requires_grad_(False)
+    head: nn.Module = linear if fused else nn.Sequential(linear)
     hidden = torch.randn(bsz, q_len, d, requires_grad=True)
     labels = torch.randint(0, vocab, (bsz, q_len))
     weights = torch.rand(bsz, q_len)
@@ -63,10 +68,12 @@ def test_loss_is_weighted_mean_ce_and_accuracy(chunk_size: int, select: bool) ->
     weights[1, 4:] = 0.0
     out = dflash_loss(hidden, labels, weights, head, bs, chunk_size=chunk_size,
                       select_supervised=select)
-    logits = head(hidden)
+    reference = hidden.detach().clone().requires_grad_(True)
+    logits = head(reference)
     ce = F.cross_entropy(logits.reshape(-1, vocab), labels.reshape(-1), reduction="none")
     expected = (ce * weights.reshape(-1)).sum() / weights.sum()
     torch.testing.assert_close(out.loss, expected)
+    expected.backward()
     correct = (logits.argmax(-1) == labels) & (weights > 0)
     slot = torch.arange(q_len) % bs
     for k in range(bs):
@@ -76,12 +83,14 @@ def test_loss_is_weighted_mean_ce_and_accuracy(chunk_size: int, select: bool) ->
             assert math.isnan(out.acc_K[0])
         else:
             assert out.acc_K[k] == pytest.approx(correct[sel].float().mean().item())
-    out.loss.backward()
+    (out.loss * 3.0).backward()  # a scaled loss: the gradient passed in is used
     assert hidden.grad is not None
+    # the fused head (made in the forward) gives autograd's gradient of the full logits
+    torch.testing.assert_close(hidden.grad, 3.0 * reference.grad)
     # Slot 0 and zero-weight rows carry no gradient; supervised rows do.
     assert (hidden.grad[weights == 0] == 0).all()
     assert (hidden.grad[weights > 0].abs().sum(-1) > 0).all()
-    assert head.weight.grad is None
+    assert linear.weight.grad is None
 
 
 def test_teacher_forced_tau_is_leading_run_plus_one() -> None:
