@@ -30,10 +30,14 @@ from typing import Protocol
 
 from envguard.frozen import frozen
 
-DIR, LINK, SYMLINK, HARD, COPY = "dir", "link", "symlink", "hard", "copy"
+DIR, LINK, SYMLINK, HARD, COPY, TEXT = "dir", "link", "symlink", "hard", "copy", "text"
 """An entry's kind: a folder; a symbolic link to the venv's file ``source`` (guarded); a
 link copied as a link (``source`` is its target); a hard link to ``source`` (guarded;
-copied where a link cannot be made); a copy of ``source``."""
+copied where a link cannot be made); a copy of ``source``; a file of envguard's own
+holding ``source``."""
+IGNORE_ALL = "# envguard install's copy of the venv beside it: not a project file\n*\n"
+"""The copy's ``.gitignore``: it is kept beside the venv, often in a project's folder,
+where git, and the tools that honour ``.gitignore`` (ruff among them), leave it alone."""
 _COPY_LIMIT = 1 << 20
 """A copied file larger than this is made again rather than compared."""
 _PTH_IMPORT = re.compile(r"(?:__import__\(\s*['\"]|\bimport\s+)([A-Za-z_][A-Za-z0-9_]*)")
@@ -119,7 +123,7 @@ def is_metadata(rel_parts: tuple[str, ...], name: str) -> bool:
 def clone_plan(prefix: Path, dst: Path, site_packages: Sequence[str], *,
                with_pip: bool) -> Plan:
     """The entries of the venv at ``prefix``'s metadata copy at ``dst`` (the module)."""
-    plan: Plan = {}
+    plan: Plan = {".gitignore": Entry(TEXT, IGNORE_ALL)}
     real_src = os.path.realpath(prefix)
     if os.path.isfile(prefix / "pyvenv.cfg"):
         plan["pyvenv.cfg"] = Entry(COPY, str(prefix / "pyvenv.cfg"))
@@ -264,6 +268,9 @@ def _same(have: tuple[str, str | int], entry: Entry, path: str) -> bool:
     if kind != COPY:
         return False
     try:
+        if entry.kind == TEXT:
+            with open(path, "rb") as f:
+                return f.read(len(entry.source) + 1) == entry.source.encode()
         if entry.kind == HARD:
             return os.lstat(entry.source).st_ino == what
         mine, theirs = os.lstat(path), os.lstat(entry.source)
@@ -295,6 +302,11 @@ def _make(entry: Entry, path: str, guard: Guard, counts: list[int]) -> None:
         return
     if entry.kind == SYMLINK:
         os.symlink(entry.source, path)
+        return
+    if entry.kind == TEXT:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(entry.source)
         return
     if entry.kind in (LINK, HARD):
         try:

@@ -219,9 +219,9 @@ def _write(root: int, key: str, dist: Distribution, files: Sequence[_File],
         if total > budget[0]:
             raise _Unkeepable(_over(total, budget[0]))
     tmp = f".{key}.{os.urandom(4).hex()}.tmp"
-    os.mkdir(tmp, 0o700, dir_fd=root)
     folders: dict[str, int] = {}
-    try:
+    try:  # the folder is made inside: a Ctrl-C right after mkdir still removes it
+        os.mkdir(tmp, 0o700, dir_fd=root)
         folders[""] = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root)
         counts, rows = [0, 0, 0], []
         for f in files:

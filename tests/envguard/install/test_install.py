@@ -84,13 +84,13 @@ def kept_copy(env: Path) -> Path:
 
 
 def kept_copy_is_bare(kept: Path) -> bool:
-    """Only what the copy is made of: folders, symbolic links, ``pyvenv.cfg`` and the
-    interpreter; no file an installer wrote."""
+    """Only what the copy is made of: folders, symbolic links, ``pyvenv.cfg``, the
+    interpreter and envguard's ``.gitignore``; no file an installer wrote."""
     for folder, _dirs, files in os.walk(kept):
         for name in files:
             path = os.path.join(folder, name)
             rel = os.path.relpath(path, kept)
-            if not (os.path.islink(path) or rel == "pyvenv.cfg"
+            if not (os.path.islink(path) or rel in ("pyvenv.cfg", ".gitignore")
                     or rel.startswith(("bin/python", "Scripts/python"))):
                 return False
     return True

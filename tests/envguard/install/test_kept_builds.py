@@ -204,3 +204,27 @@ def test_a_copy_over_the_bound_keeps_nothing_and_says_why(venvs: VenvFactory,
     assert [p.name for p in _kept_folder().iterdir()] == [key]  # the note of the failure gone
     assert find_kept(tool) == type(found)(folder=str(_kept_folder() / key))
     assert hashes(venv.path) == before
+
+
+def test_a_ctrl_c_right_after_the_temporary_folder_is_made_removes_it(
+        venvs: VenvFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The window the test above hits now and then, made certain: the signal lands just
+    after ``mkdir`` returns. The folder was made outside the block that removes it on an
+    error, and was left in the store."""
+    from envguard.install.predict import snapshot_options
+    from envguard.probe import collect
+    from envguard.revisions import keep
+
+    venv, _cwd, _other = _pip_installed(venvs, tmp_path, TOOL_FILES)
+    dist = collect(snapshot_options(str(venv.python))).package("tool")
+    real_mkdir = os.mkdir
+
+    def mkdir_then_interrupt(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        real_mkdir(path, *args, **kwargs)
+        if str(path).endswith(".tmp"):
+            raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched, pytest.raises(KeyboardInterrupt):
+        patched.setattr(keep.os, "mkdir", mkdir_then_interrupt)
+        keep.keep_builds([dist], prefix=str(venv.path), env=os.environ)
+    assert os.listdir(_kept_folder()) == []

@@ -12,7 +12,12 @@ from pathlib import Path
 
 from envguard.install.scratch import LinkGuard, metadata_clone
 from envguard.install.skeleton import clone_plan, inventory, prune, realize
-from tests.envguard.install.test_install import envguard, kept_copy, kept_copy_is_bare
+from tests.envguard.install.test_install import (
+    envguard,
+    kept_copy,
+    kept_copy_is_bare,
+    no_copy_left,
+)
 from tests.wheelfactory import Venv, VenvFactory, build_wheel, run_checked
 
 
@@ -137,3 +142,29 @@ def test_the_second_install_finds_the_copy_kept(venvs: VenvFactory, tmp_path: Pa
         costs.append(doc["costs"])
     assert costs[0]["kept"] == 0 and costs[1]["kept"] > 0
     assert kept_copy_is_bare(kept_copy(env.path))
+
+
+def test_the_kept_copy_is_ignored_by_git_in_a_project(venvs: VenvFactory,
+                                                       tmp_path: Path) -> None:
+    """The copy stays beside the venv, often in a project's folder: its ``.gitignore``
+    keeps it out of ``git status`` (and of the tools that honour it), and a planted
+    ``.gitignore`` of other content is made again."""
+    env = two_packages(venvs)
+    run_checked(["git", "init", "--quiet", str(venvs.root)], env=venvs._env())
+    (venvs.root / ".gitignore").write_text("env/\n", encoding="utf-8")
+    build_wheel(venvs.wheels, "gamma", "1.0", {"gamma.py": ""})
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    proc = envguard("install", "--python", str(env.path), "--", "uv", "pip", "install",
+                    "--no-index", "--find-links", str(venvs.wheels), "gamma", cwd=cwd)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    kept = kept_copy(env.path)
+    assert kept.is_dir()
+    assert no_copy_left(env.path)  # what was moved aside is removed after envguard ends
+    status = run_checked(["git", "-C", str(venvs.root), "status", "--porcelain",
+                          "--untracked-files=all"], env=venvs._env())
+    assert kept.name not in status.stdout, status.stdout
+    (kept / ".gitignore").write_text("nothing\n", encoding="utf-8")
+    realize(clone_plan(env.path.resolve(), kept, sites(env), with_pip=False), kept,
+            LinkGuard())
+    assert (kept / ".gitignore").read_text(encoding="utf-8").endswith("\n*\n")
