@@ -39,7 +39,6 @@ is gone).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import shutil
 import subprocess
@@ -50,11 +49,10 @@ from pathlib import Path
 
 from envguard.errors import EnvguardError
 from envguard.exitcodes import ExitCode
-from envguard.frozen import frozen
 from envguard.install.skeleton import (
+    Cloned,
     FileKey,
     clone_plan,
-    inventory,
     is_metadata,
     link_target,
     prune,
@@ -74,19 +72,6 @@ class SharedFileChanged(EnvguardError):
     """An installer wrote into a file the scratch copy shares with the environment."""
 
     exit_code = ExitCode.ENVIRONMENT_ERROR
-
-
-@frozen
-class Cloned:
-    """What :func:`clone_tree` did: files linked, copied, and the bytes copied."""
-
-    linked: int
-    copied: int
-    copied_bytes: int
-    kept: int = 0
-    """Entries of a kept copy found up to date (none made for them)."""
-    made: dict[str, FileKey] = dataclasses.field(default_factory=dict)
-    """A metadata copy's :func:`~.skeleton.inventory` once made (empty for a whole copy)."""
 
 
 class LinkGuard:
@@ -168,10 +153,9 @@ def _alive(pid: int) -> bool:
 
 
 def clone_tree(src: Path, dst: Path, guard: LinkGuard, *,
-               link_metadata: bool = False, symlink: bool = False) -> Cloned:
+               link_metadata: bool = False) -> Cloned:
     """Copy ``src`` into the new folder ``dst`` as the module says (``link_metadata``:
-    the files :func:`~.skeleton.is_metadata` names are linked too; ``symlink``: by symbolic links,
-    see :func:`metadata_clone`)."""
+    the files :func:`~.skeleton.is_metadata` names are linked too)."""
     linked = copied = copied_bytes = 0
     real_src = os.path.realpath(src)
     os.mkdir(dst, 0o755)
@@ -194,7 +178,7 @@ def clone_tree(src: Path, dst: Path, guard: LinkGuard, *,
                 continue
             if link_metadata or not is_metadata(parts, name):
                 try:
-                    _link(path, target, symlink=symlink)
+                    os.link(path, target, follow_symlinks=False)
                 except OSError:
                     pass
                 else:
@@ -218,18 +202,7 @@ def metadata_clone(prefix: Path, dst: Path, site_packages: Sequence[str], guard:
     skips files that are not there, so the installer's choice is the same as on the venv;
     the files it writes are the new builds' own. A copy already at ``dst`` (kept from the
     last prediction) is brought up to date (:mod:`envguard.install.skeleton`)."""
-    made = realize(clone_plan(prefix, dst, site_packages, with_pip=with_pip), dst, guard)
-    return Cloned(linked=made.linked, copied=made.copied, copied_bytes=made.copied_bytes,
-                  kept=made.kept)
-
-
-def _link(src: str | Path, dst: str | Path, *, symlink: bool) -> None:
-    """``dst`` made a link to the regular file ``src``: symbolic, or hard (OSError where
-    neither can be made)."""
-    if symlink:
-        os.symlink(src, dst)
-    else:
-        os.link(src, dst, follow_symlinks=False)
+    return realize(clone_plan(prefix, dst, site_packages, with_pip=with_pip), dst, guard)
 
 
 @contextlib.contextmanager
@@ -250,14 +223,8 @@ def scratch_copy(prefix: Path, *, site_packages: Sequence[str] | None = None,
             shutil.rmtree(folder, ignore_errors=True)  # a kept copy: not a whole one
         guard = LinkGuard()
         try:
-            if site_packages is None:
-                cloned = clone_tree(prefix, folder, guard)
-            else:
-                made = realize(clone_plan(prefix, folder, site_packages, with_pip=with_pip),
-                               folder, guard)
-                cloned = Cloned(linked=made.linked, copied=made.copied,
-                                copied_bytes=made.copied_bytes, kept=made.kept,
-                                made=inventory(str(folder)))
+            cloned = (clone_tree(prefix, folder, guard) if site_packages is None else
+                      metadata_clone(prefix, folder, site_packages, guard, with_pip=with_pip))
             yield folder, guard, cloned
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)

@@ -20,6 +20,7 @@ again, and a folder is never entered through a link.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -62,19 +63,25 @@ Plan = dict[str, Entry]
 """Entries by path relative to the copy, each folder before what it holds."""
 
 
+FileKey = tuple[int, int, int, bool]
+"""(inode, size, modification time in ns, is a symlink) of one entry of the copy."""
+
+
 @frozen
-class Made:
-    """What :func:`realize` did: files linked and copied (made now or kept), the bytes
-    copied, and the entries found up to date."""
+class Cloned:
+    """What a copy cost: files linked and copied (made now or kept), the bytes copied."""
 
     linked: int
     copied: int
     copied_bytes: int
-    kept: int
+    kept: int = 0
+    """Entries of a kept copy found up to date (none made for them)."""
+    made: dict[str, FileKey] = dataclasses.field(default_factory=dict)
+    """A metadata copy's :func:`inventory` once made (empty for a whole copy)."""
 
 
-FileKey = tuple[int, int, int, bool]
-"""(inode, size, modification time in ns, is a symlink) of one entry of the copy."""
+def _key(st: os.stat_result) -> FileKey:
+    return (st.st_ino, st.st_size, st.st_mtime_ns, stat.S_ISLNK(st.st_mode))
 
 
 def file_key(path: str) -> FileKey | None:
@@ -82,7 +89,7 @@ def file_key(path: str) -> FileKey | None:
         st = os.lstat(path)
     except FileNotFoundError:
         return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns, stat.S_ISLNK(st.st_mode))
+    return _key(st)
 
 
 def inventory(folder: str) -> dict[str, FileKey]:
@@ -97,8 +104,7 @@ def inventory(folder: str) -> dict[str, FileKey]:
                 if entry.is_dir(follow_symlinks=False):
                     stack.append((sub + "/", entry.path))
                     continue
-                st = entry.stat(follow_symlinks=False)
-                out[sub] = (st.st_ino, st.st_size, st.st_mtime_ns, entry.is_symlink())
+                out[sub] = _key(entry.stat(follow_symlinks=False))
     return out
 
 
@@ -212,11 +218,13 @@ def _tree(plan: Plan, src: str, rel: str, real_src: str, dst: str, *,
                 plan[f"{here}/{name}"] = Entry(COPY, path)
 
 
-def realize(plan: Plan, dst: Path, guard: Guard) -> Made:
+def realize(plan: Plan, dst: Path, guard: Guard) -> Cloned:
     """Make ``plan`` at ``dst``: all of it where ``dst`` is new, else only the entries that
     differ from the plan, removing what it does not hold. ``guard`` (a
-    :class:`~envguard.install.scratch.LinkGuard`) is told of every linked file."""
+    :class:`~envguard.install.scratch.LinkGuard`) is told of every linked file. The
+    result's ``made`` is the copy's :func:`inventory` (from this walk, not another)."""
     counts = [0, 0, 0, 0]
+    made: dict[str, FileKey] = {}
     existing = _walk(str(dst)) if os.path.isdir(dst) else {}
     if not existing and not os.path.isdir(dst):
         os.mkdir(dst, 0o755)
@@ -226,20 +234,25 @@ def realize(plan: Plan, dst: Path, guard: Guard) -> Made:
         if have is not None and _same(have, entry, path):
             counts[3] += 1
             _count(entry, path, guard, counts, made=False)
+            if entry.kind != DIR:
+                made[rel] = have[2]
             continue
         if have is not None:
             _remove(path)
         _make(entry, path, guard, counts)
+        if entry.kind != DIR:
+            made[rel] = _key(os.lstat(path))
     for rel in sorted(existing, key=lambda r: r.count("/"), reverse=True):
         _remove(os.path.join(dst, rel))  # the plan holds it no more
-    return Made(linked=counts[0], copied=counts[1], copied_bytes=counts[2], kept=counts[3])
+    return Cloned(linked=counts[0], copied=counts[1], copied_bytes=counts[2], kept=counts[3],
+                  made=made)
 
 
-def _walk(root: str) -> dict[str, tuple[str, str | int]]:
-    """Every entry under ``root`` by relative path: (DIR, ""), (SYMLINK, its target) or
-    (COPY, its inode) for a regular file, (``"other"``, "") for anything else; links are
-    never followed."""
-    out: dict[str, tuple[str, str | int]] = {}
+def _walk(root: str) -> dict[str, tuple[str, str | int, FileKey]]:
+    """Every entry under ``root`` by relative path: (DIR, "", key), (SYMLINK, its target,
+    key) or (COPY, its inode, key) for a regular file, (``"other"``, "", key) for anything
+    else; links are never followed."""
+    out: dict[str, tuple[str, str | int, FileKey]] = {}
     stack = [""]
     while stack:
         rel = stack.pop()
@@ -248,19 +261,19 @@ def _walk(root: str) -> dict[str, tuple[str, str | int]]:
                 name = f"{rel}/{entry.name}" if rel else entry.name
                 st = entry.stat(follow_symlinks=False)
                 if stat.S_ISDIR(st.st_mode):
-                    out[name] = (DIR, "")
+                    out[name] = (DIR, "", _key(st))
                     stack.append(name)
                 elif stat.S_ISLNK(st.st_mode):
-                    out[name] = (SYMLINK, os.readlink(entry.path))
+                    out[name] = (SYMLINK, os.readlink(entry.path), _key(st))
                 elif stat.S_ISREG(st.st_mode):
-                    out[name] = (COPY, st.st_ino)
+                    out[name] = (COPY, st.st_ino, _key(st))
                 else:
-                    out[name] = ("other", "")
+                    out[name] = ("other", "", _key(st))
     return out
 
 
-def _same(have: tuple[str, str | int], entry: Entry, path: str) -> bool:
-    kind, what = have
+def _same(have: tuple[str, str | int, FileKey], entry: Entry, path: str) -> bool:
+    kind, what, _ = have
     if entry.kind == DIR:
         return kind == DIR
     if entry.kind in (LINK, SYMLINK):

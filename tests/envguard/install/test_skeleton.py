@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from pathlib import Path
 
 from envguard.install.scratch import LinkGuard, metadata_clone
@@ -18,25 +17,8 @@ from tests.envguard.install.test_install import (
     kept_copy_is_bare,
     no_copy_left,
 )
+from tests.envguard.install.test_transplant import tree
 from tests.wheelfactory import Venv, VenvFactory, build_wheel, run_checked
-
-
-def shape(root: Path) -> dict[str, str]:
-    """Every entry below ``root``: a folder, a link's target, a file's bytes."""
-    out = {}
-    for folder, dirs, files in os.walk(root):
-        for name in [*dirs, *files]:
-            path = os.path.join(folder, name)
-            rel = os.path.relpath(path, root)
-            st = os.lstat(path)
-            if stat.S_ISLNK(st.st_mode):
-                out[rel] = "link:" + os.readlink(path)
-            elif stat.S_ISDIR(st.st_mode):
-                out[rel] = "dir"
-            else:
-                with open(path, "rb") as f:
-                    out[rel] = f.read().hex()
-    return out
 
 
 def two_packages(venvs: VenvFactory) -> Venv:
@@ -85,9 +67,10 @@ def test_a_kept_copy_brought_up_to_date_is_a_new_copy_and_nothing_is_followed(
     made = realize(clone_plan(prefix, kept, sites(env), with_pip=False), kept, LinkGuard())
     metadata_clone(prefix, fresh, sites(env), LinkGuard(), with_pip=False)
     assert made.kept > 0
-    ours = {k: v.replace(str(kept), "ROOT") for k, v in shape(kept).items()}
-    theirs = {k: v.replace(str(fresh), "ROOT") for k, v in shape(fresh).items()}
+    ours = {k: v.replace(str(kept), "ROOT") for k, v in tree(kept).items()}
+    theirs = {k: v.replace(str(fresh), "ROOT") for k, v in tree(fresh).items()}
     assert ours == theirs
+    assert made.made == inventory(str(kept))  # the walk's own inventory, not another
     assert sorted(p.name for p in outside.iterdir()) == ["victim"]
     assert (outside / "victim").read_text(encoding="utf-8") == "keep me"
 
@@ -102,6 +85,7 @@ def test_an_unchanged_kept_copy_makes_no_entry(venvs: VenvFactory, tmp_path: Pat
     made = realize(clone_plan(prefix, kept, sites(env), with_pip=False), kept, guard)
     assert made.kept == len(plan)
     assert inventory(str(kept)) == before  # every entry the same inode, untouched
+    assert made.made == before
     assert guard.keys, "the links kept are guarded as new ones are"
 
 
