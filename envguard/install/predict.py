@@ -30,6 +30,7 @@ from envguard.install.transplant import Staged, metadata_dirs
 from envguard.model import Distribution, Interpreter, Snapshot
 from envguard.paths import memo_dir
 from envguard.probe import SnapshotOptions, collect
+from envguard.probe.collector import Packages, collect_packages
 from envguard.redact import redact_argv
 from envguard.runs.store import now_iso
 
@@ -106,7 +107,7 @@ def snapshot_options(python: str, patterns: tuple[str, ...] = (), *,
                            use_memo=memo)
 
 
-def as_environment(copy: Snapshot, of: Snapshot, copy_prefix: str, prefix: str) -> Snapshot:
+def as_environment(copy: Packages, of: Snapshot, copy_prefix: str, prefix: str) -> Snapshot:
     """``of`` with ``copy``'s packages and torch build, their paths moved from
     ``copy_prefix`` to ``prefix``."""
     def moved(path: str) -> str:
@@ -130,7 +131,7 @@ def as_environment(copy: Snapshot, of: Snapshot, copy_prefix: str, prefix: str) 
     return dataclasses.replace(of, packages=packages, torch=torch)
 
 
-def _record_keys(copy: Snapshot, before: Snapshot, folder: str, copy_prefix: str,
+def _record_keys(copy: Packages, before: Snapshot, folder: str, copy_prefix: str,
                  prefix: str) -> dict[str, tuple[int, int, int]]:
     """(inode, size, mtime) of the RECORD of each distribution the installer wrote into the
     copy (now at ``folder``), by the path it will have in the environment."""
@@ -243,7 +244,12 @@ def predict(command: InstallerCommand, *, python: str, cwd: Path,
     preparations, such as the imports of what comes after the prediction) is called then
     too. The environment's interpreter facts come first, from the probe's memo."""
     from envguard.probe.background import Task
-    from envguard.probe.interpreter import hand_on, interpreter_section, probe_python
+    from envguard.probe.interpreter import (
+        hand_on,
+        hand_on_copy,
+        interpreter_section,
+        probe_python,
+    )
     from envguard.restore.build import error_line, kill_running, run_process
 
     environ = installer_environment(os.environ if env is None else env)
@@ -300,8 +306,11 @@ def predict(command: InstallerCommand, *, python: str, cwd: Path,
                 raise RestoreError(f"the command fails on a copy of the environment (exit "
                                    f"status {result.returncode}): {error_line(result.lines)}; "
                                    "nothing was changed")
-            copy = collect(dataclasses.replace(snapshot_options(scratch_python, memo=False),
-                                               memo_of=interpreter.prefix))
+            hand_on_copy(scratch_python, target, str(folder))  # unless a .pth changed
+            copy = collect_packages(
+                dataclasses.replace(snapshot_options(scratch_python, memo=False),
+                                    memo_of=interpreter.prefix),
+                [g.name for g in before.system.gpus])
             copy_prefix = os.path.realpath(copy.interpreter.prefix)
             if movable and stage:
                 staged = Staged(folder=str(stage_away(folder, prefix)), prefix=str(prefix),

@@ -1,7 +1,9 @@
 """Collect a snapshot: every probe, run once, slow external commands in parallel.
 
-``collect(options)`` is the only entry point. It never imports torch in this
-process; ``--deep`` imports it in a crash-isolated subprocess.
+``collect(options)`` is the entry point; ``collect_packages`` takes a snapshot's
+distributions and torch build alone (``envguard install``'s scratch copy, whose system,
+caches and variables are the environment's own). Neither imports torch in this process;
+``--deep`` imports it in a crash-isolated subprocess.
 """
 
 from __future__ import annotations
@@ -14,7 +16,17 @@ from pathlib import Path
 
 from envguard.errors import InputError
 from envguard.frozen import frozen
-from envguard.model import SCHEMA, CondaPackage, Integrity, Options, ProbeIssue, Snapshot
+from envguard.model import (
+    SCHEMA,
+    CondaPackage,
+    Distribution,
+    Integrity,
+    Interpreter,
+    Options,
+    ProbeIssue,
+    Snapshot,
+    TorchIdentity,
+)
 from envguard.paths import memo_dir
 from envguard.probe import (
     caches,
@@ -36,7 +48,7 @@ from envguard.probe.fastpath.records import BorrowedMemo, RecordMemo
 from envguard.probe.interpreter import Target, interpreter_section, probe_python, probe_self
 from envguard.probe.options import SnapshotOptions
 from envguard.probe.progress import NullProgress, Progress
-from envguard.redact import redact_snapshot
+from envguard.redact import redact_data, redact_snapshot
 from envguard.version import __version__
 
 COMMAND_TIMEOUT_S = 20.0
@@ -234,6 +246,31 @@ def collect(options: SnapshotOptions, progress: Progress | None = None) -> Snaps
         errors=sorted(issues, key=_issue_key),
         timings_ms=timings,
     ))
+
+
+@frozen
+class Packages:
+    """A snapshot's interpreter, distributions and torch build, without the rest."""
+
+    interpreter: Interpreter
+    packages: list[Distribution]
+    torch: TorchIdentity
+
+
+def collect_packages(options: SnapshotOptions, gpu_names: list[str]) -> Packages:
+    """The interpreter, distributions and torch build :func:`collect` would record, redacted
+    alike; ``gpu_names``: the GPUs torch's compatibility key is made for (those of the
+    system the environment runs on). No RECORD check, no command is run."""
+    memo_root = options.memo_root or memo_dir()
+    target = (probe_python(options.python, memo_root if options.use_memo else None)
+              if options.python else probe_self())
+    installed, _ = _scan(target, options, memo_root, [])
+    torch, _ = torch_identity.probe(installed, target.sys_path)
+    torch_item = next((i for i in installed if i.dist.name == "torch"), None)
+    torch = dataclasses.replace(torch, compat_key=torch_identity.compat_key(
+        torch, torch_item, gpu_names))
+    return redact_data(Packages(interpreter=interpreter_section(target, options.selected_by),
+                                packages=[i.dist for i in installed], torch=torch))
 
 
 def _conda(prefix: Path, installed: list[distributions.InstalledDist], checked: Integrity,

@@ -150,6 +150,22 @@ def hand_on(python: str, target: Target) -> None:
         _PREFETCHED[resolve_python(python)] = target.facts
 
 
+def hand_on_copy(python: str, target: Target, copy_prefix: str) -> bool:
+    """Hand on to the next :func:`probe_python` of ``python``, an interpreter of a copy of
+    ``target``'s venv at ``copy_prefix``, the facts its probe would print
+    (:func:`envguard.probe.fastpath.facts.moved`); False, and nothing handed on, where they
+    are not certain (the probe then runs)."""
+    facts = facts_memo.moved(target.facts, copy_prefix)
+    if facts is None:
+        return False
+    try:
+        check_ran_as(resolve_python(python), facts)
+    except ProbeError:
+        return False
+    hand_on(python, Target(facts=facts))
+    return True
+
+
 @atexit.register
 def _discard_prefetched() -> None:
     """At exit: end the probes nobody read (the command failed before it probed)."""

@@ -9,12 +9,17 @@ check. The answer (:func:`envguard.probe._inprocess.collect`) depends only on:
 - the environment variables ``site`` and the probe read (every ``PYTHON*``, ``HOME``,
   ``TMPDIR``/``TEMP``/``TMP``, ``LOGNAME``/``USER``/``LNAME``/``USERNAME``), the user and
   the working directory;
-- the folders on its ``sys.path``: their own times (a ``.pth`` file added or removed),
-  and every ``.pth`` file and ``sitecustomize``/``usercustomize`` module in them.
+- the folders on its ``sys.path``: the names of the ``.pth`` files and
+  ``sitecustomize``/``usercustomize`` modules in them, and each one's ``stat``; a folder
+  that cannot be listed (absent, a zip file), its own ``stat``.
 
-All of it is the key, checked at every use (about 1 ms: one listing a folder, one ``stat``
-a file); the variables are kept as a digest, and an answer holding anything that looks
-like a credential is not kept at all. uv keeps its interpreter answers by the
+A listable folder's own time is not in the key: installing or removing a package changes
+``site-packages`` but not the answer, and the listing already shows a ``.pth`` file added
+or removed. So the answer survives an install (``envguard install`` probes the
+environment each time, just after the last one changed it). All of it is the key, checked
+at every use (about 1 ms: one listing a folder, one ``stat`` a file); the variables are
+kept as a digest, and an answer holding anything that looks like a credential is not kept
+at all. uv keeps its interpreter answers by the
 executable's path and modification time alone; this key is stricter. What it cannot see
 is an edit written into a module that a ``.pth`` file imports; a snapshot with
 ``use_memo=False`` always probes afresh.
@@ -31,7 +36,7 @@ from typing import Any
 from envguard.probe.fastpath import marshal_file
 from envguard.probe.fastpath.marshal_file import Key, stat_key
 
-TAG = ("envguard-interpreter", 1)
+TAG = ("envguard-interpreter", 2)
 ENV_NAMES = frozenset({"HOME", "TMPDIR", "TEMP", "TMP", "LOGNAME", "USER", "LNAME",
                        "USERNAME"})
 """Variables the probe reads besides ``PYTHON*``."""
@@ -60,7 +65,8 @@ def interpreter_key(exe: str, env: Mapping[str, str]) -> tuple[Any, ...]:
 
 
 def folders_state(folders: list[str]) -> tuple[Any, ...]:
-    """Each folder's stat key, and those of its ``.pth`` files and site modules."""
+    """Each folder's ``.pth`` files and site modules with their stat keys; the stat key of
+    a folder that cannot be listed instead."""
     state: list[Any] = []
     for folder in folders:
         try:
@@ -69,9 +75,19 @@ def folders_state(folders: list[str]) -> tuple[Any, ...]:
         except OSError:
             state.append((folder, _stat(folder), None))
             continue
-        state.append((folder, _stat(folder),
+        state.append((folder, None,
                       tuple((n, _stat(os.path.join(folder, n))) for n in names)))
     return tuple(state)
+
+
+def _touched_since(folders: list[str], state: tuple[Any, ...], since_ns: int) -> bool:
+    """Whether a folder or a file of ``state`` was modified at ``since_ns`` or later: the
+    folders' own times count here (a ``.pth`` file removed while the probe ran leaves only
+    that trace), though not in the key."""
+    keys = [_stat(folder) for folder in folders]
+    keys += [k for _, folder_key, files in state
+             for k in (folder_key, *(f for _, f in files or ()))]
+    return any(k is not None and k[1] >= since_ns for k in keys)  # k[1]: the modification time
 
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
@@ -129,11 +145,92 @@ def remember(exe: str, env: Mapping[str, str], memo_root: Path, facts: dict[str,
 
     if redact_data(facts) is not facts:
         return None  # a memo file holds no credential (the variables are kept as a digest)
-    state = folders_state(_folders(facts))
-    recent = started_ns - RECENT_NS
-    if key != interpreter_key(exe, env) or any(
-            k is not None and k[1] >= recent  # the modification time
-            for _, folder_key, files in state
-            for k in (folder_key, *(f for _, f in files or ()))):
+    folders = _folders(facts)
+    state = folders_state(folders)
+    if key != interpreter_key(exe, env) or _touched_since(folders, state,
+                                                          started_ns - RECENT_NS):
         return None
     return marshal_file.save(_path(exe, memo_root), TAG, {exe: (key, state, facts)})
+
+
+_PATH_FACTS = ("executable", "prefix", "scripts")
+_PATH_LISTS = ("sys_path", "site_packages")
+
+
+def _site_names(folder: str) -> list[str]:
+    return sorted(n for n in os.listdir(folder) if n.endswith(".pth") or n in _SITE_MODULES)
+
+
+def _same_site_files(folder: str, copy: str) -> bool:
+    """Whether the folder ``copy`` holds what ``site`` reads in ``folder``: the same
+    ``.pth`` files and site modules, each the same bytes or a symbolic link to ``folder``'s
+    own file (how the metadata copy holds them: the link is read, never followed)."""
+    import stat
+
+    try:
+        ours = _site_names(folder)
+    except OSError:
+        ours = None
+    try:
+        theirs = _site_names(copy)
+    except OSError:
+        theirs = None
+    if ours is None or theirs is None:
+        return ours is None and theirs is None
+    if ours != theirs:
+        return False
+    real = os.path.realpath(folder)
+    try:
+        for name in ours:
+            there = os.path.join(copy, name)
+            kind = os.lstat(there).st_mode
+            if stat.S_ISLNK(kind):
+                if os.readlink(there) != os.path.join(real, name):
+                    return False
+                continue
+            if not stat.S_ISREG(kind):
+                return False
+            with open(os.path.join(folder, name), "rb") as a, open(there, "rb") as b:
+                if a.read(1 << 20) != b.read(1 << 20):
+                    return False
+    except OSError:
+        return False
+    return True
+
+
+def moved(facts: dict[str, Any], copy_prefix: str) -> dict[str, Any] | None:
+    """The answer a probe of a copy of ``facts``'s venv at ``copy_prefix`` would give, or
+    None where that is not certain: the two must hold the same ``pyvenv.cfg`` and, in every
+    folder of ``sys.path`` inside the venv, the same ``.pth`` files and site modules, byte
+    for byte (folders absent from one are absent from the other). ``site`` then reads the
+    same in both, and the paths it adds differ by the prefix alone. A ``.pth`` line that
+    runs code imports the same module in both (the copy holds it), and is taken to do the
+    same there. ``envguard install`` snapshots its scratch copy after the installer ran:
+    unless the installer wrote a ``.pth`` file, this saves starting an interpreter."""
+    prefix = str(facts.get("prefix") or "")
+    if not prefix or not facts.get("is_venv"):
+        return None
+
+    def swap(path: str) -> str:
+        if path == prefix or path.startswith(prefix + os.sep):
+            return copy_prefix + path[len(prefix):]
+        return path
+
+    try:
+        with open(os.path.join(prefix, "pyvenv.cfg"), "rb") as a, \
+                open(os.path.join(copy_prefix, "pyvenv.cfg"), "rb") as b:
+            if a.read(1 << 20) != b.read(1 << 20):
+                return None
+    except OSError:
+        return None
+    for folder in _folders(facts):
+        there = swap(folder)
+        if there != folder and not _same_site_files(folder, there):
+            return None
+    copied = dict(facts)
+    for key in _PATH_FACTS:
+        if isinstance(facts.get(key), str):
+            copied[key] = swap(facts[key])
+    for key in _PATH_LISTS:
+        copied[key] = [swap(str(p)) for p in facts.get(key) or []]
+    return copied

@@ -158,3 +158,21 @@ def test_the_memo_holds_no_variable_value_and_no_credential(
     monkeypatch.setenv("PYTHONPATH", f"/opt/{secret}/lib")
     assert secret in str(_probe(env, tmp_path)["sys_path"])
     assert not list(tmp_path.glob("interpreter-*.marshal"))
+
+
+def test_an_install_that_adds_no_pth_file_keeps_the_answer(
+        env: Venv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A package installed (site-packages changed a moment ago) leaves sys.path as it was:
+    the answer kept before serves the next probe, as envguard install's probe of an
+    environment its last install just changed; a .pth file installed with it does not."""
+    probes = _Probes(monkeypatch)
+    first = _probe(env, tmp_path)
+    dist = env.site_packages() / "pkg-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n")
+    (env.site_packages() / "pkg").mkdir()
+    assert _probe(env, tmp_path) == first and probes.count == 1
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    (env.site_packages() / "pkg.pth").write_text(f"{extra}\n")
+    assert str(extra) in _probe(env, tmp_path)["sys_path"] and probes.count == 2
