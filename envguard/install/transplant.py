@@ -269,7 +269,9 @@ def transplant(staged: Staged, *, echo: Callable[[str], None] | None = None) -> 
                 raise TransplantFailed(f"moving the installer's files failed: {exc}; the "
                                        "environment is as it was") from None
             raise
-        for folder in sorted({os.path.dirname(p) for p in removed},
+        moved_whole = tuple(top + os.sep for top in whole)
+        for folder in sorted({p.rpartition(os.sep)[0] for p in removed
+                              if not p.startswith(moved_whole)},
                              key=lambda p: -p.count(os.sep)):
             _remove_empty(folder, staged.prefix)  # as installers do; one still in use stays
     if echo is not None:

@@ -58,11 +58,11 @@ def whole_folders(removed: dict[str, None], sites: tuple[str, ...]) -> list[str]
     """Folders right below a site-packages folder that hold nothing but removed files (and
     no empty folder): moved aside in one step each instead of file by file."""
     tops: dict[str, None] = {}
+    starts = [site + os.sep for site in sites]
     for path in removed:
-        for site in sites:
-            if inside(site, path):
-                top = os.path.join(site, path[len(site) + 1:].split(os.sep, 1)[0])
-                tops[top] = None
+        for start in starts:
+            if path.startswith(start):
+                tops[start + path[len(start):].partition(os.sep)[0]] = None
     whole = []
     for top in tops:
         if top in removed and top.endswith(META):
@@ -111,25 +111,47 @@ def record_paths(prefix: str, meta: str) -> list[str]:
     out: list[str] = []
     caches: dict[str, list[str]] = {}
     real: dict[str, bool] = {}  # a folder: whether it lies inside prefix, links resolved
+    sep = os.sep
     for row in rows:
-        path = os.path.normpath(os.path.join(site, row[0]))
-        parent = os.path.dirname(path)
+        rel = row[0]
+        # a plain relative row (most of them) needs no normpath; "..", "." or "//" does
+        plain = (rel and not rel.startswith(sep) and ".." not in rel and sep * 2 not in rel
+                 and f"{sep}.{sep}" not in f"{sep}{rel}{sep}" and not rel.endswith(sep))
+        path = f"{site}{sep}{rel}" if plain else os.path.normpath(os.path.join(site, rel))
+        parent, _, name = path.rpartition(sep)
         if parent not in real:
-            real[parent] = inside(prefix, os.path.realpath(parent)) or (
-                os.path.realpath(parent) == prefix)
-        if not inside(prefix, path) or not real[parent]:
+            real[parent] = _resolves_inside(prefix, parent, real)
+        if not real[parent] or not inside(prefix, path):
             continue
         out.append(path)
-        if path.endswith(".py"):
-            cache = os.path.join(os.path.dirname(path), "__pycache__")
+        if name.endswith(".py"):
+            cache = f"{parent}{sep}__pycache__"
             if cache not in caches:
                 try:
                     caches[cache] = os.listdir(cache)
                 except OSError:
                     caches[cache] = []
-            stem = os.path.basename(path)[:-3] + "."
-            out += [os.path.join(cache, n) for n in caches[cache]
-                    if n.startswith(stem) and n.endswith(".pyc")]
+            if caches[cache]:
+                stem = name[:-3] + "."
+                out += [f"{cache}{sep}{n}" for n in caches[cache]
+                        if n.startswith(stem) and n.endswith(".pyc")]
     for folder_path, _dirs, files in os.walk(folder):
         out += [os.path.join(folder_path, n) for n in files]
     return out
+
+
+def _resolves_inside(prefix: str, folder: str, known: dict[str, bool]) -> bool:
+    """Whether ``folder`` is ``prefix`` or lies inside it with links resolved, as
+    ``realpath`` says, with one ``lstat`` for a folder that is no link: its place is then
+    its parent's (``known`` keeps the parents' answers). A link, or a parent that resolves
+    outside, is left to ``realpath``."""
+    if folder == prefix:
+        return True
+    if inside(prefix, folder) and not os.path.islink(folder):
+        parent = os.path.dirname(folder)
+        if parent not in known:
+            known[parent] = _resolves_inside(prefix, parent, known)
+        if known[parent]:
+            return True
+    real = os.path.realpath(folder)
+    return real == prefix or inside(prefix, real)
