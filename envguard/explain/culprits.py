@@ -17,12 +17,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 
-from packaging.utils import canonicalize_name
-
 from envguard.explain.error_forms import ErrorFacts, read_error
 from envguard.explain.symptoms import keyed_match
 from envguard.findings import Finding
 from envguard.model import Snapshot
+from envguard.names import normalize_name
 
 __all__ = ["IMPORT_NAMES", "names_suspect", "ordered", "rank_key", "suspects"]
 
@@ -64,8 +63,8 @@ def _owners(module: str, snapshots: Sequence[Snapshot]) -> list[str]:
         known = [d for d in IMPORT_NAMES.get(prefix, ()) if d in installed]
         if known:
             return known
-        if canonicalize_name(prefix) in installed:
-            return [canonicalize_name(prefix)]
+        if normalize_name(prefix) in installed:
+            return [normalize_name(prefix)]
     return []
 
 
@@ -80,7 +79,7 @@ def suspects(facts: ErrorFacts, snapshots: Sequence[Snapshot], text: str = ""
 
     installed = {d.name for s in snapshots for d in s.packages}
     found = reported(text, snapshots) if text else []
-    found += [d for d in (canonicalize_name(x) for x in facts.dists) if d in installed]
+    found += [d for d in (normalize_name(x) for x in facts.dists) if d in installed]
     for module in facts.modules:
         found.extend(_owners(module, snapshots))
     for path in facts.paths:

@@ -7,7 +7,7 @@ environment (METADATA, ``direct_url.json``), so each is checked here before it b
 word of a command:
 
 - a distribution name must be PEP 508 shaped (``^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$``,
-  which :func:`packaging.utils.canonicalize_name` then accepts);
+  stricter than :func:`packaging.utils.canonicalize_name`'s validation);
 - a version must parse as a PEP 440 version (local labels such as ``+cu128`` included);
 - a Python spec for ``uv venv --python`` is ``X.Y`` or ``X.Y.Z`` digits only (a path is
   only ever one the user typed, never one read from a snapshot);
@@ -29,7 +29,6 @@ import shutil
 from collections.abc import Callable, Iterable, Sequence
 from urllib.parse import unquote, urlparse
 
-from packaging.utils import InvalidName, canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from envguard.errors import InputError
@@ -77,10 +76,6 @@ def check_name(name: object, field: str) -> str:
     """A distribution name that may be a word of a command (returned unchanged)."""
     if not isinstance(name, str) or len(name) > 200 or not _NAME.fullmatch(name):
         raise UnsafeValue(field, name, "a valid distribution name")
-    try:
-        canonicalize_name(name, validate=True)
-    except InvalidName:  # pragma: no cover - the pattern above is the stricter one
-        raise UnsafeValue(field, name, "a valid distribution name") from None
     return name
 
 

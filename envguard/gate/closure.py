@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from envguard.atomic import write_text_atomic
 from envguard.errors import EnvguardError
 from envguard.model import Snapshot
-from envguard.probe.distributions import normalize_name
+from envguard.names import normalize_name
 
 if TYPE_CHECKING:
     from packaging.markers import Marker

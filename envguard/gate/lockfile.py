@@ -26,7 +26,7 @@ from envguard.gate.closure import closure, marker_environment, project_requires,
 from envguard.globs import matches_any
 from envguard.input_file import METADATA_BYTES, NotReadable, read_bounded_text
 from envguard.model import ProbeIssue, Snapshot
-from envguard.probe.distributions import normalize_name
+from envguard.names import normalize_name
 from envguard.toml_write import toml_string
 
 __all__ = ["DEFAULT_FORBIDDEN", "LOCK_SCHEMA", "Lock", "LockEntry", "LockedFile",

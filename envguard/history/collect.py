@@ -38,6 +38,7 @@ from envguard.history.conda import (
 )
 from envguard.history.recorded import annotate, merged, read_revisions, read_runs
 from envguard.model import Distribution, Snapshot
+from envguard.names import normalize_name
 
 __all__ = ["MAX_CONDA_HISTORY_BYTES", "conda_history", "created_at", "read_timeline"]
 
@@ -50,10 +51,6 @@ def _mtime(path: Path) -> float | None:
         return path.stat().st_mtime
     except OSError:
         return None
-
-
-def _normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def _install_time(dist: Distribution) -> tuple[float, str] | None:
@@ -87,7 +84,7 @@ def _requirers(snapshot: Snapshot) -> dict[str, list[str]]:
                 continue
             found = _REQ_NAME.match(req)
             if found:
-                out.setdefault(_normalize(found.group(1)), []).append(dist.name)
+                out.setdefault(normalize_name(found.group(1)), []).append(dist.name)
     return out
 
 

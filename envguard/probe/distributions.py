@@ -11,7 +11,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,19 +22,13 @@ from envguard.input_file import (
     read_bounded_text,
 )
 from envguard.model import DirectUrl, Distribution, ProbeIssue
+from envguard.names import normalize_name
 from envguard.probe.fastpath.marshal_file import Key, stat_key
 from envguard.probe.fastpath.records import RecordMemo, folder_entry, folder_parts
 from envguard.probe.fastpath.rows import RecordRows
 from envguard.probe.recordfile import fingerprint_record, read_record, top_level_modules
 from envguard.probe.stated import read_stated
 from envguard.redact import redact_data
-
-_NORMALIZE_RE = re.compile(r"[-_.]+")
-
-
-def normalize_name(name: str) -> str:
-    """PEP 503 normalization: ``Foo_Bar.baz`` -> ``foo-bar-baz``."""
-    return _NORMALIZE_RE.sub("-", name).lower()
 
 
 @dataclass(slots=True)

@@ -555,8 +555,8 @@ def test_dflash_train_refuses_an_edited_lock(dflash_project: Path) -> None:
 def _ci_difference() -> str | None:
     """Why this checkout's .venv is not the environment ``.ci/run`` builds, or None if it is:
     every distribution but the editable project pinned by .ci/constraints.txt, exactly."""
+    from envguard.names import normalize_name
     from envguard.probe import collect
-    from envguard.probe.distributions import normalize_name
     from envguard.probe.options import locations_only
 
     pins = {}

@@ -48,6 +48,7 @@ GATE_MODULES = [
     "envguard.globs",
     "envguard.input_file",
     "envguard.model",
+    "envguard.names",
     "envguard.paths",
     "envguard.probe",
     "envguard.probe._deep_probe",
