@@ -183,19 +183,27 @@ def _same_site_files(folder: str, copy: str) -> bool:
     try:
         for name in ours:
             there = os.path.join(copy, name)
-            kind = os.lstat(there).st_mode
-            if stat.S_ISLNK(kind):
+            if stat.S_ISLNK(os.lstat(there).st_mode):
                 if os.readlink(there) != os.path.join(real, name):
                     return False
-                continue
-            if not stat.S_ISREG(kind):
+            elif not _same_bytes(os.path.join(folder, name), there):
                 return False
-            with open(os.path.join(folder, name), "rb") as a, open(there, "rb") as b:
-                if a.read(1 << 20) != b.read(1 << 20):
-                    return False
     except OSError:
         return False
     return True
+
+
+def _same_bytes(ours: str, copy: str) -> bool:
+    """Whether two small regular files hold the same bytes; False for anything else (a
+    FIFO, a device, a file over 1 MiB: read without blocking or following a link in the
+    copy, :func:`envguard.input_file.read_bounded`)."""
+    from envguard.input_file import SMALL_FILE_BYTES, NotReadable, read_bounded
+
+    try:
+        return (read_bounded(ours, limit=SMALL_FILE_BYTES)
+                == read_bounded(copy, limit=SMALL_FILE_BYTES, follow=False))
+    except (OSError, NotReadable):
+        return False
 
 
 def moved(facts: dict[str, Any], copy_prefix: str) -> dict[str, Any] | None:
@@ -216,12 +224,8 @@ def moved(facts: dict[str, Any], copy_prefix: str) -> dict[str, Any] | None:
             return copy_prefix + path[len(prefix):]
         return path
 
-    try:
-        with open(os.path.join(prefix, "pyvenv.cfg"), "rb") as a, \
-                open(os.path.join(copy_prefix, "pyvenv.cfg"), "rb") as b:
-            if a.read(1 << 20) != b.read(1 << 20):
-                return None
-    except OSError:
+    if not _same_bytes(os.path.join(prefix, "pyvenv.cfg"),
+                       os.path.join(copy_prefix, "pyvenv.cfg")):
         return None
     for folder in _folders(facts):
         there = swap(folder)

@@ -120,3 +120,40 @@ def test_a_pth_the_install_adds_is_followed_by_a_real_probe(
     added = {p["name"] for p in report["packages"]}
     assert {"pather", "other"} <= added, report["packages"]
     assert report["applied"]["as_predicted"] is True
+
+
+def test_fifos_and_links_make_the_facts_uncertain_without_blocking(tmp_path: Path) -> None:
+    """A FIFO where a ``.pth`` file or ``pyvenv.cfg`` belongs (in the venv, or planted in
+    the copy), or a link in the copy where a copied file belongs: the copy is probed
+    instead, and nothing waits on the FIFO (an alarm fails the test if it did)."""
+    import signal
+
+    def venv(root: Path) -> Path:
+        site = root / "lib" / "python3.11" / "site-packages"
+        site.mkdir(parents=True)
+        (root / "pyvenv.cfg").write_text("home = /usr/bin\n")
+        (site / "a.pth").write_text("/opt/x\n")
+        return site
+
+    ours, theirs = venv(tmp_path / "env"), venv(tmp_path / "copy")
+    found = {"prefix": str(tmp_path / "env"), "is_venv": True, "sys_path": [str(ours)],
+             "site_packages": [str(ours)], "executable": str(tmp_path / "env/bin/python")}
+    moved = facts.moved(found, str(tmp_path / "copy"))
+    assert moved is not None and moved["site_packages"] == [str(theirs)]
+    assert moved["executable"] == str(tmp_path / "copy/bin/python")
+    signal.signal(signal.SIGALRM, signal.default_int_handler)
+    signal.alarm(10)
+    try:
+        for fifo in (ours / "a.pth", theirs / "a.pth", tmp_path / "env" / "pyvenv.cfg"):
+            saved = fifo.read_bytes()
+            fifo.unlink()
+            os.mkfifo(fifo)
+            assert facts.moved(found, str(tmp_path / "copy")) is None, fifo
+            fifo.unlink()
+            fifo.write_bytes(saved)
+    finally:
+        signal.alarm(0)
+    cfg = tmp_path / "copy" / "pyvenv.cfg"
+    cfg.unlink()
+    cfg.symlink_to(tmp_path / "env" / "pyvenv.cfg")  # planted: not followed
+    assert facts.moved(found, str(tmp_path / "copy")) is None
