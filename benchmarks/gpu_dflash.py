@@ -139,10 +139,10 @@ def stage_train(out: Path, device: torch.device, peak: float, steps: int,
             except torch.OutOfMemoryError as exc:
                 results[key] = {"error": f"OOM: {str(exc).splitlines()[0]}"}
             write(out, name, results)
-        if preset == "qwen3-8b-shape":
-            flex, dense = results[f"{preset}/flex"], results[f"{preset}/sdpa"]
-            if "step_ms" in flex and "step_ms" in dense:
-                results["flex_speedup_8b_s3072"] = dense["step_ms"] / flex["step_ms"]
+        flex, dense = results.get(f"{preset}/flex", {}), results.get(f"{preset}/sdpa", {})
+        # both timed (--train-attention flex,sdpa): the ratio
+        if preset == "qwen3-8b-shape" and "step_ms" in flex and "step_ms" in dense:
+            results["flex_speedup_8b_s3072"] = dense["step_ms"] / flex["step_ms"]
         del target
         torch.cuda.empty_cache()
         write(out, name, results)
