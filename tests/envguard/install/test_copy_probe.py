@@ -157,3 +157,22 @@ def test_fifos_and_links_make_the_facts_uncertain_without_blocking(tmp_path: Pat
     cfg.unlink()
     cfg.symlink_to(tmp_path / "env" / "pyvenv.cfg")  # planted: not followed
     assert facts.moved(found, str(tmp_path / "copy")) is None
+
+
+def test_the_packages_alone_are_the_snapshot_s_own(torch_and_tiny: Any, tmp_path: Path) -> None:
+    """collect_packages gives what collect records of the interpreter, the packages and the
+    torch build (its compatibility key made for the same GPUs), redacted alike."""
+    import dataclasses
+
+    from envguard.install.predict import snapshot_options
+    from envguard.probe.collector import collect, collect_packages
+
+    options = dataclasses.replace(snapshot_options(str(torch_and_tiny.python), memo=False),
+                                  memo_root=tmp_path / "memo")
+    whole = collect(options)
+    alone = collect_packages(options, [g.name for g in whole.system.gpus])
+    assert whole.torch.version == "2.11.0+cu128" and whole.torch.compat_key
+    assert (alone.interpreter, alone.packages, alone.torch) == (
+        whole.interpreter, whole.packages, whole.torch)
+    other = collect_packages(options, ["NVIDIA H100 80GB HBM3"])  # another GPU: another key
+    assert other.torch.compat_key != whole.torch.compat_key
