@@ -163,7 +163,8 @@ def main() -> None:
         print(f"{label}:")
         print(f"  plain uv pip install:      median {p:.2f} s  {[round(x, 2) for x in plain]}")
         print(f"  envguard install -- uv ...: median {g:.2f} s  {[round(x, 2) for x in guarded]}")
-        print(f"  ratio {g / p:.1f}x; the prediction: {costs}")
+        print(f"  ratio {g / p:.1f}x, envguard's added time {g - p:.2f} s; the prediction: "
+              f"{costs}")
     undo = []
     for _ in range(args.reps):
         subprocess.run([*envguard, "install", "--yes", "--python", python, "--", uv(), "pip",
