@@ -13,6 +13,8 @@ Per project, under the working directory: ``.envguard/snapshots`` (``envguard sn
 (:mod:`envguard.atomic`'s ``state_root``): never through a symlink.
 
 The bytecode and memo folders are used only when :func:`private_folder` trusts them.
+:func:`rebased` is the one rule for a path of one folder said of another (an environment
+and its scratch copy).
 """
 
 from __future__ import annotations
@@ -131,3 +133,11 @@ def _distrust(folder: Path, parents: int) -> str | None:
         if st.st_mode & 0o022 and (depth == 0 or not st.st_mode & stat.S_ISVTX):
             return f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
     return None
+
+
+def rebased(path: str, old: str, new: str) -> str:
+    """``path`` inside (or at) the folder ``old`` as the same place in ``new``; any other
+    path unchanged. Plain string work: nothing is resolved."""
+    if path == old or path.startswith(old + os.sep):
+        return new + path[len(old):]
+    return path

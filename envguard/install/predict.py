@@ -28,7 +28,7 @@ from envguard.install.locks import LockVerdict, broken_locks, lock_patterns, rea
 from envguard.install.scratch import check_guard, scratch_copy, stage_away
 from envguard.install.transplant import Staged, metadata_dirs
 from envguard.model import Distribution, Interpreter, Snapshot
-from envguard.paths import memo_dir
+from envguard.paths import memo_dir, rebased
 from envguard.probe import SnapshotOptions, collect
 from envguard.probe.collector import Packages, collect_packages
 from envguard.redact import redact_argv
@@ -111,9 +111,7 @@ def as_environment(copy: Packages, of: Snapshot, copy_prefix: str, prefix: str) 
     """``of`` with ``copy``'s packages and torch build, their paths moved from
     ``copy_prefix`` to ``prefix``."""
     def moved(path: str) -> str:
-        if path == copy_prefix or path.startswith(copy_prefix + os.sep):
-            return prefix + path[len(copy_prefix):]
-        return path
+        return rebased(path, copy_prefix, prefix)
 
     def same(d: Distribution, b: Distribution | None) -> bool:
         return b is not None and (b.version, b.fingerprint, b.direct_url, b.editable) == (

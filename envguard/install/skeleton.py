@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Protocol
 
 from envguard.frozen import frozen
+from envguard.paths import rebased
 
 DIR, LINK, SYMLINK, HARD, COPY, TEXT = "dir", "link", "symlink", "hard", "copy", "text"
 """An entry's kind: a folder; a symbolic link to the venv's file ``source`` (guarded); a
@@ -114,8 +115,8 @@ def link_target(path: str, real_src: str, dst: str) -> str:
     target = os.readlink(path)
     if os.path.isabs(target):
         real = os.path.normpath(target)
-        if real == real_src or real.startswith(real_src + os.sep):
-            return dst + real[len(real_src):]
+        if (there := rebased(real, real_src, dst)) != real:
+            return there
     return target
 
 

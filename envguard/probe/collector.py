@@ -103,6 +103,20 @@ class _Commands:
         )
 
 
+def _target(options: SnapshotOptions, memo_root: Path) -> Target:
+    """The interpreter's facts: probed (from the memo unless ``use_memo`` is off), or this
+    process's own."""
+    return (probe_python(options.python, memo_root if options.use_memo else None)
+            if options.python else probe_self())
+
+
+def _with_compat_key(torch: TorchIdentity, installed: list[distributions.InstalledDist],
+                     gpu_names: list[str]) -> TorchIdentity:
+    torch_item = next((i for i in installed if i.dist.name == "torch"), None)
+    return dataclasses.replace(torch, compat_key=torch_identity.compat_key(
+        torch, torch_item, gpu_names))
+
+
 def _scan(target: Target, options: SnapshotOptions, memo_root: Path,
           issues: list[ProbeIssue]) -> tuple[list[distributions.InstalledDist],
                                              statahead.Ahead | None]:
@@ -166,8 +180,7 @@ def collect(options: SnapshotOptions, progress: Progress | None = None) -> Snaps
         mark = now
 
     memo_root = options.memo_root or memo_dir()
-    target = (probe_python(options.python, memo_root if options.use_memo else None)
-              if options.python else probe_self())
+    target = _target(options, memo_root)
     lap("interpreter")
 
     installed, ahead = _scan(target, options, memo_root, issues)
@@ -207,9 +220,7 @@ def collect(options: SnapshotOptions, progress: Progress | None = None) -> Snaps
     sysinfo = system.collect(env, target.facts.get("glibc"), smi_result,
                              commands.nvcc.result() if commands.nvcc else None, issues,
                              cuda_driver)
-    torch_item = next((i for i in installed if i.dist.name == "torch"), None)
-    torch = dataclasses.replace(torch, compat_key=torch_identity.compat_key(
-        torch, torch_item, [g.name for g in sysinfo.gpus]))
+    torch = _with_compat_key(torch, installed, [g.name for g in sysinfo.gpus])
     cache_dirs, cache_issues = caches.probe(env, target.facts, torch,
                                             remember=options.remember_caches,
                                             state_root=options.memo_root)
@@ -262,13 +273,10 @@ def collect_packages(options: SnapshotOptions, gpu_names: list[str]) -> Packages
     alike; ``gpu_names``: the GPUs torch's compatibility key is made for (those of the
     system the environment runs on). No RECORD check, no command is run."""
     memo_root = options.memo_root or memo_dir()
-    target = (probe_python(options.python, memo_root if options.use_memo else None)
-              if options.python else probe_self())
+    target = _target(options, memo_root)
     installed, _ = _scan(target, options, memo_root, [])
     torch, _ = torch_identity.probe(installed, target.sys_path)
-    torch_item = next((i for i in installed if i.dist.name == "torch"), None)
-    torch = dataclasses.replace(torch, compat_key=torch_identity.compat_key(
-        torch, torch_item, gpu_names))
+    torch = _with_compat_key(torch, installed, gpu_names)
     return redact_data(Packages(interpreter=interpreter_section(target, options.selected_by),
                                 packages=[i.dist for i in installed], torch=torch))
 

@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from envguard.paths import rebased
 from envguard.probe.fastpath import marshal_file
 from envguard.probe.fastpath.marshal_file import Key, stat_key
 
@@ -64,14 +65,18 @@ def interpreter_key(exe: str, env: Mapping[str, str]) -> tuple[Any, ...]:
             os.getcwd())
 
 
+def _site_names(folder: str) -> list[str]:
+    """The ``.pth`` files and site modules of ``folder``, what ``site`` reads there."""
+    return sorted(n for n in os.listdir(folder) if n.endswith(".pth") or n in _SITE_MODULES)
+
+
 def folders_state(folders: list[str]) -> tuple[Any, ...]:
     """Each folder's ``.pth`` files and site modules with their stat keys; the stat key of
     a folder that cannot be listed instead."""
     state: list[Any] = []
     for folder in folders:
         try:
-            names = sorted(n for n in os.listdir(folder)
-                           if n.endswith(".pth") or n in _SITE_MODULES)
+            names = _site_names(folder)
         except OSError:
             state.append((folder, _stat(folder), None))
             continue
@@ -85,8 +90,7 @@ def _touched_since(folders: list[str], state: tuple[Any, ...], since_ns: int) ->
     folders' own times count here (a ``.pth`` file removed while the probe ran leaves only
     that trace), though not in the key."""
     keys = [_stat(folder) for folder in folders]
-    keys += [k for _, folder_key, files in state
-             for k in (folder_key, *(f for _, f in files or ()))]
+    keys += [k for _, _, files in state for _, k in files or ()]
     return any(k is not None and k[1] >= since_ns for k in keys)  # k[1]: the modification time
 
 
@@ -157,10 +161,6 @@ _PATH_FACTS = ("executable", "prefix", "scripts")
 _PATH_LISTS = ("sys_path", "site_packages")
 
 
-def _site_names(folder: str) -> list[str]:
-    return sorted(n for n in os.listdir(folder) if n.endswith(".pth") or n in _SITE_MODULES)
-
-
 def _same_site_files(folder: str, copy: str) -> bool:
     """Whether the folder ``copy`` holds what ``site`` reads in ``folder``: the same
     ``.pth`` files and site modules, each the same bytes or a symbolic link to ``folder``'s
@@ -219,22 +219,17 @@ def moved(facts: dict[str, Any], copy_prefix: str) -> dict[str, Any] | None:
     if not prefix or not facts.get("is_venv"):
         return None
 
-    def swap(path: str) -> str:
-        if path == prefix or path.startswith(prefix + os.sep):
-            return copy_prefix + path[len(prefix):]
-        return path
-
     if not _same_bytes(os.path.join(prefix, "pyvenv.cfg"),
                        os.path.join(copy_prefix, "pyvenv.cfg")):
         return None
     for folder in _folders(facts):
-        there = swap(folder)
+        there = rebased(folder, prefix, copy_prefix)
         if there != folder and not _same_site_files(folder, there):
             return None
     copied = dict(facts)
     for key in _PATH_FACTS:
         if isinstance(facts.get(key), str):
-            copied[key] = swap(facts[key])
+            copied[key] = rebased(facts[key], prefix, copy_prefix)
     for key in _PATH_LISTS:
-        copied[key] = [swap(str(p)) for p in facts.get(key) or []]
+        copied[key] = [rebased(str(p), prefix, copy_prefix) for p in facts.get(key) or []]
     return copied

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envguard.paths import memo_dir
+from envguard.paths import memo_dir, rebased
 from envguard.probe.fastpath import marshal_file
 from envguard.probe.fastpath.marshal_file import Key, prefix_digest
 from envguard.probe.fastpath.rows import RecordRows
@@ -185,9 +185,7 @@ class BorrowedMemo(RecordMemo):
         self._prefix, self._copy = prefix.rstrip(os.sep), copy.rstrip(os.sep)
 
     def _theirs(self, path: str) -> str:
-        if path.startswith(self._copy + os.sep):
-            return self._prefix + path[len(self._copy):]
-        return path
+        return rebased(path, self._copy, self._prefix)
 
     def get(self, record_path: str, key: Key) -> Parsed | None:
         return super().get(self._theirs(record_path), key)
