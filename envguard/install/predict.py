@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import os
 import stat
 import time
@@ -241,14 +240,13 @@ def predict(command: InstallerCommand, *, python: str, cwd: Path,
     environment's own snapshot is taken meanwhile, and ``meanwhile`` (the caller's own
     preparations, such as the imports of what comes after the prediction) is called then
     too. The environment's interpreter facts come first, from the probe's memo."""
-    from envguard.probe.background import Task
     from envguard.probe.interpreter import (
         hand_on,
         hand_on_copy,
         interpreter_section,
         probe_python,
     )
-    from envguard.restore.build import error_line, kill_running, run_process
+    from envguard.restore.build import Running, error_line
 
     environ = installer_environment(os.environ if env is None else env)
     locks, notes = read_locks(cwd)
@@ -279,8 +277,10 @@ def predict(command: InstallerCommand, *, python: str, cwd: Path,
             argv = (command.argv_into(python, str(folder)) if movable
                     else command.argv_for(scratch_python))
             written_at = now_iso()
-            job = Task(functools.partial(run_process, argv, timeout=3600, echo=echo,
-                                         env=environ, cwd=str(cwd)))
+            try:
+                job = Running(argv, timeout=3600, echo=echo, env=environ, cwd=str(cwd))
+            except OSError as exc:
+                raise RestoreError(f"cannot run {argv[0]}: {exc.strerror or exc}") from None
             try:
                 if before is None:
                     snapped = time.perf_counter()
@@ -291,7 +291,7 @@ def predict(command: InstallerCommand, *, python: str, cwd: Path,
                 if meanwhile is not None:
                     meanwhile()
             except BaseException:
-                kill_running()  # the installer, on the copy only; then the copy goes
+                job.kill()  # the installer, on the copy only; then the copy goes
                 with contextlib.suppress(BaseException):
                     job.result()
                 raise

@@ -93,12 +93,56 @@ def run_process(args: list[str], *, timeout: float | None, echo: Echo | None = N
     line to ``echo`` and keeping the last ``tail_lines``. A timeout (None: none) or an
     exception here (Ctrl-C) kills the process and everything it started. OSError: it could
     not be started."""
-    tail: deque[str] = deque(maxlen=tail_lines)
+    proc = _start(args, env=env, cwd=cwd)
+    return _follow(proc, timeout=timeout, echo=echo, tail_lines=tail_lines)
+
+
+class Running:
+    """A process started now (:func:`run_process`'s rules), its output read in a thread.
+
+    The process exists when the constructor returns, so :meth:`kill` from the caller's
+    thread always reaches it: an interruption right after the start cannot miss it, as a
+    start inside a background thread could. OSError: it could not be started."""
+
+    def __init__(self, args: list[str], *, timeout: float | None,
+                 echo: Echo | None = None, env: dict[str, str] | None = None,
+                 cwd: str | None = None) -> None:
+        self._proc = _start(args, env=env, cwd=cwd)
+        self._outcome: list[UvResult | BaseException] = []
+        self._thread = threading.Thread(target=self._read, args=(timeout, echo), daemon=True)
+        self._thread.start()
+
+    def _read(self, timeout: float | None, echo: Echo | None) -> None:
+        try:
+            self._outcome.append(_follow(self._proc, timeout=timeout, echo=echo))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller in result()
+            self._outcome.append(exc)
+
+    def kill(self) -> None:
+        """Kill the process and all it started; :meth:`result` then returns at once."""
+        _kill(self._proc)
+
+    def result(self) -> UvResult:
+        self._thread.join()
+        outcome = self._outcome[0]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+
+def _start(args: list[str], *, env: dict[str, str] | None,
+           cwd: str | None) -> subprocess.Popen[str]:
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, text=True, errors="replace",
                             start_new_session=True, env=env, cwd=cwd)
     with _LIVE_LOCK:
         _LIVE.add(proc)
+    return proc
+
+
+def _follow(proc: subprocess.Popen[str], *, timeout: float | None, echo: Echo | None,
+            tail_lines: int = 40) -> UvResult:
+    tail: deque[str] = deque(maxlen=tail_lines)
     expired = threading.Event()
 
     def expire() -> None:
