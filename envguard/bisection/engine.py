@@ -15,6 +15,7 @@ removed at the end (unless ``keep``), also when interrupted. No printing: progre
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import shutil
@@ -22,9 +23,10 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import field, replace
 from pathlib import Path
+from typing import TypeVar
 
 from envguard.bisection.builds import Build, locate, uv_cache_dir
 from envguard.bisection.changeset import ENV, ChangeSet, short
@@ -57,6 +59,8 @@ from envguard.model import Snapshot
 from envguard.paths import user_dir
 from envguard.restore.build import find_uv, kill_running
 from envguard.restore.plan import IndexOptions
+
+T = TypeVar("T")
 
 Step = Callable[[str], None]
 FLAKY_MISS = 0.05
@@ -193,8 +197,7 @@ class _Trials:
     def batch(self, configs: Sequence[Config], jobs: int) -> list[str]:
         todo = [c for c in dict.fromkeys(configs) if c not in self.answers]
         if jobs > 1 and len(todo) > 1:
-            with ThreadPoolExecutor(max_workers=jobs) as pool:
-                list(pool.map(self.run, todo))
+            together([functools.partial(self.run, c) for c in todo], jobs)
         else:
             for config in todo:
                 self.run(config)
@@ -328,9 +331,27 @@ def _endpoints(trials: _Trials, everything: Config, jobs: int) -> tuple[Trial, T
     """GOOD's and BAD's trials (together with ``jobs`` > 1)."""
     good: Config = frozenset()
     if jobs > 1:
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            futures = [pool.submit(trials.run, good, "GOOD"),
-                       pool.submit(trials.run, everything, "BAD")]
-            first, second = (f.result() for f in futures)
+        first, second = together([functools.partial(trials.run, good, "GOOD"),
+                                  functools.partial(trials.run, everything, "BAD")], 2)
         return first, second
     return trials.run(good, "GOOD"), trials.run(everything, "BAD")
+
+
+def together(calls: Sequence[Callable[[], T]], jobs: int) -> list[T]:
+    """The results of ``calls``, ``jobs`` at a time in threads, in order.
+
+    An interruption (Ctrl-C) here does not wait for the trials running in the other
+    threads: their processes, and any they start before they see it, are killed until
+    every call has returned; then the interruption goes on."""
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    futures: list[Future[T]] = [pool.submit(call) for call in calls]
+    try:
+        return [f.result() for f in futures]
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        while not all(f.done() for f in futures):
+            kill_running()
+            time.sleep(0.05)
+        raise
+    finally:
+        pool.shutdown(wait=True)

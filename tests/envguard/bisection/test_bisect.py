@@ -365,15 +365,20 @@ def test_flaky_command_with_runs(world: World, runs: int, code: int, verdict: st
         assert "failed in 1 of 2 runs" in doc["reason"]  # type: ignore[operator]
 
 
-def test_sigint_in_the_middle_leaves_nothing_behind(world: World) -> None:
-    good, bad = world.pair("sigint", ["alpha==1.0", "beta==1.0"], ["alpha==2.0", "beta==2.0"])
-    marker = world.root / "sigint-pid"
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_sigint_in_the_middle_leaves_nothing_behind(world: World, jobs: str) -> None:
+    """Ctrl-C while trials run (one at a time, or GOOD's and BAD's together in threads)
+    kills them at once, not after they end, and removes every trial venv."""
+    good, bad = world.pair(f"sigint{jobs}", ["alpha==1.0", "beta==1.0"],
+                           ["alpha==2.0", "beta==2.0"])
+    marker = world.root / f"sigint-pid{jobs}"
     sleeper = ("import os, time, pathlib; import alpha\n"
                "if alpha.V == 1:\n"
                f"    pathlib.Path({str(marker)!r}).write_text(str(os.getpid())); time.sleep(60)\n")
-    work = world.root / "sigint-work"
+    work = world.root / f"sigint-work{jobs}"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "envguard", "bisect", str(good), str(bad), "--no-index",
+        [sys.executable, "-m", "envguard", "bisect", str(good), str(bad), "--jobs", jobs,
+         "--no-index",
          "--offline", "--find-links", str(world.wheels), "--workdir", str(work), "--",
          "python", "-c", sleeper], env=world.env, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
@@ -384,7 +389,9 @@ def test_sigint_in_the_middle_leaves_nothing_behind(world: World) -> None:
     time.sleep(0.2)
     assert list(work.glob("run-*/trial-*")), "no trial venv while the command runs"
     proc.send_signal(signal.SIGINT)
-    _out, err = proc.communicate(timeout=60)
+    interrupted = time.monotonic()
+    _out, err = proc.communicate(timeout=90)
+    assert time.monotonic() - interrupted < 30, "the interruption waited for the trials"
     assert proc.returncode == ExitCode.INTERRUPTED, err
     assert list(work.iterdir()) == []
     child = int(marker.read_text())
