@@ -3,8 +3,9 @@
 Order of events, which is what makes torch.compile race-free here:
 1. build target, drafter, optimizer and data on the main thread; :func:`parallelize`
    places the drafter (FSDP2 under torchrun) and makes the attention kernels;
-2. warm-up: one full step (forward + backward) and one no-grad forward per batch shape,
-   still on the main thread, with their own RNG so training is unaffected;
+2. warm-up: one full step (forward + backward) per batch shape, still on the main
+   thread, with its own RNG so training is unaffected (the held-out evaluation's
+   no-grad forward attends with SDPA and a dense mask: nothing compiled);
 3. seal compilation (``fail_on_recompile``; the global FX flag must be clear);
 4. only then start the prefetch thread, and train.
 
@@ -18,6 +19,7 @@ mode. What happens before the first step, phase by phase and timed, is
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -168,9 +170,9 @@ class Trainer:
             self.target.release_layers()
 
     # -- one step -------------------------------------------------------------------------
-    def _attend(self, anchors_BN: Tensor, keep_BN: Tensor, seq: int) -> AttendFn:
+    def _attend(self, anchors_BN: Tensor, keep_BN: Tensor, seq: int, dense: bool) -> AttendFn:
         bs = self.dcfg.block_size
-        if self.rt.attention == "flex":
+        if self.rt.attention == "flex" and not dense:
             if TILE % bs == 0:  # tile map from the anchors: nothing to compile
                 mask = block_mask_from_anchors(anchors_BN, keep_BN, seq, bs)
             else:
@@ -180,7 +182,11 @@ class Trainer:
         return sdpa_attend(dense_mask(anchors_BN, keep_BN, seq, bs))
 
     def forward_loss(self, input_ids_BS: Tensor, loss_mask_BS: Tensor, gen: torch.Generator,
-                     feats_BSF: Tensor | None = None) -> tuple[LossOutput, Tensor]:
+                     feats_BSF: Tensor | None = None, *,
+                     dense: bool = False) -> tuple[LossOutput, Tensor]:
+        """The loss of one batch. ``dense``: attend with SDPA and the dense mask, never the
+        compiled flex kernel (the held-out evaluation, without gradients: a no-grad call of
+        the compiled kernel is another graph, which would cost every start a compile)."""
         bs, seq = self.dcfg.block_size, input_ids_BS.shape[1]
         if feats_BSF is None:
             feats_BSF = (self.remote.features(input_ids_BS) if self.remote is not None
@@ -194,7 +200,7 @@ class Trainer:
             emb_BQD = self.target.embed(ids_BQ).to(self.rt.dtype)
         pos_ctx_BS = torch.arange(seq, device=input_ids_BS.device).expand_as(input_ids_BS)
         hidden_BQD = self.drafter(emb_BQD, feats_BSF, pos_BQ, pos_ctx_BS,
-                                  self._attend(anchors_BN, keep_BN, seq))
+                                  self._attend(anchors_BN, keep_BN, seq, dense))
         out = dflash_loss(hidden_BQD, labels_BQ, weights_BQ, self.target.lm_head, bs,
                           chunk_size=self.cfg.loss_chunk, select_supervised=False)
         return out, visible_pairs(anchors_BN, keep_BN, bs)
@@ -232,7 +238,7 @@ class Trainer:
             if mega.problem is not None:
                 self.warnings.append(mega.problem)
         gen = torch.Generator(device=self.rt.device).manual_seed(self.cfg.seed + 1)
-        phases = dict.fromkeys(("forward", "backward", "no_grad_forward"), 0.0)
+        phases = dict.fromkeys(("forward", "backward"), 0.0)
 
         def lap(phase: str, t0: float) -> float:
             sync_device(self.rt.device)
@@ -248,10 +254,7 @@ class Trainer:
             out, _ = self.forward_loss(ids_BS, mask_BS, gen)
             t0 = lap("forward", t0)
             out.loss.backward()  # type: ignore[no-untyped-call]
-            t0 = lap("backward", t0)
-            with torch.no_grad():
-                self.forward_loss(ids_BS, mask_BS, gen)
-            lap("no_grad_forward", t0)
+            lap("backward", t0)
         self.warmup_phases = phases
         for p in self.drafter.parameters():
             p.grad = None
@@ -265,8 +268,10 @@ class Trainer:
 
     # -- held-out evaluation (dflash.heldout) ----------------------------------------------
     def held_out_tau_random(self) -> float:
-        """Teacher-forced tau at random held-out anchors, the same anchors every call."""
-        return teacher_forced_tau(self.forward_loss, self.held_out,
+        """Teacher-forced tau at random held-out anchors, the same anchors every call
+        (dense attention: nothing compiled runs without gradients)."""
+        return teacher_forced_tau(functools.partial(self.forward_loss, dense=True),
+                                  self.held_out,
                                   batch_size=self.cfg.batch_size, buckets=self.cfg.buckets,
                                   seed=self.cfg.seed, device=self.rt.device)
 

@@ -89,6 +89,8 @@ def test_compiled_trainer_matches_the_eager_sdpa_trainer_on_gpu() -> None:
         records: list[dict] = []
         trainer.run(records.append, final_save=False)
         losses[attention] = [r["loss"] for r in records]
+        # sealed (fail_on_recompile): the held-out evaluation compiles nothing more
+        assert trainer.held_out_tau_random() >= 1.0
         unseal()
     for a, b in zip(losses["flex"], losses["sdpa"], strict=True):
         assert abs(a - b) <= 1e-3 * max(1.0, abs(b)), losses

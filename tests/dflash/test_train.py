@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,44 @@ def test_frozen_parts_get_no_gradient(tiny_target, tmp_path: Path):
     assert all(p.grad is None for p in tiny_target.model.parameters())
     grads = [p.grad for p in trainer.drafter.parameters()]
     assert all(g is not None for g in grads) and any(g.abs().sum() > 0 for g in grads)
+
+
+def test_the_held_out_evaluation_never_calls_the_compiled_kernel(tiny_target, tmp_path: Path):
+    """A no-grad call of the compiled flex kernel is a graph of its own: compiled in every
+    start's warm-up, or refused after the seal (``fail_on_recompile``). The held-out
+    evaluation attends densely instead, with the same loss to rounding. CPU has no flex
+    backward, so the trainer is made as on a GPU afterwards: flex attention whose
+    compiled handle fails if called."""
+    from dflash.compilation.kernels import Kernels
+    from dflash.masks import flex_attention
+
+    cfg = dataclasses.replace(tiny(), out=str(tmp_path), **SMALL)
+    trainer = Trainer(cfg, target=tiny_target)
+    dense_tau = trainer.held_out_tau_random()
+    calls: list[int] = []
+
+    def compiled_flex(*args, **kwargs):
+        calls.append(1)
+        raise AssertionError("the compiled flex kernel ran without gradients")
+
+    trainer.rt = dataclasses.replace(trainer.rt, attention="flex")
+    trainer.kernels = Kernels(flex=compiled_flex, block_mask_builder=compiled_flex,
+                              compiled=True)
+    assert trainer.held_out_tau_random() == dense_tau
+    assert not calls
+    with pytest.raises(AssertionError, match="without gradients"):  # the training path does
+        batch = trainer.state.loader.next_batch()
+        trainer.forward_loss(batch.input_ids_BS, batch.loss_mask_BS, trainer.state.anchor_gen)
+    trainer.kernels = Kernels(flex=flex_attention, block_mask_builder=compiled_flex,
+                              compiled=False)
+    batch = trainer.state.loader.next_batch()
+    gen = torch.Generator().manual_seed(5)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "flex_attention called without torch.compile")
+        flex_out, _ = trainer.forward_loss(batch.input_ids_BS, batch.loss_mask_BS, gen)
+        dense_out, _ = trainer.forward_loss(batch.input_ids_BS, batch.loss_mask_BS,
+                                            torch.Generator().manual_seed(5), dense=True)
+    torch.testing.assert_close(flex_out.loss, dense_out.loss, rtol=1e-4, atol=1e-5)
 
 
 def _run(cfg, target, stop_at: int | None = None):
