@@ -184,9 +184,8 @@ class Trainer:
     def forward_loss(self, input_ids_BS: Tensor, loss_mask_BS: Tensor, gen: torch.Generator,
                      feats_BSF: Tensor | None = None, *,
                      dense: bool = False) -> tuple[LossOutput, Tensor]:
-        """The loss of one batch. ``dense``: attend with SDPA and the dense mask, never the
-        compiled flex kernel (the held-out evaluation, without gradients: a no-grad call of
-        the compiled kernel is another graph, which would cost every start a compile)."""
+        """The loss of one batch. ``dense``: SDPA and the dense mask, never the compiled flex
+        kernel (the no-grad evaluation: a no-grad flex call is a graph of its own)."""
         bs, seq = self.dcfg.block_size, input_ids_BS.shape[1]
         if feats_BSF is None:
             feats_BSF = (self.remote.features(input_ids_BS) if self.remote is not None
