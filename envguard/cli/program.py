@@ -143,6 +143,7 @@ def run_command(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
     except EnvguardError as exc:
         return _fail(str(exc), exc.exit_code)
     except KeyboardInterrupt:
+        _stop_processes()
         sys.stderr.write("envguard: interrupted\n")
         return int(ExitCode.INTERRUPTED)
     except Exception as exc:
@@ -150,6 +151,14 @@ def run_command(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
             raise
         return _fail(f"internal error: {type(exc).__name__}: {exc} (set ENVGUARD_DEBUG=1 for "
                      "the traceback, and please report it)", ExitCode.INTERNAL_ERROR)
+
+
+def _stop_processes() -> None:
+    """Whatever envguard started and still runs dies with the interruption: the commands
+    kill their own processes, and this catches one started in the instant before."""
+    build = sys.modules.get("envguard.restore.build")
+    if build is not None:
+        build.kill_running()
 
 
 @contextlib.contextmanager

@@ -110,7 +110,11 @@ class Running:
         self._proc = _start(args, env=env, cwd=cwd)
         self._outcome: list[UvResult | BaseException] = []
         self._thread = threading.Thread(target=self._read, args=(timeout, echo), daemon=True)
-        self._thread.start()
+        try:
+            self._thread.start()
+        except BaseException:  # Ctrl-C in between: the caller never gets it to kill
+            _kill(self._proc)
+            raise
 
     def _read(self, timeout: float | None, echo: Echo | None) -> None:
         try:

@@ -68,3 +68,28 @@ def test_the_process_gets_its_own_environment_and_folder(tmp_path: Path) -> None
     result = Running([sys.executable, "-c", "import os; print(os.getcwd(), os.environ['X'])"],
                      timeout=60, env={**os.environ, "X": "seen"}, cwd=str(tmp_path)).result()
     assert result.lines == (f"{os.path.realpath(tmp_path)} seen",)
+
+
+def test_an_interruption_that_reaches_the_cli_kills_what_is_left(capsys) -> None:
+    """A command that is interrupted before it could kill its own process (the instant
+    after the start): the CLI's handler kills every process envguard started."""
+    import argparse
+
+    from envguard.cli.program import run_command
+    from envguard.exitcodes import ExitCode
+
+    started: list[Running] = []
+
+    def handler(_args: argparse.Namespace) -> int:
+        started.append(Running(SLEEPER, timeout=None))
+        raise KeyboardInterrupt
+
+    parser = argparse.ArgumentParser()
+    parser.set_defaults(handler=handler)
+    t0 = time.monotonic()
+    assert run_command(parser, []) == ExitCode.INTERRUPTED
+    assert "interrupted" in capsys.readouterr().err
+    started[0].result()  # returns: the process is gone
+    assert time.monotonic() - t0 < 20
+    with pytest.raises(ProcessLookupError):
+        os.kill(started[0]._proc.pid, 0)
