@@ -12,6 +12,7 @@ No printing: uv's output lines go to a callback the CLI supplies.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import shutil
@@ -98,7 +99,8 @@ def run_process(args: list[str], *, timeout: float | None, echo: Echo | None = N
 
 
 class Running:
-    """A process started now (:func:`run_process`'s rules), its output read in a thread.
+    """A process started now (:func:`run_process`'s rules), its output read in a
+    :class:`~envguard.probe.background.Task`.
 
     The process exists when the constructor returns, so :meth:`kill` from the caller's
     thread always reaches it: an interruption right after the start cannot miss it, as a
@@ -107,31 +109,22 @@ class Running:
     def __init__(self, args: list[str], *, timeout: float | None,
                  echo: Echo | None = None, env: dict[str, str] | None = None,
                  cwd: str | None = None) -> None:
+        from envguard.probe.background import Task
+
         self._proc = _start(args, env=env, cwd=cwd)
-        self._outcome: list[UvResult | BaseException] = []
-        self._thread = threading.Thread(target=self._read, args=(timeout, echo), daemon=True)
         try:
-            self._thread.start()
+            self._task = Task(functools.partial(_follow, self._proc, timeout=timeout,
+                                                echo=echo))
         except BaseException:  # Ctrl-C in between: the caller never gets it to kill
             _kill(self._proc)
             raise
-
-    def _read(self, timeout: float | None, echo: Echo | None) -> None:
-        try:
-            self._outcome.append(_follow(self._proc, timeout=timeout, echo=echo))
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller in result()
-            self._outcome.append(exc)
 
     def kill(self) -> None:
         """Kill the process and all it started; :meth:`result` then returns at once."""
         _kill(self._proc)
 
     def result(self) -> UvResult:
-        self._thread.join()
-        outcome = self._outcome[0]
-        if isinstance(outcome, BaseException):
-            raise outcome
-        return outcome
+        return self._task.result()
 
 
 def _start(args: list[str], *, env: dict[str, str] | None,
