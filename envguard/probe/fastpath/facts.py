@@ -65,9 +65,14 @@ def interpreter_key(exe: str, env: Mapping[str, str]) -> tuple[Any, ...]:
             os.getcwd())
 
 
-def _site_names(folder: str) -> list[str]:
-    """The ``.pth`` files and site modules of ``folder``, what ``site`` reads there."""
-    return sorted(n for n in os.listdir(folder) if n.endswith(".pth") or n in _SITE_MODULES)
+def _site_names(folder: str) -> list[str] | None:
+    """The ``.pth`` files and site modules of ``folder``, what ``site`` reads there; None
+    for a folder that cannot be listed (absent, a zip file)."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return None
+    return sorted(n for n in names if n.endswith(".pth") or n in _SITE_MODULES)
 
 
 def folders_state(folders: list[str]) -> tuple[Any, ...]:
@@ -75,13 +80,12 @@ def folders_state(folders: list[str]) -> tuple[Any, ...]:
     a folder that cannot be listed instead."""
     state: list[Any] = []
     for folder in folders:
-        try:
-            names = _site_names(folder)
-        except OSError:
+        names = _site_names(folder)
+        if names is None:
             state.append((folder, _stat(folder), None))
-            continue
-        state.append((folder, None,
-                      tuple((n, _stat(os.path.join(folder, n))) for n in names)))
+        else:
+            state.append((folder, None,
+                          tuple((n, _stat(os.path.join(folder, n))) for n in names)))
     return tuple(state)
 
 
@@ -167,14 +171,7 @@ def _same_site_files(folder: str, copy: str) -> bool:
     own file (how the metadata copy holds them: the link is read, never followed)."""
     import stat
 
-    try:
-        ours = _site_names(folder)
-    except OSError:
-        ours = None
-    try:
-        theirs = _site_names(copy)
-    except OSError:
-        theirs = None
+    ours, theirs = _site_names(folder), _site_names(copy)
     if ours is None or theirs is None:
         return ours is None and theirs is None
     if ours != theirs:
