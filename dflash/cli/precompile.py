@@ -16,14 +16,12 @@ while one compiles (another marker: a compile killed midway leaves it, and the i
 then compile as they come, as before).
 ``DFLASH_NO_PRECOMPILE=1`` turns it off.
 
-Before compiling, the same process reads torch's shared libraries and sources, the CUDA
-wheels' and triton's libraries into the page cache, sixteen 32 MiB ranges or files at a
-time (:func:`libraries_for`, in the order a launch loads them). A newly started cloud
-machine reads a file the first time at a fraction of its later speed, one page fault
-after another when the loader maps a library: there the first launch spent 14.7 s more
-than a launch with every cache emptied but the page cache merely dropped
-(docs/BENCHMARKS.md). The marker holds what the background process did (JSON: bytes
-read, seconds).
+The same process first reads what the launch is about to read, many files at once
+(:mod:`dflash.cli.readahead`: the sources of the standard library, torch and the packages
+beside it, then the shared libraries of :func:`libraries_for` while it compiles): a newly
+started cloud machine reads each block the first time far slower than ever after, and
+Python's imports read thousands of small files one after another. The final marker holds
+what was read and compiled, and how long each took (JSON).
 """
 
 from __future__ import annotations
@@ -47,55 +45,26 @@ OPT_OUT_ENV = "DFLASH_NO_PRECOMPILE"
 
 SCRIPT = """
 import compileall, json, os, re, sys, time
-from concurrent.futures import ThreadPoolExecutor
-try:
-    os.nice(10)
-except OSError:
-    pass
 marker, skip, home, torch_root = sys.argv[1], re.compile(sys.argv[2]), sys.argv[3], sys.argv[4]
 dirs = sys.argv[5:]
-sys.path.insert(0, home)  # the folder that holds dflash: the list is made here, not in the launch
+sys.path.insert(0, home)  # the folder that holds dflash: the lists are made here, not in the launch
 from pathlib import Path
 from dflash.cli.precompile import libraries_for
-libraries = libraries_for(Path(torch_root))
-CHUNK = 32 << 20
-def ranges():
-    for path in libraries:
-        try:
-            size = os.stat(path).st_size
-        except OSError:
-            continue
-        for start in range(0, size, CHUNK):
-            yield path, start
-def read(job):
-    path, start = job
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return 0
-    try:
-        done = 0
-        while done < CHUNK:
-            got = len(os.pread(fd, min(8 << 20, CHUNK - done), start + done))
-            if not got:
-                break
-            done += got
-        return done
-    except OSError:
-        return 0
-    finally:
-        os.close(fd)
-t0 = time.monotonic()
-with ThreadPoolExecutor(16) as pool:
-    read_bytes = sum(pool.map(read, ranges()))
-t1 = time.monotonic()
+from dflash.cli.readahead import read_ahead, source_roots
 ok = True
-for d in dirs:
-    ok &= bool(compileall.compile_dir(d, quiet=2, workers=0, rx=skip))
+def compile_all():
+    global ok
+    try:
+        os.nice(10)
+    except OSError:
+        pass
+    for d in dirs:
+        ok &= bool(compileall.compile_dir(d, quiet=2, workers=0, rx=skip))
+done = read_ahead(source_roots(Path(torch_root), Path(home)), libraries_for(Path(torch_root)),
+                  meanwhile=compile_all)
 if ok:
     with open(marker, "w") as fh:
-        json.dump({"read_bytes": read_bytes, "read_s": round(t1 - t0, 3),
-                   "compile_s": round(time.monotonic() - t1, 3)}, fh)
+        json.dump(done, fh)
 os.remove(marker + ".running")
 """
 
@@ -114,33 +83,37 @@ def dirs_for(torch_root: Path) -> list[Path]:
     return [*first, torch_root, *also]
 
 
-LIBRARIES_FIRST = ("cuda_runtime", "cublas", "cudnn", "nccl", "cuda_nvrtc", "nvjitlink")
-"""The CUDA wheels a launch uses first (the runtime, matmuls, attention, collectives,
-triton's linking); the other ``nvidia`` wheels follow."""
+USED_FIRST = ("libcublasLt.", "libcublas.", "libnvrtc.", "libnvrtc-builtins.", "libnvJitLink.",
+              "libcudnn.", "libcudnn_graph.", "libcudnn_heuristic.",
+              "libcudnn_engines_runtime_compiled.", "libcupti.", "libtriton.", "ptxas")
+"""The libraries (by name) a launch reads most of, beside torch's own: on a new H100 whose
+libraries nobody had read, a first launch's pages of each (``mincore`` after its first
+step) were all of triton's, ``nvrtc`` and ``ptxas``, and 40-85 % of these others, against
+a few MB of the FFT, sparse, solver, random, NCCL and precompiled cuDNN engine libraries
+it also loads (docs/BENCHMARKS.md). Those follow, still whole, last."""
 
 
 def libraries_for(torch_root: Path) -> list[Path]:
-    """What to read ahead, in the order a launch needs it: torch's shared libraries, its
-    Python sources (outside tests), the CUDA wheels' libraries beside it
-    (:data:`LIBRARIES_FIRST` first), then triton's (with its ``ptxas``)."""
+    """The shared libraries to read ahead, in the order a launch needs them: torch's, then
+    the CUDA wheels' and triton's of :data:`USED_FIRST`, then the rest of both. The
+    sources are :func:`dflash.cli.readahead.source_roots`'s."""
     site = torch_root.parent
     skip = re.compile(SKIP)
 
-    def found(folder: Path, python: bool = False) -> list[Path]:
+    def found(folder: Path) -> list[Path]:
         if not folder.is_dir():
             return []
         return sorted(p for p in folder.rglob("*")
-                      if (p.suffix == ".py" if python else
-                          ".so" in p.name or p.parent.name == "bin")
+                      if (".so" in p.name or p.parent.name == "bin")
                       and not skip.search(str(p.relative_to(site))) and p.is_file()
                       and not p.is_symlink())
 
-    nvidia = sorted(p for p in (site / "nvidia").glob("*") if p.is_dir()) if (
-        site / "nvidia").is_dir() else []
-    rank = {name: i for i, name in enumerate(LIBRARIES_FIRST)}
-    nvidia.sort(key=lambda p: (rank.get(p.name, len(rank)), p.name))
-    return [*found(torch_root / "lib"), *found(torch_root, python=True),
-            *(f for p in nvidia for f in found(p)), *found(site / "triton")]
+    def used_first(path: Path) -> bool:
+        return path.name.startswith(USED_FIRST) or path.name == "ptxas"
+
+    others = [*found(site / "nvidia"), *found(site / "triton")]
+    return [*found(torch_root / "lib"), *(p for p in others if used_first(p)),
+            *(p for p in others if not used_first(p))]
 
 
 def start(folder: Path, torch_root: Path, *, wait: bool = False) -> subprocess.Popen[bytes] | None:

@@ -6,7 +6,8 @@ run's metadata. ``--check`` stops after the check (a preflight for job scripts).
 Under torchrun: ``torchrun --nproc-per-node N -m dflash.cli.train ...``.
 
 Order: flags, recipe and paths are checked first (no torch yet: bad input is one line
-within a second), then the environment gate, then torch, the model and the run.
+within a second), then the environment gate (in a forked child while torch is imported:
+nothing is built, compiled or written before it passes), then the model and the run.
 
 Exit codes: 0 trained (or stopped by SIGTERM after saving a checkpoint), 2 bad
 input or config, 3 refused by the environment gate, 4 training failed at runtime,
@@ -16,11 +17,13 @@ input or config, 3 refused by the environment gate, 4 training failed at runtime
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import signal
 import sys
 import threading
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,7 +32,7 @@ from dflash.checkpoint.layout import latest_checkpoint
 from dflash.cli import options
 from dflash.cli.command import Command
 from dflash.cli.command import entry as command_entry
-from dflash.cli.gate import Gate, check_gate, gather, refuse
+from dflash.cli.gate import Gate, gather, refuse, start_gate
 from dflash.cli.heartbeat import DEFAULT_SECONDS
 from dflash.cli.reporting import CHOICES, check_installed
 from dflash.config import TrainConfig, kernels_for
@@ -108,12 +111,31 @@ def _main(command: Command, args: argparse.Namespace) -> int:
         if not world.distributed:
             raise ConfigError("--target-ranks needs torchrun (WORLD_SIZE > 1)")
         Roles(world.size, args.target_ranks)
-    gate = check_gate(world)
+    pending = start_gate(world)  # in a child: torch is imported meanwhile
+    try:
+        start = time.perf_counter()
+        if not args.check:
+            _import_torch()
+        imported = time.perf_counter() - start
+        gate = pending.result()
+    finally:
+        pending.abandon()
+    gate = dataclasses.replace(
+        gate, seconds={**pending.seconds, "import_torch": round(imported, 3)})
     if world.distributed:
         return _distributed(command, args, cfg, resume_from, world, gate)
     if not gate.passed and not args.unguarded:
         raise refuse(gate)
     return _start(command, args, cfg, resume_from, world, gate)
+
+
+def _import_torch() -> None:
+    """torch's import, while the gate runs beside it. One that fails here is left for the
+    run's own import to raise again, after the gate has spoken."""
+    from dflash.compilation.imports import import_torch
+
+    with contextlib.suppress(Exception):  # raised again, reported, where the run imports it
+        import_torch()
 
 
 def config_of(args: argparse.Namespace) -> TrainConfig:
@@ -157,7 +179,7 @@ def _start(command: Command, args: argparse.Namespace, cfg: TrainConfig,
            resume_from: Path | None, world: World, gate: Gate) -> int:
     meta: dict[str, Any] = {"started_at": datetime.now(timezone.utc).isoformat(),
                             "guard": gate.how, "unguarded": not gate.passed,
-                            "mismatch": gate.findings}
+                            "mismatch": gate.findings, "gate_s": gate.seconds}
     state = "environment verified" if gate.passed else "UNGUARDED: environment does not match"
     if gate.snapshot_json is not None:
         meta["environment"] = {"file": ENV_FILE, "sha256": gate.snapshot_sha256}

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+from dflash.compilation.imports import import_compiler
 from dflash.errors import CompileStateError
 
 _lock = threading.Lock()
@@ -84,6 +85,7 @@ class Kernels:
 def kernels(compile_attention: bool) -> Kernels:
     if compile_attention:
         require_main_thread("creating compiled kernels")
+        import_compiler()
         return Kernels(flex=compiled_flex(), block_mask_builder=compiled_block_mask(),
                        compiled=True)
     return Kernels(flex=flex_attention, block_mask_builder=create_block_mask, compiled=False)
