@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from dflash.compilation.kernels import Kernels, kernels
+from dflash.compilation.kernels import Kernels, kernels, start_compile_workers
+from dflash.compilation.megacache import compile_will_run
 from dflash.config import TrainConfig, kernels_for
 from dflash.distributed.world import World
 from dflash.model import DFlashDrafter
@@ -42,9 +43,11 @@ def resolve(cfg: TrainConfig) -> Runtime:
     return Runtime(device=device, dtype=dtype, attention=attention, compile=compile_on)
 
 
-def parallelize(drafter: DFlashDrafter, rt: Runtime, world: World) -> Kernels:
+def parallelize(drafter: DFlashDrafter, rt: Runtime, world: World,
+                mega_cache: str = "off") -> Kernels:
     """Place ``drafter`` on ``rt.device``; under torchrun shard it with FSDP2 first; then
-    make the attention kernels (compiled when ``rt.compile``).
+    make the attention kernels (compiled when ``rt.compile``), and where the warm-up will
+    compile for real (``mega_cache``: the recipe's setting), start the compile workers.
 
     One process: the parameters are cast to ``rt.dtype`` (the optimizer keeps fp32
     masters). torchrun: the fp32 shards are the master weights, each decoder layer and
@@ -55,7 +58,10 @@ def parallelize(drafter: DFlashDrafter, rt: Runtime, world: World) -> Kernels:
         _fully_shard(drafter, rt, world)
     else:
         drafter.to(rt.device, rt.dtype)
-    return kernels(rt.compile)
+    made = kernels(rt.compile)
+    if made.compiled and compile_will_run(mega_cache):
+        start_compile_workers()
+    return made
 
 
 def _fully_shard(drafter: DFlashDrafter, rt: Runtime, world: World) -> None:

@@ -129,7 +129,7 @@ class Trainer:
         how = (f"sharding the drafter over {self.world.size} ranks (FSDP2)"
                if self.world.distributed else f"placing the drafter on {self.rt.device}")
         with self.clock.phase("parallelize", how):
-            self.kernels = parallelize(self.drafter, self.rt, self.world)
+            self.kernels = parallelize(self.drafter, self.rt, self.world, cfg.mega_cache)
             optimizer = MasterAdamW(self.drafter, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                                     weight_decay=cfg.weight_decay)
         remembered = (remembered_path(cfg, self.target, cache_root())

@@ -88,11 +88,12 @@ def _gate_in_child() -> tuple[Any, ...]:
 class PendingGate:
     """:func:`check_gate` running in a forked child while the launch imports torch.
 
-    The gate reads thousands of files (0.4 s on a warm GPU host, 1.7 s on a new one) and
-    torch's import is as long or longer (1.7 s, 6 s); neither needs the other, and a fork
-    made before torch is loaded runs them side by side. Nothing is trained, compiled or
-    written before :meth:`result` answers. Where a fork is not safe (another thread, not
-    Linux) or the child fails, the gate runs here, in :meth:`result`.
+    The gate reads thousands of files (0.3 s on a warm GPU host, 1.2-5 s on a newly
+    started one) and torch's import is as long or longer (1.1-1.4 s, 4-7 s); neither
+    needs the other, and a fork made before torch is loaded runs them side by side.
+    Nothing is trained, compiled or written before :meth:`result` answers. Where a fork
+    is not safe (another thread, not Linux) or the child fails, the gate runs here, in
+    :meth:`result`.
     """
 
     world: World

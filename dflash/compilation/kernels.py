@@ -58,6 +58,24 @@ def compiled_block_mask() -> Callable[..., Any]:
     return _handle("create_block_mask", create_block_mask)
 
 
+def start_compile_workers() -> None:
+    """Start inductor's compile workers now, as its backend does at the first compile.
+
+    A warm-up that will compile for real (:func:`dflash.compilation.megacache.
+    compile_will_run`) otherwise waits for them: a sidecar process imports torch, then
+    forks one worker per core, and on a new machine that import alone takes seconds.
+    Started before the trainer generates its data, they are up by its warm-up. Only the
+    main thread. A torch without the call, or one that cannot start them here, is left to
+    start them at the first compile, as it always does (and to say why it cannot)."""
+    require_main_thread("starting the compile workers")
+    try:
+        from torch._inductor.async_compile import maybe_warm_pool
+
+        maybe_warm_pool()
+    except Exception:  # noqa: BLE001, S110 - torch's own first compile tries again
+        pass
+
+
 def fx_tracing_flag() -> bool:
     """torch's process-global 'an FX trace is running' flag (False when absent)."""
     module = getattr(torch.fx, "_symbolic_trace", None)

@@ -17,6 +17,7 @@ are the trainer's two calls around its warm-up.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from contextlib import suppress
@@ -35,8 +36,10 @@ def default_store() -> Path:
     return user_dir() / "mega-cache"
 
 
+@functools.cache
 def current_compat_key() -> str | None:
-    """This interpreter's compile-compat key, read from files (no extra torch work)."""
+    """This interpreter's compile-compat key, read from files (no extra torch work); once
+    a process (the start asks twice: :func:`compile_will_run`, :func:`before_warmup`)."""
     from envguard.probe import SnapshotOptions, collect
 
     snapshot = collect(SnapshotOptions(verify="none", use_project_config=False))
@@ -127,6 +130,14 @@ class WarmUpCache:
         if self.loaded_seconds is not None or saved:
             self.mega.mark_local()
         return saved
+
+
+def compile_will_run(setting: str) -> bool:
+    """Whether the warm-up will compile for real: a Mega-Cache is on, and neither this
+    machine's inductor folder holds its key's kernels nor the store an artifact to load.
+    False where that cannot be known (the setting is off, no key): nothing changes there."""
+    mega = for_setting(setting)
+    return mega is not None and not mega.local_is_warm() and not mega.path.is_file()
 
 
 def before_warmup(setting: str) -> WarmUpCache | None:

@@ -90,3 +90,72 @@ def test_the_trainers_warm_up_loads_before_and_saves_after(tmp_path: Path, monke
     monkeypatch.setattr(torch.compiler, "save_cache_artifacts", no_save)
     loaded = WarmUpCache(cold.mega, loaded_seconds=0.5)
     assert loaded.after_warmup() == 0 and loaded.mega.local_is_warm()
+
+
+def test_compile_will_run_only_where_no_kernels_wait(tmp_path: Path, monkeypatch):
+    """The start's early compile workers: only for a warm-up that will compile for real."""
+    from dflash.compilation.megacache import compile_will_run, for_setting
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    store = tmp_path / "store"
+    assert not compile_will_run("off")  # cannot be known: torch's own default stays
+    assert compile_will_run(str(store))  # a new machine: nothing here, nothing to load
+    mega = for_setting(str(store))
+    assert mega is not None
+    mega.path.parent.mkdir(parents=True)
+    mega.path.write_bytes(b"an artifact")
+    assert not compile_will_run(str(store))  # the cold start loads it instead
+    mega.path.unlink()
+    mega.mark_local()
+    assert not compile_will_run(str(store))  # the warm start: the kernels are here
+
+
+def test_the_compile_workers_start_early_only_for_a_real_compile(tmp_path: Path,
+                                                                  monkeypatch):
+    """parallelize() asks compile_will_run and starts inductor's workers when it says yes
+    (counted here: a CPU torch has no triton, and its start call returns at once)."""
+    import torch
+
+    import dflash.parallelize as par
+    from dflash.config import TrainConfig
+    from dflash.distributed.world import World
+    from dflash.parallelize import Runtime
+
+    calls: list[str] = []
+    monkeypatch.setattr(par, "start_compile_workers", lambda: calls.append("start"))
+    monkeypatch.setattr(par, "kernels", lambda compiled: par.Kernels(
+        flex=lambda *a: None, block_mask_builder=lambda *a: None, compiled=compiled))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    rt = Runtime(device=torch.device("cpu"), dtype=torch.float32, attention="flex",
+                 compile=True)
+    drafter = torch.nn.Linear(2, 2)
+    assert TrainConfig().mega_cache == "auto"
+    par.parallelize(drafter, rt, World(), str(tmp_path / "store"))  # type: ignore[arg-type]
+    assert calls == ["start"]
+    par.parallelize(drafter, rt, World(), "off")  # type: ignore[arg-type]
+    assert calls == ["start"]
+    eager = Runtime(device=torch.device("cpu"), dtype=torch.float32, attention="flex",
+                    compile=False)
+    par.parallelize(drafter, eager, World(), str(tmp_path / "store"))  # type: ignore[arg-type]
+    assert calls == ["start"]
+
+
+def test_start_compile_workers_is_main_thread_only():
+    import threading
+
+    from dflash.compilation.kernels import start_compile_workers
+    from dflash.errors import CompileStateError
+
+    start_compile_workers()  # a CPU torch: no triton, nothing to start, no error
+    raised: list[BaseException] = []
+
+    def other() -> None:
+        try:
+            start_compile_workers()
+        except CompileStateError as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    thread.join()
+    assert len(raised) == 1 and "main thread" in str(raised[0])
