@@ -4,8 +4,8 @@ the host did meanwhile: where a new machine's first launch loses its seconds.
     python3 benchmarks/launch_series.py --out $OUT/series --plan first,fresh,cold,warm:2 \\
         --budget 300
 
-Each launch is :func:`first_step.first_step` at the 8B shape (``--unguarded``), its whole
-stderr kept (the start phases as a timeline), with ``metadata.json``'s ``gate_s`` (the
+Each launch is :func:`first_step.first_step` at the 8B shape (``--preset``; ``--unguarded``),
+its whole stderr kept (the start phases as a timeline), with ``metadata.json``'s ``gate_s`` (the
 gate beside torch's import) and the change of the host's counters across it: pressure
 stall time (``/proc/pressure``), page faults and pages read (``/proc/vmstat``), CPU time
 by kind (``/proc/stat``), sectors read and written (``/proc/diskstats``).
@@ -50,7 +50,6 @@ sys.path.insert(0, str(ROOT))
 from first_step import first_step  # noqa: E402
 from gpu_dflash import cache_env  # noqa: E402
 
-PRESET = "qwen3-8b-shape"
 CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 
 
@@ -123,8 +122,8 @@ def resident_libraries() -> dict[str, Any]:
 
 
 class Series:
-    def __init__(self, out: Path, deadline: float) -> None:
-        self.out, self.deadline = out, deadline
+    def __init__(self, out: Path, deadline: float, preset: str) -> None:
+        self.out, self.deadline, self.preset = out, deadline, preset
         self.doc: dict[str, Any] = {}
         self.base = Path(tempfile.mkdtemp(prefix="dflash-series-"))
 
@@ -145,7 +144,7 @@ class Series:
         env = {**cache_env(compile_root), **self.tools(tools_root), **(extra or {})}
         run = self.base / f"run-{name}"
         before = host_counters()
-        r = first_step(PRESET, run, env, min(limit, left),
+        r = first_step(self.preset, run, env, min(limit, left),
                        (f"--set=mega_cache={tools_root / 'store'}",), keep_all=True)
         after = host_counters()
         r.pop("stderr", None)
@@ -195,9 +194,11 @@ def main() -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--plan", default="first,fresh,cold,warm")
     p.add_argument("--budget", type=float, default=300.0, help="seconds for the series")
+    p.add_argument("--preset", default="qwen3-8b-shape",
+                   help="dflash-train's preset (tiny: a CPU smoke run of the series)")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    series = Series(args.out, time.monotonic() + args.budget)
+    series = Series(args.out, time.monotonic() + args.budget, args.preset)
     for step in args.plan.split(","):
         series.step(step)
     series.doc["background_end"] = series.markers()
