@@ -10,12 +10,20 @@ exists (``gc.freeze``: those objects move to a generation no later pass walks), 
 warm-up and the training loop do not walk them either. Imports make almost no cyclic
 garbage; what little there is stays.
 
+A Ctrl-C that lands inside these imports is held until the import is done, then raised
+(:func:`interrupt_after`): torch's import machinery does not survive a KeyboardInterrupt
+halfway. Sent at the wrong moment of ``import torch``, one was swallowed (the launch
+trained on), another left torch half-imported and the launch failing later with a
+RecursionError.
+
 Nothing here imports torch: the CLI calls it before torch is loaded.
 """
 
 from __future__ import annotations
 
 import gc
+import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -34,15 +42,34 @@ def without_collection() -> Iterator[None]:
             gc.enable()
 
 
+@contextmanager
+def interrupt_after() -> Iterator[None]:
+    """A SIGINT during the block raises KeyboardInterrupt after it, not inside it. Only
+    on the main thread and where SIGINT has Python's default handler (a SIGINT that is
+    ignored, or handled by the program, is left as it is)."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield
+        return
+    arrived: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: arrived.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if arrived:
+        raise KeyboardInterrupt
+
+
 def import_torch() -> None:
-    """``import torch`` under :func:`without_collection`."""
-    with without_collection():
+    """``import torch`` under :func:`without_collection` and :func:`interrupt_after`."""
+    with interrupt_after(), without_collection():
         import torch  # noqa: F401
 
 
 def import_compiler() -> None:
     """What ``torch.compile`` and its first call import (dynamo, then inductor's
-    ``compile_fx``), under :func:`without_collection`: once, before the handles are made."""
-    with without_collection():
+    ``compile_fx``), as :func:`import_torch`: once, before the handles are made."""
+    with interrupt_after(), without_collection():
         import torch._dynamo
         import torch._inductor.compile_fx  # noqa: F401

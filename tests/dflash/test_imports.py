@@ -48,3 +48,43 @@ def test_import_torch_and_the_compiler_leave_the_collector_on() -> None:
         print(gc.isenabled(), "torch._dynamo" in sys.modules,
               "torch._inductor.compile_fx" in sys.modules, gc.get_freeze_count() > 100000)
     """) == ["True", "True", "True", "True"]
+
+
+FAKE_TORCH = """\
+import os, signal, time
+os.kill(os.getpid(), signal.SIGINT)  # a Ctrl-C halfway through the import
+time.sleep(0.05)  # Python runs signal handlers between bytecodes: here
+FINISHED = True
+"""
+
+
+def test_a_ctrl_c_inside_the_import_is_raised_after_it(tmp_path):
+    """Raised inside, a KeyboardInterrupt leaves torch half-imported (a later RecursionError,
+    or an AttributeError in numpy) or is swallowed by the import machinery (the launch
+    trained on); held, it comes once the import is whole. A stand-in ``torch`` package
+    sends itself the SIGINT."""
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text(FAKE_TORCH)
+    assert run(f"""
+        import signal, sys, threading
+        sys.path.insert(0, {str(tmp_path)!r})
+        from dflash.compilation.imports import import_torch, interrupt_after
+        try:
+            import_torch()
+            print("no-interrupt")
+        except KeyboardInterrupt:
+            import torch
+            print("interrupted-after", torch.FINISHED, "torch" in sys.modules)
+        print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # ignored stays ignored
+        with interrupt_after():
+            signal.raise_signal(signal.SIGINT)
+        print("ignored")
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        def other():
+            with interrupt_after():  # not the main thread: nothing to hold, no error
+                print("thread")
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+    """) == ["interrupted-after", "True", "True", "True", "ignored", "thread"]
