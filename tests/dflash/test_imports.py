@@ -67,6 +67,9 @@ def test_a_ctrl_c_inside_the_import_is_raised_after_it(tmp_path):
     (tmp_path / "torch" / "__init__.py").write_text(FAKE_TORCH)
     assert run(f"""
         import signal, sys, threading
+        # Python's own handler, as in a terminal (a job started in the background of a
+        # script, CI's for one, inherits SIGINT ignored, and Python leaves it so)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         sys.path.insert(0, {str(tmp_path)!r})
         from dflash.compilation.imports import import_torch, interrupt_after
         try:
