@@ -30,8 +30,10 @@ import stat
 import sysconfig
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
+
+from envguard.probe.background import Task, parallel_map
 
 PACKAGES = ("sympy", "mpmath", "triton", "numpy", "jinja2", "markupsafe", "networkx",
             "filelock", "fsspec", "rich", "tqdm", "psutil", "torchgen", "safetensors",
@@ -158,53 +160,37 @@ def read_sources(roots: Iterable[Path], threads: int = 48) -> tuple[int, int]:
     return counter.files, counter.bytes
 
 
-def _range_jobs(path: Path, size: int) -> Iterator[tuple[str, int, int]]:
-    for start in range(0, size, CHUNK):
-        yield str(path), start, min(CHUNK, size - start)
+def _read_range(job: tuple[str, int, int]) -> int:
+    path, start, length = job
+    fd = _open_file(path)
+    if fd is None:
+        return 0
+    got = 0
+    try:
+        while got < length:
+            n = len(os.pread(fd, min(8 << 20, length - got), start + got))
+            if not n:
+                break
+            got += n
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return got
 
 
 def read_libraries(libraries: Iterable[Path], threads: int = 16) -> int:
     """Read ``libraries`` whole, in order, in 32 MiB ranges, ``threads`` ranges at a time;
     bytes read."""
-    jobs: queue.SimpleQueue[tuple[str, int, int] | None] = queue.SimpleQueue()
+    jobs: list[tuple[str, int, int]] = []
     for path in libraries:
         try:
             size = os.stat(path, follow_symlinks=False).st_size
         except OSError:
             continue
-        for job in _range_jobs(path, size):
-            jobs.put(job)
-    total = [0]
-    lock = threading.Lock()
-
-    def work() -> None:
-        while (job := jobs.get()) is not None:
-            path, start, length = job
-            fd = _open_file(path)
-            if fd is None:
-                continue
-            got = 0
-            try:
-                while got < length:
-                    n = len(os.pread(fd, min(8 << 20, length - got), start + got))
-                    if not n:
-                        break
-                    got += n
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
-            with lock:
-                total[0] += got
-
-    workers = [threading.Thread(target=work, daemon=True) for _ in range(threads)]
-    for _ in workers:
-        jobs.put(None)
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    return total[0]
+        jobs += [(str(path), start, min(CHUNK, size - start))
+                 for start in range(0, size, CHUNK)]
+    return sum(parallel_map(_read_range, jobs, threads))
 
 
 def read_ahead(sources: list[Path], libraries: list[Path],
@@ -217,14 +203,12 @@ def read_ahead(sources: list[Path], libraries: list[Path],
     result: dict[str, float] = {"sources_files": files, "sources_bytes": nbytes,
                                 "sources_s": round(time.monotonic() - t0, 3)}
 
-    def libs() -> None:
-        result["libraries_bytes"] = read_libraries(libraries)
-        result["libraries_s"] = round(time.monotonic() - t0, 3)
+    def libs() -> tuple[int, float]:
+        return read_libraries(libraries), round(time.monotonic() - t0, 3)
 
-    side = threading.Thread(target=libs, daemon=True)
-    side.start()
+    side = Task(libs)
     if meanwhile is not None:
         meanwhile()
         result["meanwhile_s"] = round(time.monotonic() - t0, 3)
-    side.join()
+    result["libraries_bytes"], result["libraries_s"] = side.result()
     return result
