@@ -18,7 +18,9 @@ The plan's steps, in order:
   the page cache (``mincore``), i.e. what the launch and the read-ahead brought in.
 - ``first-profiled``: the same with ``PYTHONPROFILEIMPORTTIME=1`` (each module's import
   time in its stderr).
-- ``fresh``: everything new again, on the machine as the launches before left it.
+- ``fresh``: everything new again, on the machine as the launches before left it;
+  ``fresh-serial``: the same with the data generated after the drafter's placing, not
+  beside it (``DFLASH_NO_DATA_BESIDE=1``).
 - ``cold``: ``first``'s compile folders emptied (the Mega-Cache store and dflash's cache
   kept); ``warm``: the same folders again.
 - ``warm:N``: N rounds of three warm launches: as is, ``TORCH_WARM_POOL=0`` and
@@ -173,9 +175,10 @@ class Series:
             self.doc["first_background"] = self.markers()
             self.doc["first_resident"] = resident_libraries()
             self.save()
-        elif name == "fresh":
+        elif name in ("fresh", "fresh-serial"):
             root = Path(tempfile.mkdtemp(prefix="dflash-series-fresh-"))
-            self.launch("fresh", root / "compile", root, limit=120)
+            extra = {"DFLASH_NO_DATA_BESIDE": "1"} if name == "fresh-serial" else None
+            self.launch(name, root / "compile", root, extra, limit=120)
         elif name == "cold":
             shutil.rmtree(self.base / "b", ignore_errors=True)
             self.launch("cold", self.base / "b", self.base, limit=90)

@@ -2,7 +2,9 @@
 
 Order of events, which is what makes torch.compile race-free here:
 1. build target, drafter, optimizer and data on the main thread; :func:`parallelize`
-   places the drafter (FSDP2 under torchrun) and makes the attention kernels;
+   places the drafter (FSDP2 under torchrun) and makes the attention kernels (nothing
+   traced: on a GPU the target generates its synthetic data meanwhile in a thread,
+   eager and greedy, :class:`dflash.startup.DataPhase`);
 2. warm-up: one full step (forward + backward) per batch shape, still on the main
    thread, with its own RNG so training is unaffected (the held-out evaluation's
    no-grad forward attends with SDPA and a dense mask: nothing compiled);
@@ -56,13 +58,11 @@ from dflash.optim import MasterAdamW, lr_at
 from dflash.parallelize import parallelize, resolve
 from dflash.serving import export_record
 from dflash.startup import (
+    DataPhase,
     PhaseListener,
     StartClock,
     build_drafter,
-    data_text,
     remembered_path,
-    split_held_out,
-    training_examples,
 )
 from dflash.state import TrainState
 from dflash.stdlib_target import cache_root
@@ -126,25 +126,23 @@ class Trainer:
                 self.target, num_layers=cfg.draft_layers, block_size=cfg.block_size,
                 gamma=cfg.gamma, mask_token_id=cfg.mask_token_id)
             self.drafter = build_drafter(self.dcfg, self.rt.device)
-        how = (f"sharding the drafter over {self.world.size} ranks (FSDP2)"
-               if self.world.distributed else f"placing the drafter on {self.rt.device}")
-        with self.clock.phase("parallelize", how):
-            self.kernels = parallelize(self.drafter, self.rt, self.world, cfg.mega_cache)
-            optimizer = MasterAdamW(self.drafter, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
-                                    weight_decay=cfg.weight_decay)
         remembered = (remembered_path(cfg, self.target, cache_root())
                       if loaded_here and examples is None and not cfg.data and not shapes_only
                       else None)
-        with self.clock.phase("data", data_text(cfg, shapes_only and examples is None,
-                                                remembered)):
-            split = (training_examples(cfg, self.target, shapes_only=shapes_only,
-                                       ranks=self.world.size, remembered=remembered)
-                     if examples is None else split_held_out(cfg, examples))
-            train, self.held_out = split.train, split.held_out
-            self.split = split.summary()  # rows and sources on each side
-            self.decode_prompts = decode_prompts(self.held_out, cfg.held_out_decode_prompts)
-            batches = BatchLoader(train, batch_size=cfg.batch_size, buckets=cfg.buckets,
-                                  seed=cfg.seed, pad_id=0)
+        data = DataPhase(self.clock, cfg, self.target, examples=examples,
+                         shapes_only=shapes_only, ranks=self.world.size, remembered=remembered)
+        how = (f"sharding the drafter over {self.world.size} ranks (FSDP2)"
+               if self.world.distributed else f"placing the drafter on {self.rt.device}")
+        with self.clock.phase("parallelize", data.meanwhile(how)), data.alongside():
+            self.kernels = parallelize(self.drafter, self.rt, self.world, cfg.mega_cache)
+            optimizer = MasterAdamW(self.drafter, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
+                                    weight_decay=cfg.weight_decay)
+        split = data.result()
+        train, self.held_out = split.train, split.held_out
+        self.split = split.summary()  # rows and sources on each side
+        self.decode_prompts = decode_prompts(self.held_out, cfg.held_out_decode_prompts)
+        batches = BatchLoader(train, batch_size=cfg.batch_size, buckets=cfg.buckets,
+                              seed=cfg.seed, pad_id=0)
         loader = RankSlice(batches, self.world) if self.world.distributed else batches
         anchor_gen = torch.Generator(device=self.rt.device).manual_seed(
             cfg.seed + self.world.rank)
