@@ -35,6 +35,7 @@ import torch
 
 from dflash.config import DrafterConfig, TrainConfig
 from dflash.data import Example, drop_short, read_examples, write_jsonl_atomic
+from dflash.decoding import batched
 from dflash.decoding.generate import generate_responses, synthetic_prompts
 from dflash.errors import ConfigError, DataError
 from dflash.heldout import Split, split_by_source
@@ -158,7 +159,8 @@ def split_held_out(cfg: TrainConfig, examples: list[Example]) -> Split:
 def synthetic_key(cfg: TrainConfig, target: TargetModel) -> str:
     """What greedy synthetic data depends on, as a digest: the target (a named shape's
     seed, else its files' names, sizes and times), the recipe's prompt settings, the
-    batch and the numerics (device, dtype, torch build, the network's implementation)."""
+    batch and the numerics (device, dtype, torch build, the network's implementation and
+    whether its decode steps are captured, :mod:`dflash.decoding.batched`)."""
     source = target_path(cfg.target) if cfg.target != STDLIB_TARGET else None
     files: list[tuple[str, int, int]] = []
     if source is not None:
@@ -177,7 +179,10 @@ def synthetic_key(cfg: TrainConfig, target: TargetModel) -> str:
              "vocab": target.vocab_size, "mask": target.mask_token_id,
              "batch": generation_batch(target, cfg), "device": device_name,
              "dtype": str(target.dtype), "torch": torch.__version__,
-             "network": network_of(target)}
+             "network": network_of(target),
+             "steps": ("captured" if batched.applies(target, False, 0.0, 0,
+                                                     cfg.synthetic_response_tokens)
+                       else "eager")}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
 
 

@@ -16,6 +16,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from dflash.config import TrainConfig
 from dflash.data import Example, read_prompts
+from dflash.decoding import batched
 from dflash.target import TargetModel
 
 
@@ -66,7 +67,18 @@ def _left_padded(prompts: Sequence[Sequence[int]], device: torch.device
 def _generate_group(target: TargetModel, prompts_BP: torch.Tensor, pad_B: torch.Tensor | None,
                     max_new_tokens: int, temperature: float, gen: torch.Generator | None,
                     stop_ids: torch.Tensor) -> list[list[int]]:
-    """Decode one batch of left-padded prompts; a row stops after a stop id."""
+    """Decode one batch of left-padded prompts; a row stops after a stop id. Equal
+    lengths, greedy, on a GPU: one captured step a token (:mod:`dflash.decoding.batched`)."""
+    bsz, plen = prompts_BP.shape
+    if batched.applies(target, pad_B is not None, temperature, len(stop_ids), max_new_tokens):
+        try:
+            with sdpa_kernel(GENERATION_BACKENDS):
+                return batched.BatchedGreedy(target, bsz, plen, max_new_tokens,
+                                             graphs=True).generate(prompts_BP)
+        except torch.cuda.OutOfMemoryError:
+            raise
+        except RuntimeError:  # a recording CUDA refused: the eager loop's tokens instead
+            pass
     with sdpa_kernel(GENERATION_BACKENDS):
         return _decode_group(target, prompts_BP, pad_B, max_new_tokens, temperature, gen,
                              stop_ids)

@@ -64,17 +64,17 @@ def slots_for(needed: int, have: int = 0) -> int:
 
 
 class StaticCache(KVCache):
-    """K/V buffers [1, G, slots, d] per layer, written in place at ``where`` (the slot of
-    each new position, a device tensor set before a forward)."""
+    """K/V buffers [batch, G, slots, d] per layer, written in place at ``where`` (the slot
+    of each new position, a device tensor set before a forward; every row's the same)."""
 
     def __init__(self, num_layers: int, kv_heads: int, head_dim: int, slots: int, *,
-                 dtype: torch.dtype, device: torch.device) -> None:
+                 dtype: torch.dtype, device: torch.device, batch: int = 1) -> None:
         super().__init__(num_layers)
         self.slots = slots
         # Zeros, not empty: a slot no query sees is still multiplied by a zero weight,
         # and 0 x NaN from uninitialised memory would poison the row.
-        self.keys = [torch.zeros(1, kv_heads, slots, head_dim, dtype=dtype, device=device)
-                     for _ in range(num_layers)]
+        self.keys = [torch.zeros(batch, kv_heads, slots, head_dim, dtype=dtype,
+                                 device=device) for _ in range(num_layers)]
         self.values = [torch.zeros_like(k) for k in self.keys]
         self.k, self.v = list(self.keys), list(self.values)
         self.where = torch.zeros(0, dtype=torch.long, device=device)
@@ -101,7 +101,10 @@ class Captured:
     when ``graphs`` is on, else called as it is. ``run()`` returns its outputs: the same
     tensors every call when captured, so read them before the next call."""
 
-    def __init__(self, fn: Callable[[], tuple[Tensor, ...]], graphs: bool) -> None:
+    def __init__(self, fn: Callable[[], tuple[Tensor, ...]], graphs: bool, *,
+                 thread_local: bool = False) -> None:
+        """``thread_local``: other threads may use the device meanwhile (CUDA's
+        thread-local capture mode: only this thread's calls are checked)."""
         self.fn = fn
         self.graph: torch.cuda.CUDAGraph | None = None
         self.out: tuple[Tensor, ...] = ()
@@ -113,7 +116,8 @@ class Captured:
                     fn()
             torch.cuda.current_stream().wait_stream(side)
             self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):
+            mode = "thread_local" if thread_local else "global"
+            with torch.cuda.graph(self.graph, capture_error_mode=mode):
                 self.out = fn()
 
     def run(self) -> tuple[Tensor, ...]:

@@ -172,3 +172,45 @@ def test_captured_cycle_drafts_verifies_and_decodes_as_eager_on_gpu() -> None:
                                           max_new_tokens=40, max_draft=3)
                 assert got["eager"].tokens == ref.tokens
             assert got["auto"].accepted == got["eager"].accepted, kind
+
+
+@gpu
+def test_captured_batched_generation_in_a_thread_is_the_eager_loops_on_gpu() -> None:
+    """The synthetic data's decode steps recorded in one CUDA graph (thread-local capture),
+    run in a thread while this one allocates and computes on the device, as beside the
+    drafter's placing: the eager loop's tokens (fp32), and generate_responses takes it."""
+    import threading
+
+    from dflash.decoding import batched
+    from dflash.decoding.generate import _decode_group, generate_responses, synthetic_prompts
+    from dflash.target import load_target
+
+    dev = torch.device("cuda")
+    target = load_target("tiny", device=dev, dtype=torch.float32)
+    prompts = synthetic_prompts(6, vocab_size=512, length=9, seed=5, exclude=(511,))
+    ids = torch.tensor(prompts, device=dev)
+    with torch.no_grad():
+        eager = _decode_group(target, ids, None, 20, 0.0, None,
+                              torch.zeros(0, dtype=torch.long, device=dev))
+    assert batched.applies(target, False, 0.0, 0, 20)
+    got: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            gen = batched.BatchedGreedy(target, 6, 9, 20, graphs=True)
+            got["graph"] = gen.step.graph is not None
+            got["tokens"] = gen.generate(ids)
+        except BaseException as exc:  # noqa: BLE001 - asserted below
+            got["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    junk = []
+    while thread.is_alive():  # the main thread keeps the device busy and allocating
+        junk.append(torch.randn(256, 256, device=dev) @ torch.randn(256, 256, device=dev))
+        junk = junk[-8:]
+    thread.join()
+    assert "error" not in got, got.get("error")
+    assert got["graph"] is True
+    assert got["tokens"] == eager
+    assert generate_responses(target, prompts, max_new_tokens=20) == eager
