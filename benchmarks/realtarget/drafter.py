@@ -205,13 +205,14 @@ def _eval_jobs(run: Run) -> list[tuple[str, list[str], int]]:
             cfg_from = trained_drafter(run) or run.work / "probe" / "drafter"
             jobs.append(("untrained", ["--drafter", str(cfg_from), "--untrained",
                                        "--init-seed", str(run.args.seed)], limit))
-        elif name in ("trained", "hybrid"):
+        elif name in ("trained", "hybrid", "hybrid-always"):
             found = trained_drafter(run)
             if found is None:
                 log("eval", "no trained drafter: run the train stage first")
                 continue
             spec = str(found) if name == "trained" else f"hybrid:{found}"
-            jobs.append((name, ["--drafter", spec], limit))
+            extra = ["--lookup-branch", "always"] if name == "hybrid-always" else []
+            jobs.append((name, ["--drafter", spec, *extra], limit))
         elif name == "checkpoints":
             # Every checkpoint but the last, which is the trained drafter's own step.
             ckpts = sorted(p for p in (run.work / "drafter-run" / "checkpoints").glob("step-*")
@@ -222,6 +223,11 @@ def _eval_jobs(run: Run) -> list[tuple[str, list[str], int]]:
                              int(count) if count else run.args.checkpoint_prompts))
         else:
             raise SystemExit(f"real_target: unknown drafter {name!r} in --eval-drafters")
+    seen: dict[str, int] = {}
+    for i, (name, flags, limit) in enumerate(jobs):  # a drafter named twice: run twice
+        seen[name] = seen.get(name, 0) + 1
+        if seen[name] > 1:
+            jobs[i] = (f"{name}#{seen[name]}", flags, limit)
     cycles = [c.strip() for c in run.args.eval_cycles.split(",") if c.strip()]
     if cycles == ["auto"]:
         return jobs
@@ -235,7 +241,8 @@ def _compact(report: dict[str, Any]) -> dict[str, Any]:
             "cycles", "max_draft", "target_seconds", "speculative_seconds", "speedup",
             "target_tokens_per_s", "speculative_tokens_per_s", "drafted",
             "draft_acceptance", "lossless", "mismatches", "acceptance_histogram",
-            "warmup_seconds", "per_prompt", "cycle_in_target_forwards", "lookups")
+            "warmup_seconds", "per_prompt", "cycle_in_target_forwards", "lookups",
+            "both_verified")
     return {k: report[k] for k in keep if k in report}
 
 

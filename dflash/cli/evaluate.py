@@ -42,7 +42,12 @@ from dflash.cli import options
 from dflash.cli.command import Command
 from dflash.cli.command import entry as command_entry
 from dflash.config import DrafterConfig
-from dflash.decoding.choices import CYCLE_PATHS, DEFAULT_MIN_MATCH, HYBRID_PREFIX
+from dflash.decoding.choices import (
+    CYCLE_PATHS,
+    DEFAULT_MIN_MATCH,
+    HYBRID_PREFIX,
+    LOOKUP_BRANCHES,
+)
 from dflash.errors import CheckpointError, ConfigError, InputError
 from dflash.exitcodes import ExitCode
 from dflash.ngram import NgramSpec
@@ -72,6 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-match", type=int, default=DEFAULT_MIN_MATCH, metavar="K",
                    help="hybrid: prompt lookup drafts when at least K tokens matched "
                         f"(default {DEFAULT_MIN_MATCH})")
+    p.add_argument("--lookup-branch", choices=LOOKUP_BRANCHES, default="useful",
+                   help="hybrid, static cycle: verify prompt lookup's draft beside the "
+                        "drafter's where it is not the start of the drafter's own (useful, "
+                        "default: such a draft can only tie), or wherever it has one (always)")
     p.add_argument("--untrained", action="store_true",
                    help="the folder's config with freshly initialised weights")
     p.add_argument("--init-seed", type=int, default=0, help="for --untrained")
@@ -213,13 +222,14 @@ def _main(args: argparse.Namespace) -> int:
                                  seed=args.target_seed)
             check_pair(drafter.cfg, target)
             _path(args.cycle, target)
-            decode = cycle_decoder(target, drafter, Drafting(kind=choice.kind,
-                                                             min_match=args.min_match),
-                                   max_draft=choice.max_draft, path=args.cycle)
+            drafting = Drafting(kind=choice.kind, min_match=args.min_match,
+                                lookup_branch=args.lookup_branch)
+            decode = cycle_decoder(target, drafter, drafting, max_draft=choice.max_draft,
+                                   path=args.cycle)
             described.update(block_size=drafter.cfg.block_size,
                              layers=drafter.cfg.num_layers, untrained=bool(args.untrained))
             if choice.hybrid:
-                described.update(min_match=args.min_match)
+                described.update(min_match=args.min_match, lookup_branch=args.lookup_branch)
         described.update(cycle_path=_path(args.cycle, target))
         progress.phase("reading the prompts")
         prompts = prompts_for(target, prompts_file=args.prompts, synthetic=args.synthetic,
@@ -271,7 +281,8 @@ def render_text(report: EvalReport) -> str:
         f"{100 * report.draft_acceptance:.1f} % of {report.drafted}; a cycle costs "
         f"{report.cycle_cost:.2f} target forwards"
         + (f"; prompt lookup's draft kept in {report.lookups} of {report.cycles} cycles"
-           if report.lookups else ""),
+           if report.lookups else "")
+        + (f"; both drafts verified in {report.both_verified}" if report.both_verified else ""),
         "lossless: output equals target-only greedy, token for token" if report.lossless
         else f"NOT LOSSLESS: {len(report.mismatches)} prompt(s) differ, first at prompt "
              f"{report.mismatches[0].prompt}, token {report.mismatches[0].position}",

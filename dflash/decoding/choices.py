@@ -13,3 +13,9 @@ HYBRID_PREFIX = "hybrid:"
 
 DEFAULT_MIN_MATCH = 3
 """The hybrid has a prompt-lookup draft when at least this many tokens matched."""
+
+LOOKUP_BRANCHES = ("useful", "always")
+"""When the hybrid's static cycle verifies prompt lookup's draft beside the drafter's:
+``useful`` (default) where the lookup has a draft that is not the start of the drafter's
+own (such a draft can at best tie, and a tie keeps the drafter's; knowing it waits for the
+drafts once a cycle), ``always`` wherever the lookup has a draft."""

@@ -35,7 +35,7 @@ from torch import Tensor
 
 from dflash.decoding import static
 from dflash.decoding.branches import TwoBranchVerify
-from dflash.decoding.choices import CYCLE_PATHS, DEFAULT_MIN_MATCH
+from dflash.decoding.choices import CYCLE_PATHS, DEFAULT_MIN_MATCH, LOOKUP_BRANCHES
 from dflash.decoding.speculative import (
     Decoder,
     DecodeResult,
@@ -73,10 +73,14 @@ class Drafting:
     min_match: int = DEFAULT_MIN_MATCH
     n_max: int = DEFAULT_N_MAX
     n_min: int = DEFAULT_N_MIN
+    lookup_branch: str = "useful"
+    """The hybrid's static cycle: :data:`~dflash.decoding.choices.LOOKUP_BRANCHES`."""
 
     def __post_init__(self) -> None:
         if self.kind not in ("dflash", "ngram", "hybrid"):
             raise ValueError(f"unknown drafting {self.kind!r}")
+        if self.lookup_branch not in LOOKUP_BRANCHES:
+            raise ValueError(f"unknown lookup branch {self.lookup_branch!r}")
         if self.min_match < 1:
             raise ValueError(f"min_match must be >= 1, got {self.min_match}")
 
@@ -251,27 +255,44 @@ def matching(drafts: Sequence[int], truth: Sequence[int]) -> int:
     return next((i for i in range(len(drafts)) if drafts[i] != truth[i]), len(drafts))
 
 
+@dataclass(frozen=True, slots=True)
+class Verified:
+    """One cycle's verify: the drafts kept, the target's token after the anchor and after
+    each of them (and those on the device), whether the drafts kept are prompt lookup's,
+    and whether both drafts were verified in one forward."""
+
+    drafts: list[int]
+    truth: list[int]
+    truth_dev: Tensor
+    lookup_won: bool = False
+    both: bool = False
+
+
 def _verify(engine: Engine, drafting: Drafting, picked: list[int] | None, anchor: int,
-            anchor_1: Tensor, p: int, k: int) -> tuple[list[int], list[int], Tensor, bool]:
-    """One cycle's drafts and verify: (the drafts kept, the target's token after the anchor
-    and after each of them, those on the device, whether the drafts kept are prompt
-    lookup's). Where both drafted, the drafts and the target's choices come back in one
-    wait for the device."""
+            anchor_1: Tensor, p: int, k: int) -> Verified:
+    """One cycle's drafts and verify. Where both drafted, the drafts and the target's
+    choices come back in one wait for the device; with ``lookup_branch="useful"`` a
+    second wait first reads the drafter's drafts, and a lookup draft that is their own
+    start is not verified: its branch would accept no more than theirs (the same tokens
+    after the same text), and a tie keeps the drafter's."""
     if picked is not None and not (drafting.kind == "hybrid" and engine.two_branch):
         truth = engine.verify(torch.tensor([[anchor, *picked]], device=anchor_1.device), p)
-        return picked, truth.tolist(), truth, drafting.kind == "hybrid"
+        return Verified(picked, truth.tolist(), truth, lookup_won=drafting.kind == "hybrid")
     drafts_k = engine.draft(anchor, anchor_1, p)[:k]
     block_1M = torch.cat([anchor_1, drafts_k])[None]
+    if (picked is not None and drafting.lookup_branch == "useful"
+            and drafts_k[:len(picked)].tolist() == picked):
+        picked = None
     if picked is None:
         truth = engine.verify(block_1M, p)
         both = torch.cat([drafts_k, truth]).tolist()
-        return both[:k], both[k:], truth, False
+        return Verified(both[:k], both[k:], truth)
     truth_a, truth_b = engine.verify_both(block_1M, picked, p)
     both = torch.cat([drafts_k, truth_a, truth_b]).tolist()
     mine, truth_mine, truth_theirs = both[:k], both[k:2 * k + 1], both[2 * k + 1:]
     if matching(picked, truth_theirs) > matching(mine, truth_mine):  # a tie: the drafter's
-        return picked, truth_theirs, truth_b, True
-    return mine, truth_mine, truth_a, False
+        return Verified(picked, truth_theirs, truth_b, lookup_won=True, both=True)
+    return Verified(mine, truth_mine, truth_a, both=True)
 
 
 @torch.no_grad()
@@ -290,15 +311,16 @@ def run_cycles(engine: Engine, drafting: Drafting, prompt: Sequence[int], *, dev
     anchor_1 = torch.tensor([first], device=device)
     accepted: list[int] = []
     drafted: list[int] = []
-    lookups = 0
+    lookups = both = 0
     while len(tokens) < max_new_tokens and not hit_stop(tokens, stop_ids):
         p = len(prompt) + len(tokens) - 1
         k = min(max_draft, max_new_tokens - len(tokens) - 1)
-        drafts, truth_ids, truth, lookup_won = _verify(
-            engine, drafting, drafting.pick(lookup, k), tokens[-1], anchor_1, p, k)
-        lookups += lookup_won
-        n = matching(drafts, truth_ids)
-        emitted = [*drafts[:n], truth_ids[n]]
+        v = _verify(engine, drafting, drafting.pick(lookup, k), tokens[-1], anchor_1, p, k)
+        lookups += v.lookup_won
+        both += v.both
+        drafts, truth = v.drafts, v.truth_dev
+        n = matching(drafts, v.truth)
+        emitted = [*drafts[:n], v.truth[n]]
         tokens.extend(emitted)
         if lookup is not None:
             lookup.extend(emitted)
@@ -307,10 +329,11 @@ def run_cycles(engine: Engine, drafting: Drafting, prompt: Sequence[int], *, dev
         anchor_1 = truth[n:n + 1]
         accepted.append(n + 1)
         drafted.append(len(drafts))
-        engine.accept(p, n, lookup_won)
+        engine.accept(p, n, v.lookup_won)
     sync_device(device)
     return DecodeResult(finish(tokens, max_new_tokens, stop_ids), len(accepted),
-                        time.perf_counter() - t0, tuple(accepted), tuple(drafted), lookups)
+                        time.perf_counter() - t0, tuple(accepted), tuple(drafted), lookups,
+                        both)
 
 
 def cycle_decoder(target: TargetModel, drafter: DFlashDrafter | None, drafting: Drafting, *,

@@ -64,6 +64,8 @@ class EvalReport:
     """Per prompt: tokens, cycles, tau, target and speculative seconds."""
     lookups: int = 0
     """Hybrid drafting: cycles that kept prompt lookup's draft (the rest: the drafter's)."""
+    both_verified: int = 0
+    """Hybrid drafting, static cycle: cycles that verified both drafts in one forward."""
 
     @property
     def speedup(self) -> float:
@@ -100,6 +102,7 @@ class EvalReport:
                 "speculative_tokens_per_s": _rate(self.tokens, self.speculative_seconds),
                 "drafted": self.drafted, "draft_acceptance": self.draft_acceptance,
                 "cycle_in_target_forwards": self.cycle_cost, "lookups": self.lookups,
+                "both_verified": self.both_verified,
                 "lossless": self.lossless,
                 "mismatches": [m.to_dict() for m in self.mismatches],
                 "acceptance_histogram": list(self.acceptance_histogram),
@@ -158,7 +161,7 @@ def evaluate(target: TargetModel, decode: Decoder | DFlashDrafter,
     if on_phase is not None:
         on_phase(f"decoding {len(prompts)} prompt(s), target-only and speculative")
     t_sec = s_sec = 0.0
-    tokens = ref_tokens = drafted = lookups = 0
+    tokens = ref_tokens = drafted = lookups = both = 0
     cycles: list[int] = []
     mismatches = []
     per_prompt = []
@@ -171,10 +174,11 @@ def evaluate(target: TargetModel, decode: Decoder | DFlashDrafter,
         ref_tokens += len(ref.tokens)
         drafted += sum(spec.drafted)
         lookups += spec.lookups
+        both += spec.both_verified
         cycles.extend(spec.accepted)
         per_prompt.append({"tokens": len(spec.tokens), "cycles": len(spec.accepted),
                            "tau": _rate(sum(spec.accepted), len(spec.accepted)),
-                           "lookups": spec.lookups,
+                           "lookups": spec.lookups, "both_verified": spec.both_verified,
                            "target_seconds": ref.seconds, "speculative_seconds": spec.seconds})
         at = _first_difference(ref.tokens, spec.tokens)
         if at is not None:
@@ -194,4 +198,4 @@ def evaluate(target: TargetModel, decode: Decoder | DFlashDrafter,
                       lossless=not mismatches, mismatches=tuple(mismatches),
                       acceptance_histogram=tuple(histogram), target_tokens=ref_tokens,
                       drafted=drafted, max_draft=max_draft, warmup_seconds=warm_s,
-                      per_prompt=tuple(per_prompt), lookups=lookups)
+                      per_prompt=tuple(per_prompt), lookups=lookups, both_verified=both)

@@ -56,6 +56,8 @@ class DecodeResult:
     lookups: int = 0
     """Hybrid only: cycles that kept prompt lookup's draft (the static cycle: where its
     branch accepted more than the drafter's; the eager one: wherever it had one)."""
+    both_verified: int = 0
+    """Hybrid, static cycle: cycles that verified both drafts in one forward."""
 
 
 class DraftStream:

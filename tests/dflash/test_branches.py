@@ -135,3 +135,41 @@ def test_the_static_hybrid_accepts_the_better_branch_every_cycle(tiny_target, tr
         assert got.lookups == lookup_won
         wins["lookup"] += lookup_won
     assert wins["lookup"] > 0 and wins["drafter"] > 0, wins
+
+
+def test_a_lookup_draft_that_starts_the_drafters_own_is_not_verified(tiny_target, trained_tiny,
+                                                                     monkeypatch):
+    """``lookup_branch="useful"`` skips the second branch where the lookup's draft is the
+    start of the drafter's (it could at best tie, and a tie keeps the drafter's): the same
+    tokens, cycles and lookup wins as verifying it always, in fewer two-branch forwards,
+    and exactly those cycles' fewer."""
+    covered = [0]
+    verify_both = StaticEngine.verify_both
+
+    def spy(engine, block_1M, lookup, at):
+        covered[0] += block_1M[0, 1:1 + len(lookup)].tolist() == list(lookup)
+        return verify_both(engine, block_1M, lookup, at)
+
+    monkeypatch.setattr(StaticEngine, "verify_both", spy)
+    decoders = {mode: cycle_decoder(tiny_target, trained_tiny.drafter,
+                                    Drafting(kind="hybrid", min_match=1, lookup_branch=mode),
+                                    path="static", max_draft=3)
+                for mode in ("always", "useful")}
+    both = {"always": 0, "useful": 0}
+    for seed in (4, 5, 8):
+        prompt = _prompt(seed, length=16)
+        prompt = prompt[:10] + prompt[:10] + prompt[10:]
+        got = {mode: d(prompt, max_new_tokens=48) for mode, d in decoders.items()}
+        assert got["useful"].tokens == got["always"].tokens
+        assert got["useful"].accepted == got["always"].accepted
+        assert got["useful"].lookups == got["always"].lookups
+        for mode in both:
+            both[mode] += got[mode].both_verified
+    skipped = covered[0]  # counted in the "always" decodes only: "useful" never sends them
+    assert skipped > 0
+    assert both["useful"] == both["always"] - skipped
+
+
+def test_the_lookup_branch_setting_is_checked():
+    with pytest.raises(ValueError, match="lookup branch"):
+        Drafting(kind="hybrid", lookup_branch="sometimes")

@@ -171,12 +171,18 @@ def test_hybrid_through_the_cli_on_the_static_cycle(trained_tiny, tmp_path: Path
     argv = ["--drafter", f"hybrid:{trained_tiny.result.export}", "--min-match", "2",
             "--cycle", "static", "--target", "tiny", "--prompts", str(prompts),
             "--max-new-tokens", "32", "--device", "cpu", "--json", "--quiet"]
-    assert main(argv) == 0
-    report = json.loads(capsys.readouterr().out)
-    assert report["lossless"] and report["drafter"]["kind"] == "hybrid"
-    assert report["drafter"]["cycle_path"] == "static" and report["drafter"]["min_match"] == 2
-    assert 0 < report["lookups"] < report["cycles"]
-    assert report["cycle_in_target_forwards"] > 0
+    reports = {}
+    for mode in ("useful", "always"):
+        assert main([*argv, "--lookup-branch", mode]) == 0
+        reports[mode] = report = json.loads(capsys.readouterr().out)
+        assert report["lossless"] and report["drafter"]["kind"] == "hybrid"
+        assert report["drafter"]["cycle_path"] == "static" and report["drafter"]["min_match"] == 2
+        assert report["drafter"]["lookup_branch"] == mode
+        assert 0 < report["lookups"] < report["cycles"]
+        assert report["lookups"] <= report["both_verified"] <= report["cycles"]
+        assert report["cycle_in_target_forwards"] > 0
+    assert reports["useful"]["acceptance_histogram"] == reports["always"]["acceptance_histogram"]
+    assert reports["useful"]["both_verified"] <= reports["always"]["both_verified"]
 
 
 def test_static_cycle_on_a_transformers_target_is_exit_2(monkeypatch, capsys):
