@@ -159,3 +159,22 @@ def test_start_compile_workers_is_main_thread_only():
     thread.start()
     thread.join()
     assert len(raised) == 1 and "main thread" in str(raised[0])
+
+
+def test_the_gates_snapshot_gives_the_key_without_a_second_snapshot(monkeypatch):
+    """The key read from a snapshot this process holds (the gate's env.json) is the one a
+    snapshot of its own computes; a document without one changes nothing."""
+    from dflash.compilation import megacache
+    from envguard import probe
+
+    own = megacache._collected_compat_key()
+    assert own is not None and own.startswith("sha256:")
+    monkeypatch.setattr(megacache, "_GIVEN", {})
+    for bad in ("{not json", "[]", '{"torch": null}', '{"torch": {"compat_key": 3}}',
+                '{"torch": {"compat_key": "md5:x"}}'):
+        megacache.use_compat_key_of(bad)
+        assert megacache._GIVEN == {}, bad
+    gate_doc = probe.collect(probe.SnapshotOptions(verify="none")).to_json()
+    megacache.use_compat_key_of(gate_doc)
+    monkeypatch.setattr(megacache, "_collected_compat_key", lambda: pytest.fail("collected"))
+    assert megacache.current_compat_key() == own
