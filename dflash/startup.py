@@ -273,7 +273,12 @@ class DataPhase:
     (:func:`remembered_path`) are those of the phase run in turn. :meth:`result` is then
     the ``data`` phase on the clock: the wait, with the loop's own seconds in
     ``data_beside``. Anywhere else (a data file, data generated before, a warm-up-only
-    run, a CPU) :meth:`result` runs the phase itself, as before."""
+    run, a CPU) :meth:`result` runs the phase itself, as before.
+
+    Until :meth:`result`, the main thread must not run the target (its feature taps are
+    the model's own) nor draw random numbers on the device: the loop records its step in
+    a CUDA graph, and the process's one CUDA generator refuses a draw during another
+    thread's recording. The drafter's placing does neither."""
 
     def __init__(self, clock: StartClock, cfg: TrainConfig, target: TargetModel, *,
                  examples: list[Example] | None, shapes_only: bool, ranks: int,
