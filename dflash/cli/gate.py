@@ -42,6 +42,14 @@ class Gate:
             return None
         return "sha256:" + hashlib.sha256(self.snapshot_json.encode()).hexdigest()
 
+    def share_compat_key(self) -> None:
+        """Hand the snapshot's compile-compat key to the Mega-Cache, which would otherwise
+        take a second snapshot in the drafter's placing (torch is imported by now)."""
+        if self.snapshot_json is not None:
+            from dflash.compilation.megacache import use_compat_key_of
+
+            use_compat_key_of(self.snapshot_json)
+
 
 def verify_environment() -> Gate:
     """The gate for this interpreter's environment."""

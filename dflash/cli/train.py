@@ -191,10 +191,7 @@ def _start(command: Command, args: argparse.Namespace, cfg: TrainConfig,
         if world.is_main:
             _write_meta(Path(cfg.out), meta)
         return ExitCode.OK
-    if gate.snapshot_json is not None:  # the Mega-Cache's key, without a second snapshot
-        from dflash.compilation.megacache import use_compat_key_of
-
-        use_compat_key_of(gate.snapshot_json)
+    gate.share_compat_key()
     return _train(command, args, cfg, resume_from, world, meta)
 
 

@@ -174,7 +174,11 @@ def test_the_gates_snapshot_gives_the_key_without_a_second_snapshot(monkeypatch)
                 '{"torch": {"compat_key": "md5:x"}}'):
         megacache.use_compat_key_of(bad)
         assert megacache._GIVEN == {}, bad
+    from dflash.cli.gate import Gate
+
+    Gate(True, [], "handed over", None).share_compat_key()  # no snapshot: nothing
+    assert megacache._GIVEN == {}
     gate_doc = probe.collect(probe.SnapshotOptions(verify="none")).to_json()
-    megacache.use_compat_key_of(gate_doc)
+    Gate(True, [], "checked", gate_doc).share_compat_key()
     monkeypatch.setattr(megacache, "_collected_compat_key", lambda: pytest.fail("collected"))
     assert megacache.current_compat_key() == own
