@@ -65,9 +65,9 @@ def start_compile_workers() -> None:
     compile_will_run`) otherwise waits for them: a sidecar process imports torch, then
     forks one worker per core, and on a new machine that import alone takes seconds.
     Started as the drafter's placing ends, they come up while the trainer waits for its
-    data, and are up by its warm-up. Only the
-    main thread. A torch without the call, or one that cannot start them here, is left to
-    start them at the first compile, as it always does (and to say why it cannot)."""
+    data, and are up by its warm-up. Only the main thread. A torch without the call, or
+    one that cannot start them here, is left to start them at the first compile, as it
+    always does (and to say why it cannot)."""
     require_main_thread("starting the compile workers")
     try:
         from torch._inductor.async_compile import maybe_warm_pool
