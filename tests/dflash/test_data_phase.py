@@ -20,21 +20,9 @@ from dflash.errors import ConfigError
 from dflash.presets import tiny
 from dflash.startup import BESIDE_OPT_OUT_ENV, DataPhase, StartClock, generates_beside
 from dflash.train import Trainer
+from tests.dflash.test_startup import SMALL, Heard
 
-SMALL = {"steps": 2, "synthetic_prompts": 24, "synthetic_response_tokens": 24, "held_out": 2,
-         "batch_size": 2, "buckets": (64,), "anchors": 4, "peak_tflops": 1.0}
 CPU = torch.device("cpu")
-
-
-class Heard:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, str, str]] = []
-
-    def begin(self, phase: str, text: str) -> None:
-        self.events.append(("begin", phase, text))
-
-    def end(self, phase: str, text: str, seconds: float) -> None:
-        self.events.append(("end", phase, text))
 
 
 def _phase(cfg, target, beside: bool, clock: StartClock | None = None, remembered=None):
@@ -116,8 +104,7 @@ def test_the_trainer_built_with_the_data_beside_is_the_same(tiny_target, tmp_pat
     assert torch.equal(a.loss_mask_BS, b.loss_mask_BS)
     assert [(kind, phase) for kind, phase, _ in heard.events] == [
         (kind, p) for p in ("drafter", "parallelize", "data") for kind in ("begin", "end")]
-    texts = {phase: text for _, phase, text in heard.events}
-    assert "generates the data meanwhile" in texts["parallelize"]
-    assert "beside" in texts["data"]
+    assert "generates the data meanwhile" in heard.texts["parallelize"]
+    assert "beside" in heard.texts["data"]
     assert list(beside.start_phases) == ["drafter", "parallelize", "data", "data_beside"]
     assert "data_beside" not in serial.start_phases

@@ -20,11 +20,16 @@ SMALL = {"steps": 2, "synthetic_prompts": 24, "synthetic_response_tokens": 24, "
 
 
 class Heard:
+    """A start-phase listener that keeps what it heard: (begin|end, phase, seconds) in
+    order, and each phase's text."""
+
     def __init__(self) -> None:
         self.events: list[tuple[str, str, float | None]] = []
+        self.texts: dict[str, str] = {}
 
     def begin(self, phase: str, text: str) -> None:
         self.events.append(("begin", phase, None))
+        self.texts[phase] = text
 
     def end(self, phase: str, text: str, seconds: float) -> None:
         self.events.append(("end", phase, seconds))
