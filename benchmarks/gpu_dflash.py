@@ -117,7 +117,7 @@ def train_once(preset: str, target: Any, *, attention: str, seq: int, anchors: i
               "draft_tok_s": med("draft_tok_s"), "tflops": med("tflops"), "mfu": med("mfu"),
               "peak_mem_gb": max(r.get("peak_mem_gb", 0.0) for r in records),
               "loss_first": records[0]["loss"], "loss_last": records[-1]["loss"],
-              "warmup_phases_s": trainer.warmup_phases, "compile": compile_stats()}
+              "warmup_phases_s": trainer.warm.phases, "compile": compile_stats()}
     del trainer
     torch.cuda.empty_cache()
     return result

@@ -20,7 +20,9 @@ The plan's steps, in order:
   time in its stderr).
 - ``fresh``: everything new again, on the machine as the launches before left it;
   ``fresh-serial``: the same with the data generated after the drafter's placing, not
-  beside it (``DFLASH_NO_DATA_BESIDE=1``).
+  beside it (``DFLASH_NO_DATA_BESIDE=1``); ``fresh-warmup-after``: the data beside the
+  placing, but the warm-up after the data, not beside its end
+  (``DFLASH_NO_WARMUP_BESIDE=1``).
 - ``cold``: ``first``'s compile folders emptied (the Mega-Cache store and dflash's cache
   kept); ``warm``: the same folders again.
 - ``warm:N``: N rounds of three warm launches: as is, ``TORCH_WARM_POOL=0`` and
@@ -47,6 +49,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+FRESH: dict[str, dict[str, str] | None] = {
+    "fresh": None, "fresh-serial": {"DFLASH_NO_DATA_BESIDE": "1"},
+    "fresh-warmup-after": {"DFLASH_NO_WARMUP_BESIDE": "1"}}
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 from first_step import first_step  # noqa: E402
@@ -175,9 +180,9 @@ class Series:
             self.doc["first_background"] = self.markers()
             self.doc["first_resident"] = resident_libraries()
             self.save()
-        elif name in ("fresh", "fresh-serial"):
+        elif name in FRESH:
             root = Path(tempfile.mkdtemp(prefix="dflash-series-fresh-"))
-            extra = {"DFLASH_NO_DATA_BESIDE": "1"} if name == "fresh-serial" else None
+            extra = FRESH[name]
             self.launch(name, root / "compile", root, extra, limit=120)
         elif name == "cold":
             shutil.rmtree(self.base / "b", ignore_errors=True)

@@ -5,9 +5,12 @@ Order of events, which is what makes torch.compile race-free here:
    places the drafter (FSDP2 under torchrun) and makes the attention kernels (nothing
    traced: on a GPU the target generates its synthetic data meanwhile in a thread,
    eager and greedy, :class:`dflash.startup.DataPhase`);
-2. warm-up: one full step (forward + backward) per batch shape, still on the main
-   thread, with its own RNG so training is unaffected (the held-out evaluation's
-   no-grad forward attends with SDPA and a dense mask: nothing compiled);
+2. warm-up (:mod:`dflash.warmup`): one full step (forward + backward) per batch shape,
+   still on the main thread, with its own RNG so training is unaffected (the held-out
+   evaluation's no-grad forward attends with SDPA and a dense mask: nothing compiled).
+   Where the data is generated beside, it begins once that thread only replays its
+   recorded decode step (no compiled code, no tracing, nothing allocated), with random
+   features, and the data is taken after it;
 3. seal compilation (``fail_on_recompile``; the global FX flag must be clear);
 4. only then start the prefetch thread, and train.
 
@@ -34,8 +37,7 @@ from torch import Tensor
 
 from dflash.batching import BatchLoader, Prefetcher, RankSlice
 from dflash.checkpoint import resume as checkpoint
-from dflash.compilation.kernels import require_main_thread, seal
-from dflash.compilation.megacache import before_warmup
+from dflash.compilation.kernels import require_main_thread
 from dflash.config import DrafterConfig, TrainConfig
 from dflash.data import Example
 from dflash.distributed.roles import FeatureClient, Lookahead
@@ -63,11 +65,13 @@ from dflash.startup import (
     StartClock,
     build_drafter,
     remembered_path,
+    synthetic_shapes,
 )
 from dflash.state import TrainState
 from dflash.stdlib_target import cache_root
 from dflash.target import TargetModel, drafter_config_for, load_target, target_text
 from dflash.ticks import Tick, TickFn, Values
+from dflash.warmup import WarmUp, warms_up_beside
 
 LogFn = Callable[[dict[str, Any]], None]
 __all__ = ["StepResult", "TrainResult", "TrainState", "Trainer"]
@@ -137,7 +141,18 @@ class Trainer:
             self.kernels = parallelize(self.drafter, self.rt, self.world, cfg.mega_cache)
             optimizer = MasterAdamW(self.drafter, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                                     weight_decay=cfg.weight_decay)
+        self.warm = WarmUp(clock=self.clock, device=self.rt.device,
+                           vocab_size=self.dcfg.vocab_size, seed=cfg.seed,
+                           compiled=self.kernels.compiled, mega_cache=cfg.mega_cache)
+        fitted = True
+        if warms_up_beside(data, self.kernels.compiled, feature_server is None):
+            with data.alongside():
+                fitted = self.warm.beside(data, synthetic_shapes(cfg), self._warm_loss,
+                                          self._grads,
+                                          (self.target.feature_dim, self.target.dtype))
         split = data.result()
+        if not fitted:
+            torch.cuda.empty_cache()  # what the data's loop held, for the warm-up after it
         train, self.held_out = split.train, split.held_out
         self.split = split.summary()  # rows and sources on each side
         self.decode_prompts = decode_prompts(self.held_out, cfg.held_out_decode_prompts)
@@ -155,12 +170,6 @@ class Trainer:
         self.environment: dict[str, str] | None = None
         """``{"file": "env.json", "sha256": ...}``: the snapshot of the environment this run
         was started in (``dflash-train`` sets it); every checkpoint's trainer.pt names it."""
-        self.warmup_seconds = 0.0
-        self.warmup_phases: dict[str, float] = {}
-        """Warm-up seconds per phase (compiles land in the first call of each)."""
-        self.mega_cache_loaded: float | None = None
-        self.mega_cache_saved = 0
-        self.warnings: list[str] = []
         self.remote: FeatureClient | None = None
         if feature_server is not None:
             self.remote = FeatureClient(feature_server, self.target.feature_dim,
@@ -215,53 +224,18 @@ class Trainer:
         state.step += 1
         return StepResult(out, pairs, grad_norm, lr)
 
-    # -- warm-up ----------------------------------------------------------------------------
+    # -- warm-up (dflash.warmup) ------------------------------------------------------------
     def warmup(self) -> float:
-        """Compile every graph a step can need, on the main thread, then seal.
+        """Compile every graph a step can need, on the main thread, then seal; shapes
+        warmed beside the data already are not warmed again. The warm-up's seconds."""
+        return self.warm.run(self.state.loader.shapes(), self._warm_loss, self._grads)
 
-        With compilation on, a Mega-Cache artifact saved under this environment's
-        compile-compat key is loaded first, and one is saved after a warm-up that had
-        none, so the next process (or machine with the same build) starts warm."""
-        require_main_thread("warm-up")
-        text = "compiling (warm-up)" if self.kernels.compiled else "warm-up (eager)"
-        with self.clock.phase("warmup", text):
-            return self._warm_up()
+    def _warm_loss(self, ids_BS: Tensor, mask_BS: Tensor, gen: torch.Generator,
+                   feats_BSF: Tensor | None) -> Tensor:
+        return self.forward_loss(ids_BS, mask_BS, gen, feats_BSF)[0].loss
 
-    def _warm_up(self) -> float:
-        start = time.perf_counter()
-        mega = before_warmup(self.cfg.mega_cache) if self.kernels.compiled else None
-        if mega is not None:
-            self.mega_cache_loaded = mega.loaded_seconds
-            if mega.problem is not None:
-                self.warnings.append(mega.problem)
-        gen = torch.Generator(device=self.rt.device).manual_seed(self.cfg.seed + 1)
-        phases = dict.fromkeys(("forward", "backward"), 0.0)
-
-        def lap(phase: str, t0: float) -> float:
-            sync_device(self.rt.device)
-            now = time.perf_counter()
-            phases[phase] += now - t0
-            return now
-
-        for bsz, seq in self.state.loader.shapes():
-            ids_BS = torch.randint(0, self.dcfg.vocab_size, (bsz, seq), device=self.rt.device,
-                                   generator=gen)
-            mask_BS = torch.ones_like(ids_BS)
-            t0 = time.perf_counter()
-            out, _ = self.forward_loss(ids_BS, mask_BS, gen)
-            t0 = lap("forward", t0)
-            out.loss.backward()  # type: ignore[no-untyped-call]
-            lap("backward", t0)
-        self.warmup_phases = phases
-        for p in self.drafter.parameters():
-            p.grad = None
-        sync_device(self.rt.device)
-        if self.kernels.compiled:
-            seal()
-        if mega is not None:
-            self.mega_cache_saved = mega.after_warmup()
-        self.warmup_seconds = time.perf_counter() - start
-        return self.warmup_seconds
+    def _grads(self) -> list[Tensor]:
+        return list(self.drafter.parameters())
 
     # -- held-out evaluation (dflash.heldout) ----------------------------------------------
     def held_out_tau_random(self) -> float:
@@ -320,8 +294,8 @@ class Trainer:
         early, export the drafter. ``final_save=False`` skips both (benchmarks)."""
         require_main_thread("training")
         cfg = self.cfg
-        if self.warmup_seconds == 0.0 and self.kernels.compiled:
-            self.warmup()
+        if self.kernels.compiled:
+            self.warmup()  # nothing left to do after dflash-train's own call
         peak = self.peak_tflops()
         main = self.world.is_main
         log = MetricsLog(self.out / "metrics.jsonl") if main else None
@@ -384,7 +358,7 @@ class Trainer:
             export = checkpoint.export(self.out, self.drafter, self.world, self.rt.dtype,
                                        export_record(cfg.target, self.target))
         return TrainResult(step=state.step, stopped_early=stopped,
-                           warmup_seconds=self.warmup_seconds, checkpoint=saved, export=export,
+                           warmup_seconds=self.warm.seconds, checkpoint=saved, export=export,
                            last=last, held_out=held)
 
     def _next(self, prefetch: Prefetcher, ahead: Lookahead | None

@@ -260,7 +260,7 @@ def _train(command: Command, args: argparse.Namespace, cfg: TrainConfig,
         if world.is_main:  # now with the seconds of every start phase
             _write_meta(Path(cfg.out), {**meta, "start_s": trainer.start_phases})
         if args.warmup_only:
-            print(f"{PROG}: warm-up done in {trainer.warmup_seconds:.1f} s "
+            print(f"{PROG}: warm-up done in {trainer.warm.seconds:.1f} s "
                   f"({'compiled' if trainer.rt.compile else 'eager'}); exiting")
             return ExitCode.OK
         from dflash.cli.display import Display
@@ -341,13 +341,13 @@ def held_out_report(trainer: Trainer, last: dict[str, Any]) -> dict[str, Any]:
 
 
 def _report_warmup(command: Command, trainer: Trainer) -> None:
-    for warning in trainer.warnings:
+    for warning in trainer.warm.warnings:
         command.say(f"warning: {warning}")
-    if trainer.mega_cache_loaded is not None:
+    if trainer.warm.mega_loaded is not None:
         print(f"{PROG}: compile artifacts loaded from the Mega-Cache in "
-              f"{trainer.mega_cache_loaded:.1f} s")
-    elif trainer.mega_cache_saved:
-        print(f"{PROG}: saved {trainer.mega_cache_saved / 2**20:.1f} MiB of "
+              f"{trainer.warm.mega_loaded:.1f} s")
+    elif trainer.warm.mega_saved:
+        print(f"{PROG}: saved {trainer.warm.mega_saved / 2**20:.1f} MiB of "
               "compile artifacts to the Mega-Cache")
 
 

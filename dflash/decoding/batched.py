@@ -20,6 +20,8 @@ with the eager loop, token for token.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
@@ -86,8 +88,11 @@ class BatchedGreedy:
         return ()
 
     @torch.no_grad()
-    def generate(self, prompts_BP: Tensor) -> list[list[int]]:
-        """Each row's ``max_new`` greedy tokens."""
+    def generate(self, prompts_BP: Tensor, on_settled: Callable[[], None] | None = None
+                 ) -> list[list[int]]:
+        """Each row's ``max_new`` greedy tokens. ``on_settled`` is called once the prefill
+        is dispatched: from then on the loop only replays its recording, which allocates
+        no device memory and records nothing."""
         if tuple(prompts_BP.shape) != (self.out_BN.shape[0], self.prompt_len):
             raise ValueError(f"expected prompts of shape {(self.out_BN.shape[0], self.prompt_len)}"
                              f", got {tuple(prompts_BP.shape)}")
@@ -96,6 +101,8 @@ class BatchedGreedy:
         self.out_BN[:, 0] = first_B
         self.ids_B1.copy_(first_B[:, None])
         self.pos.fill_(self.prompt_len)
+        if on_settled is not None:
+            on_settled()
         for _ in range(self.max_new - 1):
             self.step.run()
         rows: list[list[int]] = self.out_BN.tolist()

@@ -66,19 +66,29 @@ def _left_padded(prompts: Sequence[Sequence[int]], device: torch.device
 @torch.no_grad()
 def _generate_group(target: TargetModel, prompts_BP: torch.Tensor, pad_B: torch.Tensor | None,
                     max_new_tokens: int, temperature: float, gen: torch.Generator | None,
-                    stop_ids: torch.Tensor) -> list[list[int]]:
+                    stop_ids: torch.Tensor, on_settled: Callable[[], None] | None = None
+                    ) -> list[list[int]]:
     """Decode one batch of left-padded prompts; a row stops after a stop id. Equal
-    lengths, greedy, on a GPU: one captured step a token (:mod:`dflash.decoding.batched`)."""
+    lengths, greedy, on a GPU: one captured step a token (:mod:`dflash.decoding.batched`),
+    which calls ``on_settled`` when it has allocated all it will (the eager loop never)."""
     bsz, plen = prompts_BP.shape
     if batched.applies(target, pad_B is not None, temperature, len(stop_ids), max_new_tokens):
+        settled = []
+
+        def settle() -> None:
+            settled.append(True)
+            if on_settled is not None:
+                on_settled()
+
         try:
             with sdpa_kernel(GENERATION_BACKENDS):
                 return batched.BatchedGreedy(target, bsz, plen, max_new_tokens,
-                                             graphs=True).generate(prompts_BP)
+                                             graphs=True).generate(prompts_BP, settle)
         except torch.cuda.OutOfMemoryError:
             raise
         except RuntimeError:  # a recording CUDA refused: the eager loop's tokens instead
-            pass
+            if settled:  # not after saying it only replays: others compile meanwhile
+                raise
     with sdpa_kernel(GENERATION_BACKENDS):
         return _decode_group(target, prompts_BP, pad_B, max_new_tokens, temperature, gen,
                              stop_ids)
@@ -117,8 +127,8 @@ def _decode_group(target: TargetModel, prompts_BP: torch.Tensor, pad_B: torch.Te
 def generate_responses(target: TargetModel, prompts: Sequence[Sequence[int]], *,
                        max_new_tokens: int, temperature: float = 0.0, seed: int = 0,
                        stop_ids: Sequence[int] = (), batch_size: int = 64,
-                       on_progress: Callable[[int, int], None] | None = None
-                       ) -> list[list[int]]:
+                       on_progress: Callable[[int, int], None] | None = None,
+                       on_settled: Callable[[], None] | None = None) -> list[list[int]]:
     """The target's continuation of every prompt, in input order.
 
     Prompts are sorted by length and decoded ``batch_size`` at a time. A batch whose
@@ -127,7 +137,10 @@ def generate_responses(target: TargetModel, prompts: Sequence[Sequence[int]], *,
     (greedy results equal up to rounding: a tie between two logits within float error may
     break the other way, as any change of batch shape may). A batch of equal lengths has
     no padding and no mask. Each row stops after its first stop id or ``max_new_tokens``.
-    ``on_progress(done, total)`` hears the prompts done after each batch.
+    ``on_progress(done, total)`` hears the prompts done after each batch; ``on_settled()``
+    that the last batch's loop will allocate nothing more on the device (its captured steps
+    are recorded and its prefill dispatched; an eager loop allocates to its end, and does
+    not call it).
 
     Batching by exact length instead left real prompt sets (lengths cut at many points)
     in hundreds of small batches, each decoding ``max_new_tokens`` steps.
@@ -147,8 +160,10 @@ def generate_responses(target: TargetModel, prompts: Sequence[Sequence[int]], *,
     for start in range(0, len(order), batch_size):
         chunk = order[start:start + batch_size]
         ids, pad = _left_padded([prompts[i] for i in chunk], target.device)
-        for i, row in zip(chunk, _generate_group(target, ids, pad, max_new_tokens,
-                                                 temperature, gen, stops), strict=True):
+        last = start + batch_size >= len(order)
+        rows = _generate_group(target, ids, pad, max_new_tokens, temperature, gen, stops,
+                               on_settled if last else None)
+        for i, row in zip(chunk, rows, strict=True):
             responses[i] = row
         done += len(chunk)
         if on_progress is not None:

@@ -65,3 +65,73 @@ def test_the_generation_takes_the_static_path_where_it_applies(tiny_target, monk
     monkeypatch.setattr(BatchedGreedy, "__init__", uncaptured)
     assert generate.generate_responses(tiny_target, prompts, max_new_tokens=8) == eager
     assert made == [4]
+
+
+def test_the_loop_says_it_has_settled_after_its_prefill_and_before_any_step(tiny_target):
+    """Once settled, the loop only replays its recorded step: the prefill's token is in
+    and no step has run yet (no new-token column past the first is written)."""
+    prompts = torch.tensor(_prompts(tiny_target, 3, 5, seed=4))
+    gen = BatchedGreedy(tiny_target, 3, 5, 7, graphs=False)
+    seen: list[tuple[list[int], list[int], int]] = []
+
+    def settled() -> None:
+        seen.append((gen.out_BN[:, 0].tolist(), gen.out_BN[:, 1].tolist(), int(gen.pos)))
+
+    rows = gen.generate(prompts, settled)
+    assert seen == [([r[0] for r in rows], [0, 0, 0], 5)]
+
+
+def test_only_the_last_batchs_loop_says_it_has_settled(tiny_target, monkeypatch):
+    """With several batches the earlier ones still allocate after theirs settle: only the
+    last one's tells; an eager loop never does (its caller learns at the end)."""
+    prompts = _prompts(tiny_target, 5, 6, seed=2)
+    made: list[int] = []
+    real_init, real_generate = BatchedGreedy.__init__, BatchedGreedy.generate
+
+    def uncaptured(self, target, batch, prompt_len, max_new, graphs):
+        real_init(self, target, batch, prompt_len, max_new, graphs=False)
+
+    def generating(self, prompts_BP, on_settled=None):
+        made.append(int(prompts_BP.shape[0]))
+        return real_generate(self, prompts_BP, on_settled)
+
+    calls: list[int] = []
+    monkeypatch.setattr(batched, "applies", lambda *a: True)
+    monkeypatch.setattr(BatchedGreedy, "__init__", uncaptured)
+    monkeypatch.setattr(BatchedGreedy, "generate", generating)
+    out = generate.generate_responses(tiny_target, prompts, max_new_tokens=4, batch_size=2,
+                                      on_settled=lambda: calls.append(len(made)))
+    assert made == [2, 2, 1] and calls == [3]
+    monkeypatch.setattr(batched, "applies", lambda *a: False)
+    assert generate.generate_responses(tiny_target, prompts, max_new_tokens=4, batch_size=2,
+                                       on_settled=lambda: calls.append(-1)) == out
+    assert calls == [3]
+
+
+@pytest.mark.parametrize("after_settling", [False, True])
+def test_a_failed_recording_falls_back_but_not_once_settled(tiny_target, monkeypatch,
+                                                            after_settling):
+    """A recording CUDA refuses leaves the eager loop to decode; a failure after the loop
+    said it only replays is raised (the main thread may be compiling by then)."""
+    prompts = _prompts(tiny_target, 2, 5, seed=8)
+    eager = generate_responses(tiny_target, prompts, max_new_tokens=5)
+
+    def refused(self, target, batch, prompt_len, max_new, graphs):
+        if not after_settling:
+            raise RuntimeError("operation not permitted when stream is capturing")
+
+    def fails(self, prompts_BP, on_settled=None):
+        on_settled()
+        raise RuntimeError("a replay failed")
+
+    monkeypatch.setattr(batched, "applies", lambda *a: True)
+    monkeypatch.setattr(BatchedGreedy, "__init__", refused)
+    monkeypatch.setattr(BatchedGreedy, "generate", fails)
+    calls: list[int] = []
+    if after_settling:
+        with pytest.raises(RuntimeError, match="replay"):
+            generate.generate_responses(tiny_target, prompts, max_new_tokens=5,
+                                        on_settled=lambda: calls.append(1))
+        assert calls == [1]
+    else:
+        assert generate.generate_responses(tiny_target, prompts, max_new_tokens=5) == eager

@@ -206,7 +206,8 @@ def test_captured_batched_generation_in_a_thread_is_the_eager_loops_on_gpu() -> 
     # The main thread keeps the device busy and allocating, as the drafter's placing does,
     # but draws no random numbers: the CUDA generator is the process's own, and a draw
     # while another thread records fails ("offset increment outside graph capture"),
-    # which is why the trainer joins the data thread before anything random runs.
+    # which is why the trainer's warm-up beside the data waits until that thread has
+    # recorded (dflash.warmup).
     a = torch.ones(256, 256, device=dev)
     thread = threading.Thread(target=run)
     thread.start()
@@ -219,3 +220,45 @@ def test_captured_batched_generation_in_a_thread_is_the_eager_loops_on_gpu() -> 
     assert got["graph"] is True
     assert got["tokens"] == eager
     assert generate_responses(target, prompts, max_new_tokens=20) == eager
+
+
+@gpu
+def test_compiled_trainer_warmed_up_beside_its_data_trains_as_in_turn_on_gpu() -> None:
+    """The data generated beside the drafter's placing and the compiled warm-up run while
+    its decode loop ends (random features, the loop only replaying): the same split and
+    the same losses as the trainer that does each in turn."""
+    import os
+    import tempfile
+
+    from dflash.presets import tiny as tiny_recipe
+    from dflash.startup import BESIDE_OPT_OUT_ENV
+    from dflash.target import load_target
+    from dflash.train import Trainer
+
+    unseal()
+    dev = torch.device("cuda")
+    target = load_target("tiny", device=dev, dtype=torch.float32)
+    cfg = dataclasses.replace(
+        tiny_recipe(), attention="flex", compile="on", dtype="float32", steps=3, log_every=1,
+        eval_every=0, save_every=0, synthetic_prompts=48, synthetic_response_tokens=48,
+        held_out=4)
+    runs = {}
+    for how in ("in turn", "beside"):
+        if how == "in turn":
+            os.environ[BESIDE_OPT_OUT_ENV] = "1"
+        try:
+            trainer = Trainer(dataclasses.replace(cfg, out=tempfile.mkdtemp()), target=target)
+        finally:
+            os.environ.pop(BESIDE_OPT_OUT_ENV, None)
+        warmed_early = bool(trainer.warm.warmed)
+        records: list[dict] = []
+        trainer.run(records.append, final_save=False)
+        runs[how] = (warmed_early, trainer.split, [r["loss"] for r in records],
+                     list(trainer.start_phases))
+        unseal()
+    assert runs["in turn"][0] is False and runs["beside"][0] is True, runs
+    assert runs["beside"][1] == runs["in turn"][1]
+    for a, b in zip(runs["beside"][2], runs["in turn"][2], strict=True):
+        assert abs(a - b) <= 1e-5 * max(1.0, abs(b)), runs
+    assert runs["beside"][3][:4] == ["parallelize", "data", "warmup", "data"], runs
+
