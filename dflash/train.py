@@ -145,7 +145,7 @@ class Trainer:
                            vocab_size=self.dcfg.vocab_size, seed=cfg.seed,
                            compiled=self.kernels.compiled, mega_cache=cfg.mega_cache)
         fitted = True
-        if warms_up_beside(data, self.kernels.compiled, feature_server is None):
+        if warms_up_beside(data, self.kernels.compiled, not self.world.distributed):
             with data.alongside():
                 fitted = self.warm.beside(data, synthetic_shapes(cfg), self._warm_loss,
                                           self._grads,

@@ -44,13 +44,13 @@ BESIDE_OPT_OUT_ENV = "DFLASH_NO_WARMUP_BESIDE"
 Shape = tuple[int, int]
 
 
-def warms_up_beside(data: DataPhase, compiled: bool, local_features: bool) -> bool:
+def warms_up_beside(data: DataPhase, compiled: bool, alone: bool) -> bool:
     """Whether the warm-up runs while ``data`` ends: a phase run beside the placing, a
-    warm-up that compiles (an eager one has nothing to gain), features from this
-    process's target (split roles ask a target rank for them in a fixed order), and
+    warm-up that compiles (an eager one has nothing to gain), one process (under torchrun
+    a rank that ran out of memory and warmed up later would leave the others waiting in
+    a collective; split roles ask a target rank for the features in a fixed order), and
     :data:`BESIDE_OPT_OUT_ENV` unset."""
-    return (data.beside and compiled and local_features
-            and not os.environ.get(BESIDE_OPT_OUT_ENV))
+    return data.beside and compiled and alone and not os.environ.get(BESIDE_OPT_OUT_ENV)
 
 
 class WarmUp:

@@ -38,7 +38,7 @@ class Features:
 def beside(monkeypatch):
     """The trainer takes the path a GPU with compiled kernels takes."""
     monkeypatch.setattr(startup, "generates_beside", lambda device, generating: generating)
-    monkeypatch.setattr(train, "warms_up_beside", lambda data, compiled, local: data.beside)
+    monkeypatch.setattr(train, "warms_up_beside", lambda data, compiled, alone: data.beside)
 
 
 def test_the_synthetic_datas_shapes_are_known_before_it_is_made(tiny_target, tmp_path):
@@ -49,7 +49,7 @@ def test_the_synthetic_datas_shapes_are_known_before_it_is_made(tiny_target, tmp
     assert synthetic_shapes(dataclasses.replace(cfg, buckets=(32, 200))) == [(2, 200)]
 
 
-def test_only_a_compiling_warm_up_with_its_own_features_goes_beside(tiny_target,
+def test_only_a_compiling_warm_up_in_one_process_goes_beside(tiny_target,
                                                                     monkeypatch):
     monkeypatch.delenv(BESIDE_OPT_OUT_ENV, raising=False)
     cfg = dataclasses.replace(tiny(), **SMALL)
@@ -60,7 +60,7 @@ def test_only_a_compiling_warm_up_with_its_own_features_goes_beside(tiny_target,
     assert warms_up_beside(data, True, True)
     assert not warms_up_beside(in_turn, True, True)
     assert not warms_up_beside(data, False, True)  # eager: nothing to compile
-    assert not warms_up_beside(data, True, False)  # split roles: the target rank's features
+    assert not warms_up_beside(data, True, False)  # torchrun: every rank must warm up alike
     monkeypatch.setenv(BESIDE_OPT_OUT_ENV, "1")
     assert not warms_up_beside(data, True, True)
     for phase in (data, in_turn):
