@@ -84,8 +84,8 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
                    help="with --deadline-s: seconds kept for start-up and the eval stage")
     g.add_argument("--eval-drafters", default="ngram,trained,untrained:8,checkpoints:8",
                    help="comma-separated: ngram, untrained, trained, hybrid (prompt lookup "
-                        "where the context repeats, else the trained drafter), hybrid-always "
-                        "(--lookup-branch always), checkpoints; NAME:N evaluates that one on N "
+                        "where the context repeats, else the trained drafter), hybrid-useful "
+                        "(--lookup-branch useful), checkpoints; NAME:N evaluates that one on N "
                         "prompts (default --eval-limit, --checkpoint-prompts for checkpoints); "
                         "a name given again runs again, as NAME#2")
     g.add_argument("--eval-cycles", default="auto",

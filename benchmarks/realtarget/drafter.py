@@ -205,13 +205,13 @@ def _eval_jobs(run: Run) -> list[tuple[str, list[str], int]]:
             cfg_from = trained_drafter(run) or run.work / "probe" / "drafter"
             jobs.append(("untrained", ["--drafter", str(cfg_from), "--untrained",
                                        "--init-seed", str(run.args.seed)], limit))
-        elif name in ("trained", "hybrid", "hybrid-always"):
+        elif name in ("trained", "hybrid", "hybrid-useful"):
             found = trained_drafter(run)
             if found is None:
                 log("eval", "no trained drafter: run the train stage first")
                 continue
             spec = str(found) if name == "trained" else f"hybrid:{found}"
-            extra = ["--lookup-branch", "always"] if name == "hybrid-always" else []
+            extra = ["--lookup-branch", "useful"] if name == "hybrid-useful" else []
             jobs.append((name, ["--drafter", spec, *extra], limit))
         elif name == "checkpoints":
             # Every checkpoint but the last, which is the trained drafter's own step.

@@ -44,6 +44,7 @@ from dflash.cli.command import entry as command_entry
 from dflash.config import DrafterConfig
 from dflash.decoding.choices import (
     CYCLE_PATHS,
+    DEFAULT_LOOKUP_BRANCH,
     DEFAULT_MIN_MATCH,
     HYBRID_PREFIX,
     LOOKUP_BRANCHES,
@@ -77,10 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-match", type=int, default=DEFAULT_MIN_MATCH, metavar="K",
                    help="hybrid: prompt lookup drafts when at least K tokens matched "
                         f"(default {DEFAULT_MIN_MATCH})")
-    p.add_argument("--lookup-branch", choices=LOOKUP_BRANCHES, default="useful",
+    p.add_argument("--lookup-branch", choices=LOOKUP_BRANCHES, default=DEFAULT_LOOKUP_BRANCH,
                    help="hybrid, static cycle: verify prompt lookup's draft beside the "
-                        "drafter's where it is not the start of the drafter's own (useful, "
-                        "default: such a draft can only tie), or wherever it has one (always)")
+                        "drafter's wherever it has one (always, default), or only where it "
+                        "is not the start of the drafter's own (useful: such a draft can "
+                        "only tie, but knowing it costs a wait for the drafts)")
     p.add_argument("--untrained", action="store_true",
                    help="the folder's config with freshly initialised weights")
     p.add_argument("--init-seed", type=int, default=0, help="for --untrained")

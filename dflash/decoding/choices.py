@@ -14,8 +14,11 @@ HYBRID_PREFIX = "hybrid:"
 DEFAULT_MIN_MATCH = 3
 """The hybrid has a prompt-lookup draft when at least this many tokens matched."""
 
-LOOKUP_BRANCHES = ("useful", "always")
+LOOKUP_BRANCHES = ("always", "useful")
 """When the hybrid's static cycle verifies prompt lookup's draft beside the drafter's:
-``useful`` (default) where the lookup has a draft that is not the start of the drafter's
-own (such a draft can at best tie, and a tie keeps the drafter's; knowing it waits for the
-drafts once a cycle), ``always`` wherever the lookup has a draft."""
+``always`` (the default, :data:`DEFAULT_LOOKUP_BRANCH`) wherever the lookup has a draft;
+``useful`` where that draft is not the start of the drafter's own (such a draft can at
+best tie, and a tie keeps the drafter's; knowing it waits for the drafts once a cycle,
+which on an H100 cost more than the skipped rows saved: docs/BENCHMARKS.md, issue 36,
+tenth run)."""
+DEFAULT_LOOKUP_BRANCH = "always"

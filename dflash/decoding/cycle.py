@@ -35,7 +35,12 @@ from torch import Tensor
 
 from dflash.decoding import static
 from dflash.decoding.branches import TwoBranchVerify
-from dflash.decoding.choices import CYCLE_PATHS, DEFAULT_MIN_MATCH, LOOKUP_BRANCHES
+from dflash.decoding.choices import (
+    CYCLE_PATHS,
+    DEFAULT_LOOKUP_BRANCH,
+    DEFAULT_MIN_MATCH,
+    LOOKUP_BRANCHES,
+)
 from dflash.decoding.speculative import (
     Decoder,
     DecodeResult,
@@ -73,7 +78,7 @@ class Drafting:
     min_match: int = DEFAULT_MIN_MATCH
     n_max: int = DEFAULT_N_MAX
     n_min: int = DEFAULT_N_MIN
-    lookup_branch: str = "useful"
+    lookup_branch: str = DEFAULT_LOOKUP_BRANCH
     """The hybrid's static cycle: :data:`~dflash.decoding.choices.LOOKUP_BRANCHES`."""
 
     def __post_init__(self) -> None:
