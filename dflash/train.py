@@ -327,13 +327,14 @@ class Trainer:
                     tick(Tick(work="training", step=state.step, total=cfg.steps,
                               tokens=ids_BS.numel() * self.world.size,
                               read=meter.reader(held)))
-                if state.step % cfg.log_every == 0 or state.step == cfg.steps:
+                evaluating = bool(cfg.eval_every) and state.step % cfg.eval_every == 0
+                if state.step % cfg.log_every == 0 or state.step == cfg.steps or evaluating:
                     sync_device(self.rt.device)
                     now = time.perf_counter()
                     last = meter.record(step=state.step, seconds=now - t0, flops=self.flops,
                                         peak_tflops=peak, world=self.world,
                                         device=self.rt.device)
-                    if cfg.eval_every and state.step % cfg.eval_every == 0:
+                    if evaluating:  # its step is logged too, whatever log_every says
                         held.update(self.evaluate_held_out(), step=state.step)
                         last.update(held)
                     if log is not None:

@@ -163,6 +163,15 @@ def test_training_measures_a_decoding_tau_beside_the_teacher_forced_one(tmp_path
     assert evals[-1]["held_out_tau_ratio"] == pytest.approx(1.0)
 
 
+def test_an_evaluation_step_is_logged_whatever_log_every_says(tmp_path: Path, tiny_target):
+    """eval_every need not be a multiple of log_every: 3 and 2 evaluate at step 3 (a
+    record of its own), where only steps both divide once did (none before step 6)."""
+    _, records = _train(tmp_path, tiny_target, log_every=2, eval_every=3,
+                        held_out_decode_tokens=8)
+    assert [r["step"] for r in records] == [2, 3, 4]
+    assert ["held_out_tau" in r for r in records] == [False, True, False]
+
+
 def test_the_window_is_the_decode_length_unless_set(tmp_path: Path, tiny_target):
     cfg = dataclasses.replace(tiny(), held_out_decode_tokens=24)
     assert window_of(cfg) == 24
