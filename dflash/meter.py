@@ -30,6 +30,14 @@ def sync_device(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def sync_stream(device: torch.device) -> None:
+    """Wait for what this thread queued on the device (CUDA: its current stream), not for
+    another thread's own stream; a no-op on CPU. The start's phases time their own work
+    this way while the synthetic data's loop runs beside them on its stream."""
+    if device.type == "cuda":
+        torch.cuda.current_stream(device).synchronize()
+
+
 def measure_matmul_tflops(device: torch.device, dtype: torch.dtype, size: int | None = None,
                           seconds: float = 0.5) -> float:
     """The achieved dense matmul rate on this device, the MFU denominator."""

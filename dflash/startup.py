@@ -28,7 +28,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from pathlib import Path
 from typing import Protocol
 
@@ -41,7 +41,7 @@ from dflash.decoding import batched
 from dflash.decoding.generate import generate_responses, synthetic_prompts
 from dflash.errors import ConfigError, DataError
 from dflash.heldout import Split, split_by_source
-from dflash.meter import sync_device
+from dflash.meter import sync_stream
 from dflash.model import DFlashDrafter
 from dflash.presets import STDLIB_TARGET, target_path
 from dflash.target import TargetModel
@@ -64,7 +64,9 @@ class PhaseListener(Protocol):
 
 
 class StartClock:
-    """Seconds per start phase, in the order they ran; see the module docstring."""
+    """Seconds per start phase, in the order they ran; see the module docstring. A phase
+    ends when the device has done what this thread queued for it (not the data's loop
+    beside it, which runs on a stream of its own: :class:`DataPhase`)."""
 
     def __init__(self, device: torch.device, listener: PhaseListener | None = None) -> None:
         self.device = device
@@ -79,7 +81,7 @@ class StartClock:
             self.listener.begin(name, text)
         start = time.perf_counter()
         yield
-        sync_device(self.device)
+        sync_stream(self.device)
         seconds = time.perf_counter() - start
         self.seconds[name] = self.seconds.get(name, 0.0) + seconds
         if self.listener is not None:
@@ -267,6 +269,16 @@ def data_text(cfg: TrainConfig, shapes_only: bool, remembered: Path | None = Non
             f"{cfg.synthetic_response_tokens} tokens)")
 
 
+def stream_of_its_own(device: torch.device) -> AbstractContextManager[object]:
+    """On a GPU, a CUDA stream for the calling thread's work: the main thread's work on the
+    default stream does not queue behind it, nor wait for it when it synchronises its own
+    (:func:`dflash.meter.sync_stream`). Memory the thread frees stays cached for this
+    stream until ``torch.cuda.empty_cache``."""
+    if device.type != "cuda":
+        return nullcontext()
+    return torch.cuda.stream(torch.cuda.Stream(device))  # type: ignore[no-untyped-call]
+
+
 BESIDE_OPT_OUT_ENV = "DFLASH_NO_DATA_BESIDE"
 """Set (non-empty): the data phase runs after the drafter's placing, not beside it."""
 
@@ -314,6 +326,7 @@ class DataPhase:
                                      on_settled=on_settled)
 
         self._make = make
+        self._device = target.device
         self.settled = threading.Event()
         """Set once a phase run beside will allocate no more device memory and record
         nothing: its captured loop only replays (or it ended). From then on the main
@@ -327,8 +340,9 @@ class DataPhase:
 
             def timed() -> tuple[Split, float]:
                 try:
-                    split = make(self.settled.set)
-                    sync_device(target.device)
+                    with stream_of_its_own(target.device):
+                        split = make(self.settled.set)
+                        sync_stream(target.device)
                 finally:
                     self.settled.set()
                 return split, time.perf_counter() - start
@@ -363,5 +377,7 @@ class DataPhase:
                 return self._make()
         with self.clock.phase("data", f"{self.text}, begun beside the placing"):
             split, seconds = self._task.result()
+            if self._device.type == "cuda":
+                torch.cuda.empty_cache()  # what the loop's stream had cached, for any stream
         self.clock.seconds["data_beside"] = seconds
         return split

@@ -144,15 +144,11 @@ class Trainer:
         self.warm = WarmUp(clock=self.clock, device=self.rt.device,
                            vocab_size=self.dcfg.vocab_size, seed=cfg.seed,
                            compiled=self.kernels.compiled, mega_cache=cfg.mega_cache)
-        fitted = True
         if warms_up_beside(data, self.kernels.compiled, not self.world.distributed):
             with data.alongside():
-                fitted = self.warm.beside(data, synthetic_shapes(cfg), self._warm_loss,
-                                          self._grads,
-                                          (self.target.feature_dim, self.target.dtype))
-        split = data.result()
-        if not fitted:
-            torch.cuda.empty_cache()  # what the data's loop held, for the warm-up after it
+                self.warm.beside(data, synthetic_shapes(cfg), self._warm_loss, self._grads,
+                                 (self.target.feature_dim, self.target.dtype))
+        split = data.result()  # on a GPU it frees what the data's loop had cached
         train, self.held_out = split.train, split.held_out
         self.split = split.summary()  # rows and sources on each side
         self.decode_prompts = decode_prompts(self.held_out, cfg.held_out_decode_prompts)

@@ -31,7 +31,7 @@ from torch import Tensor
 
 from dflash.compilation.kernels import require_main_thread, seal, unseal
 from dflash.compilation.megacache import WarmUpCache, before_warmup
-from dflash.meter import sync_device
+from dflash.meter import sync_stream
 from dflash.startup import DataPhase, StartClock
 
 StepFn = Callable[[Tensor, Tensor, torch.Generator, Tensor | None], Tensor]
@@ -99,7 +99,7 @@ class WarmUp:
             finally:
                 for p in params():
                     p.grad = None
-            sync_device(self.device)
+            sync_stream(self.device)
             if self.compiled:
                 seal()
             if self._mega is not None:
@@ -113,7 +113,7 @@ class WarmUp:
         gen = torch.Generator(device=self.device).manual_seed(self.seed + 1)
 
         def lap(phase: str, t0: float) -> float:
-            sync_device(self.device)
+            sync_stream(self.device)
             now = time.perf_counter()
             self.phases[phase] += now - t0
             return now

@@ -260,5 +260,7 @@ def test_compiled_trainer_warmed_up_beside_its_data_trains_as_in_turn_on_gpu() -
     assert runs["beside"][1] == runs["in turn"][1]
     for a, b in zip(runs["beside"][2], runs["in turn"][2], strict=True):
         assert abs(a - b) <= 1e-5 * max(1.0, abs(b)), runs
-    assert runs["beside"][3][:4] == ["parallelize", "data", "warmup", "data"], runs
+    # start_phases sums each phase: "data" is the wait to settle and the wait after
+    assert runs["beside"][3][:5] == ["drafter", "parallelize", "data", "warmup",
+                                     "data_beside"], runs
 

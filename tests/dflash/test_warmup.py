@@ -115,7 +115,6 @@ def test_out_of_memory_beside_the_data_warms_up_after_it(tiny_target, tmp_path, 
         return real(self, ids, mask, gen, feats, **kw)
 
     monkeypatch.setattr(Trainer, "forward_loss", short_of_memory)
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)  # no CUDA here
     cfg = dataclasses.replace(tiny(), out=str(tmp_path), **SMALL)
     heard = Heard()
     trainer = Trainer(cfg, target=tiny_target, on_phase=heard)
