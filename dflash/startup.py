@@ -305,9 +305,12 @@ class DataPhase:
     run, a CPU) :meth:`result` runs the phase itself, as before.
 
     Until :meth:`result`, the main thread must not run the target (its feature taps are
-    the model's own) nor draw random numbers on the device: the loop records its step in
-    a CUDA graph, and the process's one CUDA generator refuses a draw during another
-    thread's recording. The drafter's placing does neither."""
+    the model's own), and until :attr:`settled` it must not draw random numbers on the
+    device: the loop records its step in a CUDA graph, and the process's default CUDA
+    generator refuses a draw during another thread's recording. The drafter's placing
+    does neither; the warm-up beside the data (:mod:`dflash.warmup`) waits for
+    :attr:`settled` and steps with random features. On a GPU the loop runs on a stream of
+    its own (:func:`stream_of_its_own`)."""
 
     def __init__(self, clock: StartClock, cfg: TrainConfig, target: TargetModel, *,
                  examples: list[Example] | None, shapes_only: bool, ranks: int,
