@@ -28,7 +28,9 @@ The plan's steps, in order:
 - ``warm:N``: N rounds of three warm launches: as is, ``TORCH_WARM_POOL=0`` and
   ``TORCHINDUCTOR_COMPILE_THREADS=1`` (torch's own switches for its compile pool).
 
-Results are written to ``OUT/series.json`` after every launch.
+A step named again runs again, recorded as ``NAME#2`` (``fresh,fresh-warmup-after,fresh,
+fresh-warmup-after``: an A/B in alternation). Results are written to ``OUT/series.json``
+after every launch.
 """
 
 from __future__ import annotations
@@ -143,6 +145,8 @@ class Series:
 
     def launch(self, name: str, compile_root: Path, tools_root: Path,
                extra: dict[str, str] | None = None, limit: float = 120) -> None:
+        if name in self.doc:  # a step run again: its own record and run folder
+            name = next(f"{name}#{i}" for i in range(2, 100) if f"{name}#{i}" not in self.doc)
         left = self.deadline - time.monotonic()
         if left < 15:
             self.doc[name] = {"skipped": "time"}
