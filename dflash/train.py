@@ -146,7 +146,8 @@ class Trainer:
                            compiled=self.kernels.compiled, mega_cache=cfg.mega_cache)
         if warms_up_beside(data, self.kernels.compiled, not self.world.distributed):
             with data.alongside():
-                self.warm.beside(data, synthetic_shapes(cfg), self._warm_loss, self._grads,
+                self.warm.beside(data, synthetic_shapes(cfg), self._warm_loss,
+                                 self.drafter.parameters,
                                  (self.target.feature_dim, self.target.dtype))
         split = data.result()  # on a GPU it frees what the data's loop had cached
         train, self.held_out = split.train, split.held_out
@@ -224,14 +225,12 @@ class Trainer:
     def warmup(self) -> float:
         """Compile every graph a step can need, on the main thread, then seal; shapes
         warmed beside the data already are not warmed again. The warm-up's seconds."""
-        return self.warm.run(self.state.loader.shapes(), self._warm_loss, self._grads)
+        return self.warm.run(self.state.loader.shapes(), self._warm_loss,
+                             self.drafter.parameters)
 
     def _warm_loss(self, ids_BS: Tensor, mask_BS: Tensor, gen: torch.Generator,
                    feats_BSF: Tensor | None) -> Tensor:
         return self.forward_loss(ids_BS, mask_BS, gen, feats_BSF)[0].loss
-
-    def _grads(self) -> list[Tensor]:
-        return list(self.drafter.parameters())
 
     # -- held-out evaluation (dflash.heldout) ----------------------------------------------
     def held_out_tau_random(self) -> float:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 from torch import Tensor
@@ -73,7 +73,7 @@ class WarmUp:
     def pending(self, shapes: Sequence[Shape]) -> list[Shape]:
         return [s for s in shapes if s not in self.warmed]
 
-    def run(self, shapes: Sequence[Shape], loss_of: StepFn, params: Callable[[], list[Tensor]],
+    def run(self, shapes: Sequence[Shape], loss_of: StepFn, params: Callable[[], Iterable[Tensor]],
             *, features: tuple[int, torch.dtype] | None = None, text: str = "") -> float:
         """Warm up every shape of ``shapes`` not warmed yet (nothing to do: no phase);
         ``features``: (width, dtype) of random features to step with, else the target's.
@@ -134,10 +134,11 @@ class WarmUp:
             lap("backward", t0)
 
     def beside(self, data: DataPhase, shapes: Sequence[Shape], loss_of: StepFn,
-               params: Callable[[], list[Tensor]], features: tuple[int, torch.dtype]) -> bool:
-        """The warm-up while ``data`` (run beside) ends, once it has settled; False where
-        the device ran out of memory with both (the warm-up is then left to after the
-        data, and a warning says so)."""
+               params: Callable[[], Iterable[Tensor]], features: tuple[int, torch.dtype]
+               ) -> None:
+        """The warm-up while ``data`` (run beside) ends, once it has settled. Where the
+        device runs out of memory with both, it is left to after the data (nothing is
+        marked warmed), and a warning says so."""
         with self.clock.phase("data", f"{data.text}: waiting until its decode loop only "
                                       "replays"):
             data.settled.wait()
@@ -147,5 +148,3 @@ class WarmUp:
         except torch.OutOfMemoryError:
             self.warnings.append("the warm-up and the data's generation did not fit in "
                                  "device memory together: warmed up after the data")
-            return False
-        return True

@@ -141,6 +141,6 @@ def test_the_warm_up_drops_its_gradients_even_when_a_step_fails(tiny_target, tmp
         return loss
 
     with pytest.raises(RuntimeError, match="second"):
-        trainer.warm.run([(2, 64), (2, 32)], fails_second, trainer._grads)
+        trainer.warm.run([(2, 64), (2, 32)], fails_second, trainer.drafter.parameters)
     assert all(p.grad is None for p in trainer.drafter.parameters())
     assert not trainer.warm.warmed
