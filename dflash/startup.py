@@ -24,11 +24,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Protocol
 
@@ -46,7 +44,6 @@ from dflash.model import DFlashDrafter
 from dflash.presets import STDLIB_TARGET, target_path
 from dflash.target import TargetModel
 from envguard.errors import EnvguardError
-from envguard.probe.background import Task
 
 GENERATION_BYTES = 16 * 2**30
 """Device memory one batch of synthetic generation may use at most for its KV cache (a
@@ -173,11 +170,12 @@ def split_held_out(cfg: TrainConfig, examples: list[Example]) -> Split:
         raise ConfigError(f"{exc} ({need})") from None
 
 
-def synthetic_key(cfg: TrainConfig, target: TargetModel) -> str:
+def synthetic_key(cfg: TrainConfig, target: TargetModel, batch: int) -> str:
     """What greedy synthetic data depends on, as a digest: the target (a named shape's
     seed, else its files' names, sizes and times), the recipe's prompt settings, the
-    batch and the numerics (device, dtype, torch build, the network's implementation and
-    whether its decode steps are captured, :mod:`dflash.decoding.batched`)."""
+    generation ``batch`` (:func:`generation_batch`) and the numerics (device, dtype, torch
+    build, the network's implementation and whether its decode steps are captured,
+    :mod:`dflash.decoding.batched`)."""
     source = target_path(cfg.target) if cfg.target != STDLIB_TARGET else None
     files: list[tuple[str, int, int]] = []
     if source is not None:
@@ -194,7 +192,7 @@ def synthetic_key(cfg: TrainConfig, target: TargetModel) -> str:
              "prompt_length": cfg.synthetic_prompt_length,
              "response_tokens": cfg.synthetic_response_tokens,
              "vocab": target.vocab_size, "mask": target.mask_token_id,
-             "batch": generation_batch(target, cfg), "device": device_name,
+             "batch": batch, "device": device_name,
              "dtype": str(target.dtype), "torch": torch.__version__,
              "network": network_of(target),
              "steps": ("captured" if batched.applies(target, False, 0.0, 0,
@@ -215,8 +213,9 @@ def network_of(target: TargetModel) -> str:
         return type(target.model).__module__
 
 
-def remembered_path(cfg: TrainConfig, target: TargetModel, folder: Path) -> Path:
-    return folder / "synthetic" / f"{synthetic_key(cfg, target)}.jsonl"
+def remembered_path(cfg: TrainConfig, target: TargetModel, folder: Path, batch: int) -> Path:
+    """Where synthetic data generated ``batch`` prompts at a time is kept in ``folder``."""
+    return folder / "synthetic" / f"{synthetic_key(cfg, target, batch)}.jsonl"
 
 
 def remembered_examples(target: TargetModel, cfg: TrainConfig, path: Path,
@@ -254,133 +253,3 @@ def training_examples(cfg: TrainConfig, target: TargetModel, *, shapes_only: boo
     else:
         examples = synthetic_examples(target, cfg, batch, on_settled=on_settled)
     return split_held_out(cfg, examples)
-
-
-def data_text(cfg: TrainConfig, shapes_only: bool, remembered: Path | None = None) -> str:
-    """What the data phase does, for the progress display (``remembered``: the file of
-    :func:`remembered_examples`, when one will be read instead of generating)."""
-    if cfg.data:
-        return f"reading the data ({cfg.data})"
-    if shapes_only:
-        return "making random batches of every shape (warm-up only)"
-    if remembered is not None and remembered.is_file():
-        return f"reading the data the target generated before ({remembered})"
-    return (f"generating the data with the target ({cfg.synthetic_prompts} prompts x "
-            f"{cfg.synthetic_response_tokens} tokens)")
-
-
-def stream_of_its_own(device: torch.device) -> AbstractContextManager[object]:
-    """On a GPU, a CUDA stream for the calling thread's work: the main thread's work on the
-    default stream does not queue behind it, nor wait for it when it synchronises its own
-    (:func:`dflash.meter.sync_stream`). Memory the thread frees stays cached for this
-    stream until ``torch.cuda.empty_cache``."""
-    if device.type != "cuda":
-        return nullcontext()
-    return torch.cuda.stream(torch.cuda.Stream(device))  # type: ignore[no-untyped-call]
-
-
-BESIDE_OPT_OUT_ENV = "DFLASH_NO_DATA_BESIDE"
-"""Set (non-empty): the data phase runs after the drafter's placing, not beside it."""
-
-
-def generates_beside(device: torch.device, generating: bool) -> bool:
-    """Whether the data phase runs beside the drafter's placing: where it generates with
-    the target on a GPU (its decode loop waits on the device; on a CPU it would take the
-    cores the placing's imports use), unless :data:`BESIDE_OPT_OUT_ENV` is set."""
-    return generating and device.type == "cuda" and not os.environ.get(BESIDE_OPT_OUT_ENV)
-
-
-class DataPhase:
-    """The data phase, begun before the drafter is placed where it generates on a GPU.
-
-    On a new machine the placing is imports that wait on the disk (5 s at the 8B shape),
-    and the target's decode loop for the synthetic data waits on the device (2.9 s): run
-    side by side, the loop's seconds leave the path to the first step. The loop runs in a
-    thread of its own (:class:`envguard.probe.background.Task`); nothing in it draws from
-    a global random stream (greedy decoding of prompts from their own seed) and its batch
-    is fixed here, before it starts, so the data and the key it is kept under
-    (:func:`remembered_path`) are those of the phase run in turn. :meth:`result` is then
-    the ``data`` phase on the clock: the wait, with the loop's own seconds in
-    ``data_beside``. Anywhere else (a data file, data generated before, a warm-up-only
-    run, a CPU) :meth:`result` runs the phase itself, as before.
-
-    Until :meth:`result`, the main thread must not run the target (its feature taps are
-    the model's own), and until :attr:`settled` it must not draw random numbers on the
-    device: the loop records its step in a CUDA graph, and the process's default CUDA
-    generator refuses a draw during another thread's recording. The drafter's placing
-    does neither; the warm-up beside the data (:mod:`dflash.warmup`) waits for
-    :attr:`settled` and steps with random features. On a GPU the loop runs on a stream of
-    its own (:func:`stream_of_its_own`)."""
-
-    def __init__(self, clock: StartClock, cfg: TrainConfig, target: TargetModel, *,
-                 examples: list[Example] | None, shapes_only: bool, ranks: int,
-                 remembered: Path | None, beside: bool | None = None) -> None:
-        self.clock = clock
-        self.text = data_text(cfg, shapes_only and examples is None, remembered)
-        generating = (examples is None and not cfg.data and not shapes_only
-                      and not (remembered is not None and remembered.is_file()))
-        batch = generation_batch(target, cfg) if generating else None
-
-        def make(on_settled: Callable[[], None] | None = None) -> Split:
-            if examples is not None:
-                return split_held_out(cfg, examples)
-            return training_examples(cfg, target, shapes_only=shapes_only, ranks=ranks,
-                                     remembered=remembered, batch=batch,
-                                     on_settled=on_settled)
-
-        self._make = make
-        self._device = target.device
-        self.settled = threading.Event()
-        """Set once a phase run beside will allocate no more device memory and record
-        nothing: its captured loop only replays (or it ended). From then on the main
-        thread may compile and run the warm-up beside it (:meth:`dflash.train.Trainer.
-        warmup`)."""
-        if beside is None:
-            beside = generates_beside(target.device, generating)
-        self._task: Task[tuple[Split, float]] | None = None
-        if beside:
-            start = time.perf_counter()
-
-            def timed() -> tuple[Split, float]:
-                try:
-                    with stream_of_its_own(target.device):
-                        split = make(self.settled.set)
-                        sync_stream(target.device)
-                finally:
-                    self.settled.set()
-                return split, time.perf_counter() - start
-
-            self._task = Task(timed)
-
-    @property
-    def beside(self) -> bool:
-        return self._task is not None
-
-    def meanwhile(self, text: str) -> str:
-        """``text`` of the phase run beside this one, saying so."""
-        return f"{text} (the target generates the data meanwhile)" if self.beside else text
-
-    @contextmanager
-    def alongside(self) -> Iterator[None]:
-        """Around what runs beside the phase: where that raises, the phase is let end
-        before the error goes on (a thread still driving the device while the interpreter
-        exits can crash it); its own error is then dropped."""
-        try:
-            yield
-        except BaseException:
-            if self._task is not None:
-                with suppress(BaseException):
-                    self._task.result()
-            raise
-
-    def result(self) -> Split:
-        """The training and held-out split: the ``data`` phase (or its end)."""
-        if self._task is None:
-            with self.clock.phase("data", self.text):
-                return self._make()
-        with self.clock.phase("data", f"{self.text}, begun beside the placing"):
-            split, seconds = self._task.result()
-            if self._device.type == "cuda":
-                torch.cuda.empty_cache()  # what the loop's stream had cached, for any stream
-        self.clock.seconds["data_beside"] = seconds
-        return split

@@ -4,7 +4,7 @@ Order of events, which is what makes torch.compile race-free here:
 1. build target, drafter, optimizer and data on the main thread; :func:`parallelize`
    places the drafter (FSDP2 under torchrun) and makes the attention kernels (nothing
    traced: on a GPU the target generates its synthetic data meanwhile in a thread,
-   eager and greedy, :class:`dflash.startup.DataPhase`);
+   eager and greedy, :class:`dflash.dataphase.DataPhase`);
 2. warm-up (:mod:`dflash.warmup`): one full step (forward + backward) per batch shape,
    still on the main thread, with its own RNG so training is unaffected (the held-out
    evaluation's no-grad forward attends with SDPA and a dense mask: nothing compiled).
@@ -40,6 +40,7 @@ from dflash.checkpoint import resume as checkpoint
 from dflash.compilation.kernels import require_main_thread
 from dflash.config import DrafterConfig, TrainConfig
 from dflash.data import Example
+from dflash.dataphase import DataPhase
 from dflash.distributed.roles import FeatureClient, Lookahead
 from dflash.distributed.stop import StopVote
 from dflash.distributed.world import World
@@ -60,10 +61,10 @@ from dflash.optim import MasterAdamW, lr_at
 from dflash.parallelize import parallelize, resolve
 from dflash.serving import export_record
 from dflash.startup import (
-    DataPhase,
     PhaseListener,
     StartClock,
     build_drafter,
+    generation_batch,
     remembered_path,
     synthetic_shapes,
 )
@@ -130,11 +131,13 @@ class Trainer:
                 self.target, num_layers=cfg.draft_layers, block_size=cfg.block_size,
                 gamma=cfg.gamma, mask_token_id=cfg.mask_token_id)
             self.drafter = build_drafter(self.dcfg, self.rt.device)
-        remembered = (remembered_path(cfg, self.target, cache_root())
+        batch = generation_batch(self.target, cfg)  # the key's and the loop's, read once
+        remembered = (remembered_path(cfg, self.target, cache_root(), batch)
                       if loaded_here and examples is None and not cfg.data and not shapes_only
                       else None)
         data = DataPhase(self.clock, cfg, self.target, examples=examples,
-                         shapes_only=shapes_only, ranks=self.world.size, remembered=remembered)
+                         shapes_only=shapes_only, ranks=self.world.size, remembered=remembered,
+                         batch=batch)
         how = (f"sharding the drafter over {self.world.size} ranks (FSDP2)"
                if self.world.distributed else f"placing the drafter on {self.rt.device}")
         with self.clock.phase("parallelize", data.meanwhile(how)), data.alongside():

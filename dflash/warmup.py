@@ -8,7 +8,7 @@ warm-up that had none (:mod:`dflash.compilation.megacache`). A step's values do 
 matter here, only its shapes: gradients are dropped and nothing is stepped.
 
 **Beside the data.** Where the target generates the synthetic data in a thread while the
-drafter is placed (:class:`dflash.startup.DataPhase`), the warm-up need not wait for the
+drafter is placed (:class:`dflash.dataphase.DataPhase`), the warm-up need not wait for the
 data: those batches' shapes are known before the data exists
 (:func:`dflash.startup.synthetic_shapes`), and the warm-up's steps take random features
 of the target's width instead of the target's own (the thread is running the target).
@@ -31,8 +31,9 @@ from torch import Tensor
 
 from dflash.compilation.kernels import require_main_thread, seal, unseal
 from dflash.compilation.megacache import WarmUpCache, before_warmup
+from dflash.dataphase import DataPhase
 from dflash.meter import sync_stream
-from dflash.startup import DataPhase, StartClock
+from dflash.startup import StartClock
 
 StepFn = Callable[[Tensor, Tensor, torch.Generator, Tensor | None], Tensor]
 """One step's loss: (input ids [B, S], loss mask [B, S], the anchors' generator, the

@@ -4,7 +4,7 @@ The trainer's synthetic data is the target's greedy continuation of random promp
 length, 512 of them decoded as one batch at the 8B shape. Eagerly, each of the 96 steps
 dispatches every operator of every layer from Python, about 1,800 a step, and each takes
 the interpreter's lock again: beside the drafter's placing, whose imports hold that lock
-(:class:`dflash.startup.DataPhase`), the loop took 8.1 s on a new H100 instead of 2.9 s.
+(:class:`dflash.dataphase.DataPhase`), the loop took 8.1 s on a new H100 instead of 2.9 s.
 Here the K/V cache is static (slot i holds position i of every row, the rows all at the
 same position) and one step is recorded once: the forward at the position held on the
 device, the greedy token into the output and into the next step's input, the position

@@ -1,4 +1,4 @@
-"""The data phase beside the drafter's placing (:class:`dflash.startup.DataPhase`).
+"""The data phase beside the drafter's placing (:class:`dflash.dataphase.DataPhase`).
 
 On a GPU the target's decode loop for the synthetic data runs in a thread while the main
 thread places the drafter. No GPU here: the tests run the same thread on the CPU (the
@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from dflash import startup
+from dflash import dataphase, startup
+from dflash.dataphase import BESIDE_OPT_OUT_ENV, DataPhase, generates_beside
 from dflash.errors import ConfigError
 from dflash.presets import tiny
-from dflash.startup import BESIDE_OPT_OUT_ENV, DataPhase, StartClock, generates_beside
+from dflash.startup import StartClock
 from dflash.train import Trainer
 from tests.dflash.test_startup import SMALL, Heard
 
@@ -54,9 +55,10 @@ def test_only_a_gpu_that_generates_goes_beside(monkeypatch):
 
 def test_kept_data_and_a_data_file_are_read_in_turn(tiny_target, tmp_path: Path, monkeypatch):
     monkeypatch.delenv(BESIDE_OPT_OUT_ENV, raising=False)
-    monkeypatch.setattr(startup, "generates_beside", lambda device, generating: generating)
+    monkeypatch.setattr(dataphase, "generates_beside", lambda device, generating: generating)
     cfg = dataclasses.replace(tiny(), **SMALL)
-    path = startup.remembered_path(cfg, tiny_target, tmp_path)
+    path = startup.remembered_path(cfg, tiny_target, tmp_path,
+                                   startup.generation_batch(tiny_target, cfg))
     first = _phase(cfg, tiny_target, beside=None, remembered=path)
     assert first.beside  # generates (and keeps what it made)
     first.result()
@@ -84,7 +86,7 @@ def test_a_failure_beside_it_lets_the_generation_end_first(tiny_target, monkeypa
         finished.set()
         raise RuntimeError("the generation's own error")
 
-    monkeypatch.setattr(startup, "training_examples", slow)
+    monkeypatch.setattr(dataphase, "training_examples", slow)
     phase = _phase(dataclasses.replace(tiny(), **SMALL), tiny_target, beside=True)
     with pytest.raises(KeyError, match="placing"), phase.alongside():
         raise KeyError("placing")
@@ -95,7 +97,7 @@ def test_the_trainer_built_with_the_data_beside_is_the_same(tiny_target, tmp_pat
                                                             monkeypatch):
     cfg = dataclasses.replace(tiny(), out=str(tmp_path), **SMALL)
     serial = Trainer(cfg, target=tiny_target)
-    monkeypatch.setattr(startup, "generates_beside", lambda device, generating: generating)
+    monkeypatch.setattr(dataphase, "generates_beside", lambda device, generating: generating)
     heard = Heard()
     beside = Trainer(cfg, target=tiny_target, on_phase=heard)
     assert beside.split == serial.split and beside.held_out == serial.held_out
@@ -108,3 +110,23 @@ def test_the_trainer_built_with_the_data_beside_is_the_same(tiny_target, tmp_pat
     assert "beside" in heard.texts["data"]
     assert list(beside.start_phases) == ["drafter", "parallelize", "data", "data_beside"]
     assert "data_beside" not in serial.start_phases
+
+
+def test_the_data_source_is_found_in_the_order_the_examples_are_read(tmp_path: Path):
+    kept = tmp_path / "kept.jsonl"
+    kept.write_text("")
+    with_file = dataclasses.replace(tiny(), data=str(tmp_path / "d.jsonl"))
+
+    def source(cfg, *, given=False, shapes_only=False, remembered=None):
+        return dataphase.data_source(cfg, given=given, shapes_only=shapes_only,
+                                   remembered=remembered)
+
+    assert source(with_file, given=True, shapes_only=True, remembered=kept) == "given"
+    assert source(with_file, shapes_only=True, remembered=kept) == "file"
+    assert source(tiny(), shapes_only=True, remembered=kept) == "shapes"
+    assert source(tiny(), remembered=kept) == "kept"
+    assert source(tiny(), remembered=tmp_path / "absent.jsonl") == "generate"
+    assert source(tiny()) == "generate"
+    assert "d.jsonl" in dataphase.data_text(with_file, "file")
+    assert "12 prompts" in dataphase.data_text(dataclasses.replace(tiny(), synthetic_prompts=12),
+                                             "generate")

@@ -230,8 +230,8 @@ def test_compiled_trainer_warmed_up_beside_its_data_trains_as_in_turn_on_gpu() -
     import os
     import tempfile
 
+    from dflash.dataphase import BESIDE_OPT_OUT_ENV
     from dflash.presets import tiny as tiny_recipe
-    from dflash.startup import BESIDE_OPT_OUT_ENV
     from dflash.target import load_target
     from dflash.train import Trainer
 

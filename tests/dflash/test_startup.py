@@ -123,14 +123,16 @@ def test_the_matmul_peak_is_measured_once_per_gpu_model(tmp_path: Path, monkeypa
 
 def test_generated_data_is_kept_and_read_back_by_a_later_start(tiny_target, tmp_path: Path,
                                                                monkeypatch):
-    from dflash import startup
+    from dflash import dataphase, startup
 
     cfg = dataclasses.replace(tiny(), synthetic_prompts=12, synthetic_response_tokens=10)
-    path = startup.remembered_path(cfg, tiny_target, tmp_path)
+    batch = startup.generation_batch(tiny_target, cfg)
+    path = startup.remembered_path(cfg, tiny_target, tmp_path, batch)
     first = startup.remembered_examples(tiny_target, cfg, path)
     assert first == synthetic_examples(tiny_target, cfg)
     assert path.is_file()
-    assert "generated before" in startup.data_text(cfg, False, path)
+    kept = dataphase.data_source(cfg, given=False, shapes_only=False, remembered=path)
+    assert kept == "kept" and "generated before" in dataphase.data_text(cfg, kept, path)
 
     def no_generation(*args, **kwargs):
         raise AssertionError("generated again")
@@ -139,8 +141,11 @@ def test_generated_data_is_kept_and_read_back_by_a_later_start(tiny_target, tmp_
     assert startup.remembered_examples(tiny_target, cfg, path) == first  # read back
     # Another recipe or seed is another key, so it generates.
     for other in (dataclasses.replace(cfg, seed=1), dataclasses.replace(cfg, synthetic_prompts=13)):
-        assert startup.remembered_path(other, tiny_target, tmp_path) != path
+        assert startup.remembered_path(other, tiny_target, tmp_path, batch) != path
+    # So is another generation batch (greedy rows batched otherwise may differ in the last bit).
+    assert startup.remembered_path(cfg, tiny_target, tmp_path, batch + 1) != path
     monkeypatch.undo()
     path.write_text('{"input_ids": [1, 2]\n')  # a torn file: generated and written again
     assert startup.remembered_examples(tiny_target, cfg, path) == first
     assert startup.remembered_examples(tiny_target, cfg, tmp_path / "no" / "such.jsonl") == first
+

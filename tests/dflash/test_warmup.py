@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from dflash import startup, train
+from dflash import dataphase, train
+from dflash.dataphase import DataPhase
 from dflash.presets import tiny
-from dflash.startup import DataPhase, StartClock, synthetic_shapes
+from dflash.startup import StartClock, synthetic_shapes
 from dflash.train import Trainer
 from dflash.warmup import BESIDE_OPT_OUT_ENV, warms_up_beside
 from tests.dflash.test_startup import SMALL, Heard
@@ -37,7 +38,7 @@ class Features:
 @pytest.fixture
 def beside(monkeypatch):
     """The trainer takes the path a GPU with compiled kernels takes."""
-    monkeypatch.setattr(startup, "generates_beside", lambda device, generating: generating)
+    monkeypatch.setattr(dataphase, "generates_beside", lambda device, generating: generating)
     monkeypatch.setattr(train, "warms_up_beside", lambda data, compiled, alone: data.beside)
 
 
