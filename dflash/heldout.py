@@ -34,6 +34,7 @@ from torch import Tensor
 from dflash.batching import BatchLoader
 from dflash.config import TrainConfig
 from dflash.data import Example
+from dflash.decoding.evaluate import pooled_tau, tau_interval
 from dflash.decoding.generate import stop_ids_of
 from dflash.decoding.speculative import speculative_greedy
 from dflash.distributed.world import World
@@ -106,17 +107,18 @@ def decode_prompts(held_out: Sequence[Example], n: int) -> list[tuple[int, ...]]
 
 
 @torch.no_grad()
-def decode_tau(target: TargetModel, drafter: DFlashDrafter,
-               prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
-               stop_ids: Sequence[int] = ()) -> float:
-    """Tokens per verify cycle of greedy speculative decoding of ``prompts`` (every
-    cycle of every prompt counted once, as ``dflash-eval``'s τ)."""
-    cycles: list[int] = []
+def decode_counts(target: TargetModel, drafter: DFlashDrafter,
+                  prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
+                  stop_ids: Sequence[int] = ()) -> list[tuple[int, int]]:
+    """Greedy speculative decoding of each of ``prompts``: its accepted tokens and
+    verify cycles. Pooled (:func:`dflash.decoding.evaluate.pooled_tau`), every cycle of
+    every prompt counted once, they are ``dflash-eval``'s τ."""
+    counts = []
     for prompt in prompts:
         got = speculative_greedy(target, drafter, prompt, max_new_tokens=max_new_tokens,
                                  stop_ids=stop_ids)
-        cycles.extend(got.accepted)
-    return sum(cycles) / len(cycles) if cycles else 1.0
+        counts.append((sum(got.accepted), len(got.accepted)))
+    return counts
 
 
 def plain_drafter(drafter: DFlashDrafter, world: World, device: torch.device,
@@ -177,8 +179,10 @@ def evaluate(cfg: TrainConfig, random_tau: float, target: TargetModel, drafter: 
     collective), and ``held_out_tau_stopped``, the rows whose stored response left the
     target's greedy choice (or ended) inside the window. Always ``held_out_tau_random``
     (``random_tau``). With ``prompts``, ``held_out_decode_tau`` and ``held_out_tau_ratio``
-    (teacher-forced / free-running); under torchrun a collective that leaves those two to
-    rank 0."""
+    (teacher-forced / free-running), and the free-running τ's bootstrap interval over the
+    prompts (``held_out_decode_tau_lo`` and ``_hi``,
+    :func:`dflash.decoding.evaluate.tau_interval`: a dozen prompts leave τ uncertain by
+    more than the two differ); under torchrun a collective that leaves these to rank 0."""
     if target.released:
         return {"held_out_tau_random": random_tau}
     stop_ids = stop_ids_of(target)
@@ -190,7 +194,10 @@ def evaluate(cfg: TrainConfig, random_tau: float, target: TargetModel, drafter: 
     plain = plain_drafter(drafter, world, device, dtype) if prompts else None
     if plain is None:
         return found
-    tau = decode_tau(target, plain, prompts, max_new_tokens=cfg.held_out_decode_tokens,
-                     stop_ids=stop_ids)
-    found.update(held_out_decode_tau=tau, held_out_tau_ratio=ratio(walked.tau, tau))
+    counts = decode_counts(target, plain, prompts, max_new_tokens=cfg.held_out_decode_tokens,
+                           stop_ids=stop_ids)
+    tau = pooled_tau(counts) or 1.0
+    lo, hi = tau_interval(counts)
+    found.update(held_out_decode_tau=tau, held_out_tau_ratio=ratio(walked.tau, tau),
+                 held_out_decode_tau_lo=lo or tau, held_out_decode_tau_hi=hi or tau)
     return found

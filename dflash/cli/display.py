@@ -64,10 +64,25 @@ class StartPhases:
             self._status = None
 
 
+def held_out_line(held: dict[str, Any]) -> str | None:
+    """The run's last held-out τ, teacher forced and decoding, with the decoding τ's
+    interval over its prompts (:func:`dflash.cli.train.held_out_report`'s record); None
+    before one was measured."""
+    if "decode_tau" not in held:
+        return None
+    lo, hi = held["decode_tau_interval"]
+    return (f"held-out τ at step {held['step']}: {held['teacher_forced_tau']:.2f} "
+            f"teacher-forced, {held['decode_tau']:.2f} decoding (ratio {held['ratio']:.2f}; "
+            f"decoding {lo:.2f}-{hi:.2f} over its {held['decode_prompts']} prompts, 95 % "
+            "bootstrap)")
+
+
 def format_record(r: dict[str, Any], total: int) -> str:
     held = f" held-out τ {r['held_out_tau']:.2f}" if "held_out_tau" in r else ""
     if "held_out_decode_tau" in r:
-        held += f" (decoding {r['held_out_decode_tau']:.2f})"
+        span = (f", {r['held_out_decode_tau_lo']:.2f}-{r['held_out_decode_tau_hi']:.2f}"
+                if "held_out_decode_tau_lo" in r else "")
+        held += f" (decoding {r['held_out_decode_tau']:.2f}{span})"
     loss = "nan" if r["loss"] is None else f"{r['loss']:.4f}"
     return (f"step {r['step']:>6}/{total}  loss {loss}  τ_sim {r['tau_sim']:.2f}{held}  "
             f"ctx {r['ctx_tok_s']:,.0f} tok/s  draft {r['draft_tok_s']:,.0f} tok/s  "

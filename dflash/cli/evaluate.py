@@ -270,12 +270,25 @@ def _path(requested: str, target: TargetModel) -> str:
         raise ConfigError(f"--cycle {requested}: {exc}") from None
 
 
+def _interval(report: EvalReport) -> str:
+    """The τ's bootstrap interval over prompts, in words."""
+    from dflash.decoding.evaluate import INTERVAL_LEVEL
+
+    lo, hi = report.tau_interval
+    if report.prompts < 2:
+        return "one prompt: no interval (evaluate more prompts to see how τ varies)"
+    level = round(100 * INTERVAL_LEVEL)
+    return (f"{lo:.2f}-{hi:.2f} ({level} % bootstrap interval over the {report.prompts} "
+            "prompts; a τ outside it differs by more than the prompts drawn)")
+
+
 def render_text(report: EvalReport) -> str:
     hist = ", ".join(f"{i + 1}:{n}" for i, n in enumerate(report.acceptance_histogram) if n)
     d = report.to_dict()
     lines = [
         f"prompts {report.prompts}, tokens {report.tokens}",
         f"tau {report.tau:.2f} tokens per target forward (per cycle: {hist})",
+        f"tau over these prompts: {_interval(report)}",
         f"target-only {report.target_seconds:.2f} s, speculative "
         f"{report.speculative_seconds:.2f} s, speedup {report.speedup:.2f}x",
         f"tokens/s: target-only {d['target_tokens_per_s']:.1f}, speculative "

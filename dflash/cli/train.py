@@ -32,6 +32,7 @@ from dflash.checkpoint.layout import latest_checkpoint
 from dflash.cli import options
 from dflash.cli.command import Command
 from dflash.cli.command import entry as command_entry
+from dflash.cli.display import held_out_line
 from dflash.cli.gate import Gate, gather, refuse, start_gate
 from dflash.cli.heartbeat import DEFAULT_SECONDS
 from dflash.cli.reporting import CHOICES, check_installed
@@ -288,10 +289,8 @@ def _train(command: Command, args: argparse.Namespace, cfg: TrainConfig,
     if world.is_main:
         held = held_out_report(trainer, result.held_out)
         _write_meta(Path(cfg.out), {**meta, "start_s": trainer.start_phases, "held_out": held})
-        if "decode_tau" in held:
-            print(f"{PROG}: held-out τ at step {held['step']}: {held['teacher_forced_tau']:.2f} "
-                  f"teacher-forced, {held['decode_tau']:.2f} decoding "
-                  f"(ratio {held['ratio']:.2f})")
+        if (line := held_out_line(held)) is not None:
+            print(f"{PROG}: {line}")
         if result.stopped_early:
             why = "stop_after" if cfg.stop_after and result.step >= cfg.stop_after else "SIGTERM"
             print(f"{PROG}: stopped by {why} at step {result.step}; checkpoint "
@@ -335,8 +334,9 @@ def held_out_report(trainer: Trainer, last: dict[str, Any]) -> dict[str, Any]:
         report.update(teacher_forced_tau=last["held_out_tau"],
                       stopped_rows=last["held_out_tau_stopped"])
     if "held_out_decode_tau" in last:
-        report.update(decode_tau=last["held_out_decode_tau"],
-                      ratio=last["held_out_tau_ratio"])
+        report.update(decode_tau=last["held_out_decode_tau"], ratio=last["held_out_tau_ratio"],
+                      decode_tau_interval=[last["held_out_decode_tau_lo"],
+                                           last["held_out_decode_tau_hi"]])
     return report
 
 

@@ -3,10 +3,18 @@ target alone (:func:`~dflash.decoding.speculative.target_greedy`, the reference)
 the decoder, on the same prompts, and reports tau, the wall-clock speedup and whether the
 tokens are equal (:class:`EvalReport`). Where they differ, :class:`Mismatch` says where
 and by how much the target's logits separate the two tokens.
+
+A τ over a dozen prompts moves with the prompts drawn: on the twelfth real-target run
+one prompt of twelve decoded at τ 1.7 where the others gave 8-14, and took the pooled τ
+from 11 to 7.9 (docs/BENCHMARKS.md, issue 36). :func:`tau_interval` says how far: a
+percentile bootstrap over prompts (the prompts redrawn with replacement, each draw's τ
+pooled as the point is), reported beside the point by ``dflash-eval`` and the trainer's
+free-running held-out τ, so two τ are compared with their spread in sight.
 """
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +30,32 @@ from dflash.decoding.speculative import (
 )
 from dflash.model import DFlashDrafter
 from dflash.target import TargetModel
+
+INTERVAL_LEVEL = 0.95
+INTERVAL_DRAWS = 2000
+
+
+def pooled_tau(prompts: Sequence[tuple[int, int]]) -> float:
+    """Tokens per cycle with every prompt's cycles pooled (``prompts``: each one's
+    accepted tokens and cycles); 0.0 without a cycle."""
+    cycles = sum(c for _, c in prompts)
+    return sum(a for a, _ in prompts) / cycles if cycles else 0.0
+
+
+def tau_interval(prompts: Sequence[tuple[int, int]], *, level: float = INTERVAL_LEVEL,
+                 draws: int = INTERVAL_DRAWS, seed: int = 0) -> tuple[float, float]:
+    """The ``level`` percentile bootstrap interval of :func:`pooled_tau` over prompts:
+    ``draws`` redraws of as many prompts with replacement, each pooled. The same input
+    gives the same interval (``seed``); one prompt or none gives the point itself."""
+    point = pooled_tau(prompts)
+    if len(prompts) < 2:
+        return point, point
+    rng = random.Random(seed)  # noqa: S311 (resampling prompts, not a secret)
+    n = len(prompts)
+    taus = sorted(pooled_tau([prompts[rng.randrange(n)] for _ in range(n)])
+                  for _ in range(draws))
+    tail = (1.0 - level) / 2
+    return taus[int(tail * (draws - 1))], taus[round((1.0 - tail) * (draws - 1))]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +100,8 @@ class EvalReport:
     """Hybrid drafting: cycles that kept prompt lookup's draft (the rest: the drafter's)."""
     both_verified: int = 0
     """Hybrid drafting, static cycle: cycles that verified both drafts in one forward."""
+    tau_interval: tuple[float, float] = (0.0, 0.0)
+    """:func:`tau_interval` over the prompts (its :data:`INTERVAL_LEVEL`)."""
 
     @property
     def speedup(self) -> float:
@@ -95,6 +131,7 @@ class EvalReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {"prompts": self.prompts, "tokens": self.tokens, "tau": self.tau,
+                "tau_interval": list(self.tau_interval), "tau_interval_level": INTERVAL_LEVEL,
                 "cycles": self.cycles, "max_draft": self.max_draft,
                 "target_seconds": self.target_seconds,
                 "speculative_seconds": self.speculative_seconds, "speedup": self.speedup,
@@ -163,6 +200,7 @@ def evaluate(target: TargetModel, decode: Decoder | DFlashDrafter,
     t_sec = s_sec = 0.0
     tokens = ref_tokens = drafted = lookups = both = 0
     cycles: list[int] = []
+    counts: list[tuple[int, int]] = []  # accepted tokens and cycles, each prompt
     mismatches = []
     per_prompt = []
     for i, prompt in enumerate(prompts):
@@ -176,7 +214,9 @@ def evaluate(target: TargetModel, decode: Decoder | DFlashDrafter,
         lookups += spec.lookups
         both += spec.both_verified
         cycles.extend(spec.accepted)
+        counts.append((sum(spec.accepted), len(spec.accepted)))
         per_prompt.append({"tokens": len(spec.tokens), "cycles": len(spec.accepted),
+                           "accepted": sum(spec.accepted),
                            "tau": _rate(sum(spec.accepted), len(spec.accepted)),
                            "lookups": spec.lookups, "both_verified": spec.both_verified,
                            "target_seconds": ref.seconds, "speculative_seconds": spec.seconds})
@@ -194,6 +234,7 @@ def evaluate(target: TargetModel, decode: Decoder | DFlashDrafter,
         histogram[n - 1] += 1
     return EvalReport(prompts=len(prompts), tokens=tokens,
                       tau=sum(cycles) / len(cycles) if cycles else 0.0,
+                      tau_interval=tau_interval(counts),
                       target_seconds=t_sec, speculative_seconds=s_sec,
                       lossless=not mismatches, mismatches=tuple(mismatches),
                       acceptance_histogram=tuple(histogram), target_tokens=ref_tokens,

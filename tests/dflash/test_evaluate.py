@@ -9,8 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from dflash.checkpoint.layout import published_config
 from dflash.cli.evaluate import main
+from dflash.decoding.evaluate import pooled_tau, tau_interval
 from dflash.presets import tiny_drafter
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,9 +36,16 @@ def test_eval_reports_tau_and_losslessness(trained_tiny, capsys):
     assert report["lossless"] and report["prompts"] == 4 and report["tokens"] == 4 * 48
     assert report["tau"] > 1.1  # untrained: 1.0; the trained drafter gets drafts accepted
     assert sum(report["acceptance_histogram"]) > 0
+    lo, hi = report["tau_interval"]
+    assert lo <= report["tau"] <= hi and report["tau_interval_level"] == 0.95
+    pairs = [(p["accepted"], p["cycles"]) for p in report["per_prompt"]]
+    assert pooled_tau(pairs) == pytest.approx(report["tau"])
+    assert (lo, hi) == tau_interval(pairs)  # the report's is the function's, seeded
 
     assert main(argv[:-1]) == 0
-    assert "lossless: output equals target-only greedy" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "lossless: output equals target-only greedy" in text
+    assert f"tau over these prompts: {lo:.2f}-{hi:.2f} (95 % bootstrap interval over the 4" in text
 
 
 def test_eval_refuses_a_drafter_for_another_target(trained_tiny, tmp_path: Path, capsys):
@@ -193,3 +203,21 @@ def test_static_cycle_on_a_transformers_target_is_exit_2(monkeypatch, capsys):
     assert main(argv) == 2
     assert "--cycle static: the static cycle runs dflash's own Qwen3 targets only" in (
         _error_line(capsys.readouterr().err))
+
+
+def test_the_tau_interval_is_the_pooled_tau_over_prompts_redrawn():
+    # The twelfth real-target run's DFlash eval: eleven prompts at 8-14 tokens a cycle and
+    # one at 1.7 (192 tokens each; docs/BENCHMARKS.md, issue 36).
+    taus = [13.64, 13.64, 11.24, 8.3, 12.73, 12.73, 11.24, 10.61, 13.64, 12.73, 10.61, 1.71]
+    pairs = [(192, round(192 / t)) for t in taus]
+    point = pooled_tau(pairs)
+    assert 7.5 < point < 8.2  # the one slow prompt's 112 cycles weigh most
+    lo, hi = tau_interval(pairs)
+    assert lo < 5.5 and hi > 11.5  # ... so twelve prompts leave τ this uncertain
+    assert tau_interval(pairs) == (lo, hi)  # seeded: a report reads the same twice
+    alike = [(192, 16)] * 12
+    assert tau_interval(alike) == (12.0, 12.0)  # prompts alike: no spread
+    assert tau_interval(pairs[:1]) == (pooled_tau(pairs[:1]),) * 2  # one prompt: the point
+    assert tau_interval([]) == (0.0, 0.0) and pooled_tau([]) == 0.0
+    narrow = tau_interval(pairs * 8)  # eight times the prompts: a narrower interval
+    assert lo < narrow[0] <= point <= narrow[1] < hi

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from dflash.data import Example, read_examples
+from dflash.decoding.evaluate import pooled_tau, tau_interval
 from dflash.errors import ConfigError, DataError
 from dflash.heldout import (
+    decode_counts,
     decode_prompts,
-    decode_tau,
     prompt_of,
     source_key,
     split_by_source,
@@ -145,9 +146,13 @@ def test_training_measures_a_decoding_tau_beside_the_teacher_forced_one(tmp_path
                                                         / r["held_out_decode_tau"])
     # the same figure as the decoding code gives the final drafter on those prompts
     assert len(trainer.decode_prompts) == 4
-    again = decode_tau(tiny_target, trainer.drafter, trainer.decode_prompts,
-                       max_new_tokens=16)
-    assert evals[-1]["held_out_decode_tau"] == pytest.approx(again)
+    again = decode_counts(tiny_target, trainer.drafter, trainer.decode_prompts,
+                          max_new_tokens=16)
+    assert evals[-1]["held_out_decode_tau"] == pytest.approx(pooled_tau(again))
+    # ... with its bootstrap interval over those prompts beside it
+    lo, hi = tau_interval(again)
+    assert (evals[-1]["held_out_decode_tau_lo"], evals[-1]["held_out_decode_tau_hi"]) == (lo, hi)
+    assert lo <= evals[-1]["held_out_decode_tau"] <= hi
     # held_out_tau is decoding replayed on the held-out rows over the decode's 16 tokens
     # (dflash.replay); the random-anchor mean is still logged beside it
     walked = replay(tiny_target, trainer.drafter,
@@ -210,9 +215,12 @@ def test_the_final_report_says_how_far_apart_they_are(tmp_path: Path,
     assert held["teacher_forced_tau_random"] >= 1.0
     assert held["held_out_rows"] >= 4 and held["train_rows"] > held["held_out_rows"]
     line = next(x for x in capsys.readouterr().out.splitlines() if "held-out τ at" in x)
+    lo, hi = held["decode_tau_interval"]
+    assert lo <= held["decode_tau"] <= hi
     assert line == (f"dflash-train: held-out τ at step 4: {held['teacher_forced_tau']:.2f} "
                     f"teacher-forced, {held['decode_tau']:.2f} decoding "
-                    f"(ratio {held['ratio']:.2f})")
+                    f"(ratio {held['ratio']:.2f}; decoding {lo:.2f}-{hi:.2f} over its 2 "
+                    "prompts, 95 % bootstrap)")
 
 
 def test_decode_prompts_are_one_per_held_out_source():
