@@ -20,16 +20,16 @@ The plan's steps, in order:
   time in its stderr).
 - ``fresh``: everything new again, on the machine as the launches before left it;
   ``fresh-serial``: the same with the data generated after the drafter's placing, not
-  beside it (``DFLASH_NO_DATA_BESIDE=1``); ``fresh-warmup-after``: the data beside the
-  placing, but the warm-up after the data, not beside its end
-  (``DFLASH_NO_WARMUP_BESIDE=1``).
+  beside it (``DFLASH_NO_DATA_BESIDE=1``); ``fresh-warmup-beside``: the data beside the
+  placing and the warm-up beside the data's end (``DFLASH_WARMUP_BESIDE=1``; the default
+  waits for the data).
 - ``cold``: ``first``'s compile folders emptied (the Mega-Cache store and dflash's cache
   kept); ``warm``: the same folders again.
 - ``warm:N``: N rounds of three warm launches: as is, ``TORCH_WARM_POOL=0`` and
   ``TORCHINDUCTOR_COMPILE_THREADS=1`` (torch's own switches for its compile pool).
 
-A step named again runs again, recorded as ``NAME#2`` (``fresh,fresh-warmup-after,fresh,
-fresh-warmup-after``: an A/B in alternation). Results are written to ``OUT/series.json``
+A step named again runs again, recorded as ``NAME#2`` (``fresh,fresh-warmup-beside,fresh,
+fresh-warmup-beside``: an A/B in alternation). Results are written to ``OUT/series.json``
 after every launch.
 """
 
@@ -53,7 +53,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 FRESH: dict[str, dict[str, str] | None] = {
     "fresh": None, "fresh-serial": {"DFLASH_NO_DATA_BESIDE": "1"},
-    "fresh-warmup-after": {"DFLASH_NO_WARMUP_BESIDE": "1"}}
+    "fresh-warmup-beside": {"DFLASH_WARMUP_BESIDE": "1"}}
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 from first_step import first_step  # noqa: E402

@@ -17,7 +17,11 @@ allocates no device memory and records nothing more), and compiles while the loo
 steps run on the device. Should the two not fit in device memory together, the warm-up
 runs again after the data (with a warning); a shape the data turns out to have that was
 not warmed is warmed when the data is in, the seal lifted and set again.
-:data:`BESIDE_OPT_OUT_ENV` turns this off.
+It is off unless :data:`BESIDE_OPT_IN_ENV` is set: on two H100s it gained nothing the
+launches' own spread did not swamp (to the first step, 19.14 s against 18.48 s in turn on
+one stream; 18.18 and 16.07 s against 17.08 and 18.63 s with the loop on a stream of its
+own, alternating; docs/BENCHMARKS.md, issue 36, eleventh and twelfth runs): the warm-up
+grows by about what the data's wait shrinks.
 """
 
 from __future__ import annotations
@@ -39,8 +43,9 @@ StepFn = Callable[[Tensor, Tensor, torch.Generator, Tensor | None], Tensor]
 """One step's loss: (input ids [B, S], loss mask [B, S], the anchors' generator, the
 features [B, S, F] or None for the target's own)."""
 
-BESIDE_OPT_OUT_ENV = "DFLASH_NO_WARMUP_BESIDE"
-"""Set (non-empty): the warm-up waits for the data phase, as it did before."""
+BESIDE_OPT_IN_ENV = "DFLASH_WARMUP_BESIDE"
+"""Set (non-empty): the warm-up runs while the data phase ends, where it can
+(:func:`warms_up_beside`); unset, it waits for the data."""
 
 Shape = tuple[int, int]
 
@@ -50,8 +55,8 @@ def warms_up_beside(data: DataPhase, compiled: bool, alone: bool) -> bool:
     warm-up that compiles (an eager one has nothing to gain), one process (under torchrun
     a rank that ran out of memory and warmed up later would leave the others waiting in
     a collective; split roles ask a target rank for the features in a fixed order), and
-    :data:`BESIDE_OPT_OUT_ENV` unset."""
-    return data.beside and compiled and alone and not os.environ.get(BESIDE_OPT_OUT_ENV)
+    :data:`BESIDE_OPT_IN_ENV` set."""
+    return data.beside and compiled and alone and bool(os.environ.get(BESIDE_OPT_IN_ENV))
 
 
 class WarmUp:

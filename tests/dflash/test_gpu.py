@@ -234,6 +234,7 @@ def test_compiled_trainer_warmed_up_beside_its_data_trains_as_in_turn_on_gpu() -
     from dflash.presets import tiny as tiny_recipe
     from dflash.target import load_target
     from dflash.train import Trainer
+    from dflash.warmup import BESIDE_OPT_IN_ENV
 
     unseal()
     dev = torch.device("cuda")
@@ -244,12 +245,12 @@ def test_compiled_trainer_warmed_up_beside_its_data_trains_as_in_turn_on_gpu() -
         held_out=4)
     runs = {}
     for how in ("in turn", "beside"):
-        if how == "in turn":
-            os.environ[BESIDE_OPT_OUT_ENV] = "1"
+        os.environ[BESIDE_OPT_OUT_ENV if how == "in turn" else BESIDE_OPT_IN_ENV] = "1"
         try:
             trainer = Trainer(dataclasses.replace(cfg, out=tempfile.mkdtemp()), target=target)
         finally:
             os.environ.pop(BESIDE_OPT_OUT_ENV, None)
+            os.environ.pop(BESIDE_OPT_IN_ENV, None)
         warmed_early = bool(trainer.warm.warmed)
         records: list[dict] = []
         trainer.run(records.append, final_save=False)

@@ -18,7 +18,7 @@ from dflash.dataphase import DataPhase
 from dflash.presets import tiny
 from dflash.startup import StartClock, synthetic_shapes
 from dflash.train import Trainer
-from dflash.warmup import BESIDE_OPT_OUT_ENV, warms_up_beside
+from dflash.warmup import BESIDE_OPT_IN_ENV, warms_up_beside
 from tests.dflash.test_startup import SMALL, Heard
 
 CPU = torch.device("cpu")
@@ -50,9 +50,9 @@ def test_the_synthetic_datas_shapes_are_known_before_it_is_made(tiny_target, tmp
     assert synthetic_shapes(dataclasses.replace(cfg, buckets=(32, 200))) == [(2, 200)]
 
 
-def test_only_a_compiling_warm_up_in_one_process_goes_beside(tiny_target,
-                                                                    monkeypatch):
-    monkeypatch.delenv(BESIDE_OPT_OUT_ENV, raising=False)
+def test_only_a_compiling_warm_up_in_one_process_asked_for_goes_beside(tiny_target,
+                                                                      monkeypatch):
+    monkeypatch.setenv(BESIDE_OPT_IN_ENV, "1")
     cfg = dataclasses.replace(tiny(), **SMALL)
     data = DataPhase(StartClock(CPU), cfg, tiny_target, examples=None, shapes_only=False,
                      ranks=1, remembered=None, beside=True)
@@ -62,8 +62,8 @@ def test_only_a_compiling_warm_up_in_one_process_goes_beside(tiny_target,
     assert not warms_up_beside(in_turn, True, True)
     assert not warms_up_beside(data, False, True)  # eager: nothing to compile
     assert not warms_up_beside(data, True, False)  # torchrun: every rank must warm up alike
-    monkeypatch.setenv(BESIDE_OPT_OUT_ENV, "1")
-    assert not warms_up_beside(data, True, True)
+    monkeypatch.delenv(BESIDE_OPT_IN_ENV)
+    assert not warms_up_beside(data, True, True)  # the default: the warm-up after the data
     for phase in (data, in_turn):
         phase.result()
         assert phase.settled.is_set() == phase.beside  # in turn: nothing to wait for
