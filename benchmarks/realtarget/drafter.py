@@ -238,6 +238,7 @@ def _eval_jobs(run: Run) -> list[tuple[str, list[str], int]]:
 
 def _compact(report: dict[str, Any]) -> dict[str, Any]:
     keep = ("drafter", "dtype", "device", "max_new_tokens", "prompts", "tokens", "tau",
+            "tau_interval",
             "cycles", "max_draft", "target_seconds", "speculative_seconds", "speedup",
             "target_tokens_per_s", "speculative_tokens_per_s", "drafted",
             "draft_acceptance", "lossless", "mismatches", "acceptance_histogram",
@@ -263,7 +264,9 @@ def stage_eval(run: Run) -> dict[str, Any]:
         entry: dict[str, Any] = {"command": argv, "rc": res["rc"], "seconds": res["seconds"]}
         if "json" in res:
             entry.update(_compact(res["json"]))
-            log("eval", f"{name}: tau {entry['tau']:.2f}, speedup {entry['speedup']:.2f}x, "
+            lo, hi = entry.get("tau_interval") or (entry["tau"], entry["tau"])
+            log("eval", f"{name}: tau {entry['tau']:.2f} ({lo:.2f}-{hi:.2f} over the prompts), "
+                        f"speedup {entry['speedup']:.2f}x, "
                         f"{entry['speculative_tokens_per_s']:.0f} tok/s, lossless "
                         f"{entry['lossless']}")
         else:
