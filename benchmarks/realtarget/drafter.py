@@ -243,7 +243,8 @@ def _compact(report: dict[str, Any]) -> dict[str, Any]:
             "target_tokens_per_s", "speculative_tokens_per_s", "drafted",
             "draft_acceptance", "lossless", "mismatches", "acceptance_histogram",
             "warmup_seconds", "per_prompt", "cycle_in_target_forwards", "lookups",
-            "both_verified")
+            "both_verified", "captured_target_seconds", "speedup_captured",
+            "cycle_in_captured_target_forwards", "captured_equal")
     return {k: report[k] for k in keep if k in report}
 
 
@@ -266,7 +267,8 @@ def stage_eval(run: Run) -> dict[str, Any]:
             entry.update(_compact(res["json"]))
             lo, hi = entry.get("tau_interval") or (entry["tau"], entry["tau"])
             log("eval", f"{name}: tau {entry['tau']:.2f} ({lo:.2f}-{hi:.2f} over the prompts), "
-                        f"speedup {entry['speedup']:.2f}x, "
+                        f"speedup {entry['speedup']:.2f}x "
+                        f"({entry.get('speedup_captured', 0.0):.2f}x over captured), "
                         f"{entry['speculative_tokens_per_s']:.0f} tok/s, lossless "
                         f"{entry['lossless']}")
         else:

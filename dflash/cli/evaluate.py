@@ -55,6 +55,7 @@ from dflash.ngram import NgramSpec
 
 if TYPE_CHECKING:
     from dflash.decoding.evaluate import EvalReport
+    from dflash.decoding.speculative import Decoder
     from dflash.target import TargetModel
 
 PROG = "dflash-eval"
@@ -185,7 +186,7 @@ def _main(args: argparse.Namespace) -> int:
     from dflash.decoding.cycle import Drafting, cycle_decoder
     from dflash.decoding.evaluate import evaluate
     from dflash.decoding.generate import device_and_dtype, prompts_for, stop_ids_of
-    from dflash.decoding.speculative import Decoder, ngram_decoder
+    from dflash.decoding.speculative import ngram_decoder
     from dflash.model import DFlashDrafter
     from dflash.target import load_target
 
@@ -245,7 +246,8 @@ def _main(args: argparse.Namespace) -> int:
 
         report = evaluate(target, decode, prompts, max_new_tokens=args.max_new_tokens,
                           stop_ids=stop_ids_of(target), max_draft=choice.max_draft,
-                          on_phase=on_phase, on_prompt=progress.update)
+                          on_phase=on_phase, on_prompt=progress.update,
+                          captured=_captured_reference(described["cycle_path"], target))
     progress.say(f"done: tau {report.tau:.2f}, speedup {report.speedup:.2f}x, "
                  f"{'lossless' if report.lossless else 'NOT LOSSLESS'}")
     if args.json:
@@ -270,6 +272,17 @@ def _path(requested: str, target: TargetModel) -> str:
         raise ConfigError(f"--cycle {requested}: {exc}") from None
 
 
+def _captured_reference(path: str, target: TargetModel) -> Decoder | None:
+    """On the static path, target-only decoding captured as the cycle is: the second clock
+    (:mod:`dflash.decoding.reference`)."""
+    if path != "static":
+        return None
+    from dflash.decoding.reference import CapturedGreedy
+    from dflash.decoding.static import graphs_for
+
+    return CapturedGreedy(target, graphs_for(target.device))
+
+
 def _interval(report: EvalReport) -> str:
     """The τ's bootstrap interval over prompts, in words."""
     from dflash.decoding.evaluate import INTERVAL_LEVEL
@@ -282,6 +295,18 @@ def _interval(report: EvalReport) -> str:
             "prompts; a τ outside it differs by more than the prompts drawn)")
 
 
+def _against_captured(report: EvalReport) -> list[str]:
+    """The line for the captured target-only reference, where it ran."""
+    if report.captured_equal is None:
+        return []
+    line = (f"target-only captured {report.captured_target_seconds:.2f} s, speedup "
+            f"{report.speedup_captured:.2f}x over it; a cycle costs "
+            f"{report.cycle_cost_captured:.2f} captured target forwards")
+    if not report.captured_equal:
+        line += " (its tokens differed from the eager reference's: timing only)"
+    return [line]
+
+
 def render_text(report: EvalReport) -> str:
     hist = ", ".join(f"{i + 1}:{n}" for i, n in enumerate(report.acceptance_histogram) if n)
     d = report.to_dict()
@@ -291,6 +316,7 @@ def render_text(report: EvalReport) -> str:
         f"tau over these prompts: {_interval(report)}",
         f"target-only {report.target_seconds:.2f} s, speculative "
         f"{report.speculative_seconds:.2f} s, speedup {report.speedup:.2f}x",
+        *_against_captured(report),
         f"tokens/s: target-only {d['target_tokens_per_s']:.1f}, speculative "
         f"{d['speculative_tokens_per_s']:.1f}; drafts accepted "
         f"{100 * report.draft_acceptance:.1f} % of {report.drafted}; a cycle costs "

@@ -102,10 +102,30 @@ class EvalReport:
     """Hybrid drafting, static cycle: cycles that verified both drafts in one forward."""
     tau_interval: tuple[float, float] = (0.0, 0.0)
     """:func:`tau_interval` over the prompts (its :data:`INTERVAL_LEVEL`)."""
+    captured_target_seconds: float = 0.0
+    """Target-only greedy decoding with its step captured
+    (:class:`dflash.decoding.reference.CapturedGreedy`), all prompts; 0.0: not run."""
+    captured_equal: bool | None = None
+    """Whether the captured reference's tokens were the eager reference's, every prompt
+    (None: not run)."""
 
     @property
     def speedup(self) -> float:
         return self.target_seconds / self.speculative_seconds if self.speculative_seconds else 0.0
+
+    @property
+    def speedup_captured(self) -> float:
+        """The speedup over the captured target-only reference (0.0: not run)."""
+        return (self.captured_target_seconds / self.speculative_seconds
+                if self.captured_target_seconds and self.speculative_seconds else 0.0)
+
+    @property
+    def cycle_cost_captured(self) -> float:
+        """What a cycle costs in captured target forwards (0.0: not run)."""
+        if not (self.cycles and self.target_tokens and self.captured_target_seconds):
+            return 0.0
+        return (self.speculative_seconds / self.cycles) / (self.captured_target_seconds
+                                                            / self.target_tokens)
 
     @property
     def cycles(self) -> int:
@@ -138,7 +158,11 @@ class EvalReport:
                 "target_tokens_per_s": _rate(self.target_tokens, self.target_seconds),
                 "speculative_tokens_per_s": _rate(self.tokens, self.speculative_seconds),
                 "drafted": self.drafted, "draft_acceptance": self.draft_acceptance,
-                "cycle_in_target_forwards": self.cycle_cost, "lookups": self.lookups,
+                "cycle_in_target_forwards": self.cycle_cost,
+                "captured_target_seconds": self.captured_target_seconds,
+                "speedup_captured": self.speedup_captured,
+                "cycle_in_captured_target_forwards": self.cycle_cost_captured,
+                "captured_equal": self.captured_equal, "lookups": self.lookups,
                 "both_verified": self.both_verified,
                 "lossless": self.lossless,
                 "mismatches": [m.to_dict() for m in self.mismatches],
@@ -172,13 +196,16 @@ def evaluate(target: TargetModel, decode: Decoder | DFlashDrafter,
              stop_ids: Sequence[int] = (), warmup: bool = True,
              max_draft: int | None = None,
              on_phase: Callable[[str], None] | None = None,
-             on_prompt: Callable[[int, int], None] | None = None) -> EvalReport:
+             on_prompt: Callable[[int, int], None] | None = None,
+             captured: Decoder | None = None) -> EvalReport:
     """Decode every prompt both ways: tau, wall-clock speedup, and token-level equality.
 
     ``decode`` is a :class:`Decoder` (:func:`dflash_decoder`, :func:`ngram_decoder`) or a
     DFlash drafter; ``max_draft`` sizes the acceptance histogram (default: the drafter's
     block size minus one; required for another decoder). ``on_phase`` hears "warming up"
-    and "decoding"; ``on_prompt(done, total)`` after each prompt.
+    and "decoding"; ``on_prompt(done, total)`` after each prompt. ``captured``: a second,
+    captured target-only reference (:class:`dflash.decoding.reference.CapturedGreedy`)
+    to time the decoder against too; its tokens are checked against the eager one's.
     """
     if not prompts:
         raise ValueError("no prompts to evaluate")
@@ -194,10 +221,13 @@ def evaluate(target: TargetModel, decode: Decoder | DFlashDrafter,
         t0 = time.perf_counter()
         target_greedy(target, prompts[0], max_new_tokens=min(8, max_new_tokens))
         decode(prompts[0], max_new_tokens=min(8, max_new_tokens))
+        if captured is not None:
+            captured(prompts[0], max_new_tokens=min(8, max_new_tokens))
         warm_s = time.perf_counter() - t0
     if on_phase is not None:
         on_phase(f"decoding {len(prompts)} prompt(s), target-only and speculative")
-    t_sec = s_sec = 0.0
+    t_sec = s_sec = c_sec = 0.0
+    captured_equal: bool | None = None if captured is None else True
     tokens = ref_tokens = drafted = lookups = both = 0
     cycles: list[int] = []
     counts: list[tuple[int, int]] = []  # accepted tokens and cycles, each prompt
@@ -208,6 +238,10 @@ def evaluate(target: TargetModel, decode: Decoder | DFlashDrafter,
         spec = decode(prompt, max_new_tokens=max_new_tokens, stop_ids=stop_ids)
         t_sec += ref.seconds
         s_sec += spec.seconds
+        if captured is not None:
+            clock = captured(prompt, max_new_tokens=max_new_tokens, stop_ids=stop_ids)
+            c_sec += clock.seconds
+            captured_equal = captured_equal and clock.tokens == ref.tokens
         tokens += len(spec.tokens)
         ref_tokens += len(ref.tokens)
         drafted += sum(spec.drafted)
@@ -239,4 +273,5 @@ def evaluate(target: TargetModel, decode: Decoder | DFlashDrafter,
                       lossless=not mismatches, mismatches=tuple(mismatches),
                       acceptance_histogram=tuple(histogram), target_tokens=ref_tokens,
                       drafted=drafted, max_draft=max_draft, warmup_seconds=warm_s,
-                      per_prompt=tuple(per_prompt), lookups=lookups, both_verified=both)
+                      per_prompt=tuple(per_prompt), lookups=lookups, both_verified=both,
+                      captured_target_seconds=c_sec, captured_equal=captured_equal)

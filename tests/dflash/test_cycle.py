@@ -21,6 +21,7 @@ from dflash.decoding.cycle import (
 )
 from dflash.decoding.evaluate import evaluate
 from dflash.decoding.generate import synthetic_prompts
+from dflash.decoding.reference import CapturedGreedy
 from dflash.decoding.speculative import DraftStream, speculative_greedy, target_greedy
 from dflash.model import DFlashDrafter
 from dflash.ngram import NgramDrafter
@@ -192,3 +193,19 @@ def test_hybrid_needs_a_drafter(tiny_target):
         cycle_decoder(tiny_target, None, Drafting(kind="hybrid"))
     with pytest.raises(ValueError, match="min_match"):
         Drafting(kind="hybrid", min_match=0)
+
+
+def test_the_captured_reference_decodes_the_eager_references_tokens(tiny_target):
+    """Target-only decoding on the static cache, one token a step (uncaptured on a CPU):
+    the same tokens as target-only greedy decoding, a stop id ending both alike, and a
+    longer prompt growing its cache."""
+    reference = CapturedGreedy(tiny_target, graphs=False)
+    for prompt in (*_prompts(3), *_prompts(1, seed=5, length=500)):
+        eager = target_greedy(tiny_target, prompt, max_new_tokens=24)
+        got = reference(prompt, max_new_tokens=24)
+        assert got.tokens == eager.tokens and got.target_forwards == eager.target_forwards
+        stop = eager.tokens[5]
+        assert (reference(prompt, max_new_tokens=24, stop_ids=(stop,)).tokens
+                == target_greedy(tiny_target, prompt, max_new_tokens=24,
+                                 stop_ids=(stop,)).tokens)
+    assert reference.slots == static.slots_for(500 + 24 + 1) == 2 * static.SLOT_FLOOR

@@ -41,6 +41,8 @@ def test_eval_reports_tau_and_losslessness(trained_tiny, capsys):
     pairs = [(p["accepted"], p["cycles"]) for p in report["per_prompt"]]
     assert pooled_tau(pairs) == pytest.approx(report["tau"])
     assert (lo, hi) == tau_interval(pairs)  # the report's is the function's, seeded
+    assert report["drafter"]["cycle_path"] == "eager"  # no captured clock beside it then
+    assert report["captured_equal"] is None and report["speedup_captured"] == 0.0
 
     assert main(argv[:-1]) == 0
     text = capsys.readouterr().out
@@ -191,7 +193,15 @@ def test_hybrid_through_the_cli_on_the_static_cycle(trained_tiny, tmp_path: Path
         assert 0 < report["lookups"] < report["cycles"]
         assert report["lookups"] <= report["both_verified"] <= report["cycles"]
         assert report["cycle_in_target_forwards"] > 0
+        # the static path is also timed against target-only decoding on the same fixed
+        # shapes (uncaptured on a CPU), whose tokens are the eager reference's
+        assert report["captured_equal"] is True and report["captured_target_seconds"] > 0
+        assert report["speedup_captured"] == pytest.approx(
+            report["captured_target_seconds"] / report["speculative_seconds"])
+        assert report["cycle_in_captured_target_forwards"] > 0
     assert reports["useful"]["acceptance_histogram"] == reports["always"]["acceptance_histogram"]
+    assert main([*argv[:-2], "--quiet"]) == 0  # the text report says so in a line
+    assert "target-only captured " in capsys.readouterr().out
     assert reports["useful"]["both_verified"] <= reports["always"]["both_verified"]
 
 

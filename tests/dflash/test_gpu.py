@@ -223,6 +223,28 @@ def test_captured_batched_generation_in_a_thread_is_the_eager_loops_on_gpu() -> 
 
 
 @gpu
+def test_captured_target_only_reference_decodes_as_eager_on_gpu() -> None:
+    """dflash-eval's second clock: target-only decoding with its one-token step recorded
+    as a CUDA graph gives target-only greedy's tokens (fp32), its cache grown for a longer
+    prompt and the step recorded again."""
+    from dflash.decoding.generate import synthetic_prompts
+    from dflash.decoding.reference import CapturedGreedy
+    from dflash.decoding.speculative import target_greedy
+    from dflash.target import load_target
+
+    target = load_target("tiny", device=torch.device("cuda"), dtype=torch.float32)
+    reference = CapturedGreedy(target, graphs=True)
+    prompts = [*synthetic_prompts(3, vocab_size=512, length=12, seed=99, exclude=(511,)),
+               *synthetic_prompts(1, vocab_size=512, length=500, seed=5, exclude=(511,))]
+    for prompt in prompts:
+        want = target_greedy(target, prompt, max_new_tokens=40)
+        got = reference(prompt, max_new_tokens=40)
+        assert got.tokens == want.tokens and got.target_forwards == want.target_forwards
+        assert reference._static is not None and reference._static.step.graph is not None
+    assert reference.slots == 1024
+
+
+@gpu
 def test_compiled_trainer_warmed_up_beside_its_data_trains_as_in_turn_on_gpu() -> None:
     """The data generated beside the drafter's placing and the compiled warm-up run while
     its decode loop ends (random features, the loop only replaying): the same split and
