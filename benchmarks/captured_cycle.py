@@ -9,6 +9,8 @@ DFlash cycle accepts one token, so every cycle verifies the full block: the same
 each time. Measured in one process, alternating ``--reps`` times:
 
 target_ms          a target-only greedy token (eager, the reference every speedup uses);
+target_captured_ms the same, its one-token step captured on a static cache
+                   (dflash/decoding/reference.py; uncaptured on a CPU);
 dflash_eager_ms    a DFlash cycle on dynamic caches (``--cycle eager``);
 dflash_static_ms   the same on the static cycle (CUDA graphs on a GPU);
 ngram_eager_ms / ngram_static_ms   a prompt-lookup cycle on each path (drafts as they
@@ -18,8 +20,8 @@ hybrid_eager_ms / hybrid_static_ms  a hybrid cycle (``--min-match`` 3): eager, t
                    in one forward of 2 x 16 - 1 rows where the lookup drafts
                    (dflash/decoding/branches.py), else the DFlash cycle;
 
-each also in target forwards (÷ target_ms), and whether every decode equals target-only
-greedy decoding.
+each also in target forwards (÷ target_ms) and in captured target forwards
+(÷ target_captured_ms), and whether every decode equals target-only greedy decoding.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from dflash.decoding import static  # noqa: E402
 from dflash.decoding.cycle import Drafting, cycle_decoder  # noqa: E402
+from dflash.decoding.reference import CapturedGreedy  # noqa: E402
 from dflash.decoding.speculative import target_greedy  # noqa: E402
 from dflash.qwen3 import Qwen3Config  # noqa: E402
 from dflash.startup import build_drafter  # noqa: E402
@@ -71,16 +75,22 @@ def main() -> int:
     decoders = {f"{kind}_{path}": cycle_decoder(target, None if kind == "ngram" else drafter,
                                                 Drafting(kind=kind), max_draft=15, path=path)
                 for kind in ("dflash", "ngram", "hybrid") for path in ("eager", "static")}
+    captured = CapturedGreedy(target, static.graphs_for(target.device))
     target_greedy(target, prompt, max_new_tokens=8)  # warm-up (and the captures)
+    captured(prompt, max_new_tokens=args.tokens)
     for decode in decoders.values():
         decode(prompt, max_new_tokens=8)
-    rows: dict[str, list[float]] = {name: [] for name in ["target", *decoders]}
+    rows: dict[str, list[float]] = {name: [] for name in ["target", "target_captured",
+                                                            *decoders]}
     taus: dict[str, float] = {}
     lookups: dict[str, int] = {}
     equal = True
     for _ in range(args.reps):
         ref = target_greedy(target, prompt, max_new_tokens=args.tokens)
         rows["target"].append(ref.seconds / max(1, ref.target_forwards) * 1e3)
+        clock = captured(prompt, max_new_tokens=args.tokens)
+        rows["target_captured"].append(clock.seconds / max(1, clock.target_forwards) * 1e3)
+        equal = equal and clock.tokens == ref.tokens
         for name, decode in decoders.items():
             got = decode(prompt, max_new_tokens=args.tokens)
             rows[name].append(got.seconds / max(1, len(got.accepted)) * 1e3)
@@ -94,9 +104,11 @@ def main() -> int:
         "torch": torch.__version__, "lossless_every_decode": equal, "tau": taus,
         "lookups": lookups}
     target_ms = statistics.median(rows["target"])
+    captured_ms = statistics.median(rows["target_captured"])
     for name, values in rows.items():
         summary[f"{name}_ms"] = statistics.median(values)
         summary[f"{name}_in_target_forwards"] = statistics.median(values) / target_ms
+        summary[f"{name}_in_captured_target_forwards"] = statistics.median(values) / captured_ms
     text = json.dumps(summary, indent=1)
     print(text)
     if args.out:
