@@ -41,8 +41,9 @@ file, random batches of every shape, data the target generated before, or genera
 
 def data_source(cfg: TrainConfig, *, given: bool, shapes_only: bool,
                 remembered: Path | None) -> DataSource:
-    """The :data:`DataSource` of a data phase, in the order :func:`training_examples`
-    looks (``remembered``: the file of :func:`remembered_examples`)."""
+    """The :data:`DataSource` of a data phase, in the order
+    :func:`dflash.startup.training_examples` looks (``remembered``: the file of
+    :func:`dflash.startup.remembered_examples`)."""
     if given:
         return "given"
     if cfg.data:
@@ -93,11 +94,11 @@ class DataPhase:
     side by side, the loop's seconds leave the path to the first step. The loop runs in a
     thread of its own (:class:`envguard.probe.background.Task`); nothing in it draws from
     a global random stream (greedy decoding of prompts from their own seed) and its batch
-    is fixed here, before it starts, so the data and the key it is kept under
-    (:func:`remembered_path`) are those of the phase run in turn. :meth:`result` is then
-    the ``data`` phase on the clock: the wait, with the loop's own seconds in
-    ``data_beside``. Anywhere else (a data file, data generated before, a warm-up-only
-    run, a CPU) :meth:`result` runs the phase itself, as before.
+    is fixed before it starts, so the data and the key it is kept under
+    (:func:`dflash.startup.remembered_path`) are those of the phase run in turn.
+    :meth:`result` is then the ``data`` phase on the clock: the wait, with the loop's own
+    seconds in ``data_beside``. Anywhere else (a data file, data generated before, a
+    warm-up-only run, a CPU) :meth:`result` runs the phase itself, as before.
 
     Until :meth:`result`, the main thread must not run the target (its feature taps are
     the model's own), and until :attr:`settled` it must not draw random numbers on the

@@ -34,9 +34,9 @@ from torch import Tensor
 from dflash.batching import BatchLoader
 from dflash.config import TrainConfig
 from dflash.data import Example
-from dflash.decoding.evaluate import pooled_tau, tau_interval
 from dflash.decoding.generate import stop_ids_of
 from dflash.decoding.speculative import speculative_greedy
+from dflash.decoding.spread import pooled_tau, tau_interval
 from dflash.distributed.world import World
 from dflash.loss import LossOutput
 from dflash.model import DFlashDrafter
@@ -111,7 +111,7 @@ def decode_counts(target: TargetModel, drafter: DFlashDrafter,
                   prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
                   stop_ids: Sequence[int] = ()) -> list[tuple[int, int]]:
     """Greedy speculative decoding of each of ``prompts``: its accepted tokens and
-    verify cycles. Pooled (:func:`dflash.decoding.evaluate.pooled_tau`), every cycle of
+    verify cycles. Pooled (:func:`dflash.decoding.spread.pooled_tau`), every cycle of
     every prompt counted once, they are ``dflash-eval``'s τ."""
     counts = []
     for prompt in prompts:
@@ -181,7 +181,7 @@ def evaluate(cfg: TrainConfig, random_tau: float, target: TargetModel, drafter: 
     (``random_tau``). With ``prompts``, ``held_out_decode_tau`` and ``held_out_tau_ratio``
     (teacher-forced / free-running), and the free-running τ's bootstrap interval over the
     prompts (``held_out_decode_tau_lo`` and ``_hi``,
-    :func:`dflash.decoding.evaluate.tau_interval`: a dozen prompts leave τ uncertain by
+    :func:`dflash.decoding.spread.tau_interval`: a dozen prompts leave τ uncertain by
     more than the two differ); under torchrun a collective that leaves these to rank 0."""
     if target.released:
         return {"held_out_tau_random": random_tau}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from dflash.decoding.spread import INTERVAL_LEVEL
 from dflash.ticks import Tick
 
 PROG = "dflash-train"
@@ -73,16 +74,15 @@ def held_out_line(held: dict[str, Any]) -> str | None:
     lo, hi = held["decode_tau_interval"]
     return (f"held-out τ at step {held['step']}: {held['teacher_forced_tau']:.2f} "
             f"teacher-forced, {held['decode_tau']:.2f} decoding (ratio {held['ratio']:.2f}; "
-            f"decoding {lo:.2f}-{hi:.2f} over its {held['decode_prompts']} prompts, 95 % "
-            "bootstrap)")
+            f"decoding {lo:.2f}-{hi:.2f} over its {held['decode_prompts']} prompts, "
+            f"{round(100 * INTERVAL_LEVEL)} % bootstrap)")
 
 
 def format_record(r: dict[str, Any], total: int) -> str:
     held = f" held-out τ {r['held_out_tau']:.2f}" if "held_out_tau" in r else ""
     if "held_out_decode_tau" in r:
-        span = (f", {r['held_out_decode_tau_lo']:.2f}-{r['held_out_decode_tau_hi']:.2f}"
-                if "held_out_decode_tau_lo" in r else "")
-        held += f" (decoding {r['held_out_decode_tau']:.2f}{span})"
+        held += (f" (decoding {r['held_out_decode_tau']:.2f}, "
+                 f"{r['held_out_decode_tau_lo']:.2f}-{r['held_out_decode_tau_hi']:.2f})")
     loss = "nan" if r["loss"] is None else f"{r['loss']:.4f}"
     return (f"step {r['step']:>6}/{total}  loss {loss}  τ_sim {r['tau_sim']:.2f}{held}  "
             f"ctx {r['ctx_tok_s']:,.0f} tok/s  draft {r['draft_tok_s']:,.0f} tok/s  "

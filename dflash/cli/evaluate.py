@@ -49,6 +49,7 @@ from dflash.decoding.choices import (
     HYBRID_PREFIX,
     LOOKUP_BRANCHES,
 )
+from dflash.decoding.spread import INTERVAL_LEVEL
 from dflash.errors import CheckpointError, ConfigError, InputError
 from dflash.exitcodes import ExitCode
 from dflash.ngram import NgramSpec
@@ -285,8 +286,6 @@ def _captured_reference(path: str, target: TargetModel) -> Decoder | None:
 
 def _interval(report: EvalReport) -> str:
     """The τ's bootstrap interval over prompts, in words."""
-    from dflash.decoding.evaluate import INTERVAL_LEVEL
-
     lo, hi = report.tau_interval
     if report.prompts < 2:
         return "one prompt: no interval (evaluate more prompts to see how τ varies)"

@@ -4,17 +4,12 @@ the decoder, on the same prompts, and reports tau, the wall-clock speedup and wh
 tokens are equal (:class:`EvalReport`). Where they differ, :class:`Mismatch` says where
 and by how much the target's logits separate the two tokens.
 
-A τ over a dozen prompts moves with the prompts drawn: on the twelfth real-target run
-one prompt of twelve decoded at τ 1.7 where the others gave 8-14, and took the pooled τ
-from 11 to 7.9 (docs/BENCHMARKS.md, issue 36). :func:`tau_interval` says how far: a
-percentile bootstrap over prompts (the prompts redrawn with replacement, each draw's τ
-pooled as the point is), reported beside the point by ``dflash-eval`` and the trainer's
-free-running held-out τ, so two τ are compared with their spread in sight.
+:attr:`EvalReport.tau_interval` is τ's spread over the prompts
+(:func:`dflash.decoding.spread.tau_interval`).
 """
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,34 +23,9 @@ from dflash.decoding.speculative import (
     dflash_decoder,
     target_greedy,
 )
+from dflash.decoding.spread import INTERVAL_LEVEL, tau_interval
 from dflash.model import DFlashDrafter
 from dflash.target import TargetModel
-
-INTERVAL_LEVEL = 0.95
-INTERVAL_DRAWS = 2000
-
-
-def pooled_tau(prompts: Sequence[tuple[int, int]]) -> float:
-    """Tokens per cycle with every prompt's cycles pooled (``prompts``: each one's
-    accepted tokens and cycles); 0.0 without a cycle."""
-    cycles = sum(c for _, c in prompts)
-    return sum(a for a, _ in prompts) / cycles if cycles else 0.0
-
-
-def tau_interval(prompts: Sequence[tuple[int, int]], *, level: float = INTERVAL_LEVEL,
-                 draws: int = INTERVAL_DRAWS, seed: int = 0) -> tuple[float, float]:
-    """The ``level`` percentile bootstrap interval of :func:`pooled_tau` over prompts:
-    ``draws`` redraws of as many prompts with replacement, each pooled. The same input
-    gives the same interval (``seed``); one prompt or none gives the point itself."""
-    point = pooled_tau(prompts)
-    if len(prompts) < 2:
-        return point, point
-    rng = random.Random(seed)  # noqa: S311 (resampling prompts, not a secret)
-    n = len(prompts)
-    taus = sorted(pooled_tau([prompts[rng.randrange(n)] for _ in range(n)])
-                  for _ in range(draws))
-    tail = (1.0 - level) / 2
-    return taus[int(tail * (draws - 1))], taus[round((1.0 - tail) * (draws - 1))]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +71,8 @@ class EvalReport:
     both_verified: int = 0
     """Hybrid drafting, static cycle: cycles that verified both drafts in one forward."""
     tau_interval: tuple[float, float] = (0.0, 0.0)
-    """:func:`tau_interval` over the prompts (its :data:`INTERVAL_LEVEL`)."""
+    """:func:`~dflash.decoding.spread.tau_interval` over the prompts (at its
+    :data:`~dflash.decoding.spread.INTERVAL_LEVEL`)."""
     captured_target_seconds: float = 0.0
     """Target-only greedy decoding with its step captured
     (:class:`dflash.decoding.reference.CapturedGreedy`), all prompts; 0.0: not run."""

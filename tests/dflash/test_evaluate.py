@@ -13,7 +13,7 @@ import pytest
 
 from dflash.checkpoint.layout import published_config
 from dflash.cli.evaluate import main
-from dflash.decoding.evaluate import pooled_tau, tau_interval
+from dflash.decoding.spread import pooled_tau, tau_interval
 from dflash.presets import tiny_drafter
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dflash.data import Example, read_examples
-from dflash.decoding.evaluate import pooled_tau, tau_interval
+from dflash.decoding.spread import pooled_tau, tau_interval
 from dflash.errors import ConfigError, DataError
 from dflash.heldout import (
     decode_counts,
