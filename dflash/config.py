@@ -161,6 +161,11 @@ class TrainConfig:
     stop_after: int = 0
     """Stop (checkpoint, no export) once this many steps are done, as SIGTERM does; the
     schedule still runs to ``steps``. For time-sliced jobs; 0 = never."""
+    max_seconds: float = 0.0
+    """Finish once this many seconds have passed on the training loop's clock (from its
+    first step; held-out evaluations count, the start-up does not), as at ``steps``: a last
+    held-out evaluation, a checkpoint and the export. The schedule still runs to
+    ``steps``. For a run with a wall-clock budget; 0 = none."""
     lr: float = 6e-4
     warmup_ratio: float = 0.04
     min_lr_ratio: float = 0.0
@@ -224,6 +229,7 @@ class TrainConfig:
             (self.attention in ("auto", "flex", "sdpa"), "attention must be auto|flex|sdpa"),
             (self.compile in ("auto", "on", "off"), "compile must be auto|on|off"),
             (self.dtype in ("auto", "bfloat16", "float32"), "dtype must be auto|bfloat16|float32"),
+            (self.max_seconds >= 0, "max_seconds must be >= 0"),
             (self.log_every >= 1 and self.save_every >= 0 and self.eval_every >= 0,
              "log_every must be >= 1, save_every and eval_every >= 0"),
             (min(self.stop_after, self.held_out, self.keep_checkpoints,

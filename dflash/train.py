@@ -42,7 +42,7 @@ from dflash.config import DrafterConfig, TrainConfig
 from dflash.data import Example
 from dflash.dataphase import DataPhase
 from dflash.distributed.roles import FeatureClient, Lookahead
-from dflash.distributed.stop import StopVote
+from dflash.distributed.stop import Stop, StopVote
 from dflash.distributed.world import World
 from dflash.flops import count_params, flop_model, visible_pairs
 from dflash.heldout import decode_prompts, evaluate, teacher_forced_tau
@@ -91,6 +91,8 @@ class StepResult:
 class TrainResult:
     step: int
     stopped_early: bool
+    timed_out: bool
+    """Ended by ``max_seconds`` before ``steps`` (evaluated and exported as at ``steps``)."""
     warmup_seconds: float
     checkpoint: Path | None
     export: Path | None
@@ -288,7 +290,8 @@ class Trainer:
     # -- the loop ---------------------------------------------------------------------------
     def run(self, on_log: LogFn | None = None, stop: threading.Event | None = None,
             final_save: bool = True) -> TrainResult:
-        """Train to ``cfg.steps`` (or until ``stop``); then checkpoint and, unless stopped
+        """Train to ``cfg.steps`` or for ``cfg.max_seconds`` (or until ``stop``); the last
+        step is logged with a held-out evaluation; then checkpoint and, unless stopped
         early, export the drafter. ``final_save=False`` skips both (benchmarks)."""
         require_main_thread("training")
         cfg = self.cfg
@@ -303,18 +306,43 @@ class Trainer:
         meter = Meter()
         last: dict[str, Any] = {}
         saved: Path | None = None
-        stopped = False
-        vote = StopVote(self.world)  # a SIGTERM stops every rank at the same step
+        stopped = timed_out = False
+        vote = StopVote(self.world)  # a SIGTERM or the time budget: every rank at one step
         tick = self.on_tick if main else None
         held: Values = {}  # the latest held-out figures, for the heartbeat
         try:
-            t0 = time.perf_counter()
+            t0 = start = time.perf_counter()
             if tick is not None:
                 tick(Tick(work="training", step=state.step, total=cfg.steps, tokens=0))
+
+            def log_point(evaluate: bool) -> None:
+                """Record the steps since the last log point (if any), with a held-out
+                evaluation when asked; one line of metrics.jsonl, one ``on_log``."""
+                nonlocal meter, last, t0
+                if meter.steps:
+                    sync_device(self.rt.device)
+                    last = meter.record(step=state.step, seconds=time.perf_counter() - t0,
+                                        flops=self.flops, peak_tflops=peak, world=self.world,
+                                        device=self.rt.device)
+                if evaluate:  # its step is logged too, whatever log_every says
+                    held.update(self.evaluate_held_out(), step=state.step)
+                    last.update(held)
+                if log is not None:
+                    log.write(last)
+                if on_log is not None and main:
+                    on_log(last)
+                meter = Meter()
+                t0 = time.perf_counter()
+
             while state.step < cfg.steps:
-                if vote(stop is not None and stop.is_set()) or (
-                        cfg.stop_after and state.step >= cfg.stop_after):
+                over = bool(cfg.max_seconds) and time.perf_counter() - start >= cfg.max_seconds
+                decided = vote(Stop.SIGNAL if stop is not None and stop.is_set()
+                               else Stop.TIME if over else Stop.NONE)
+                if decided is Stop.SIGNAL or (cfg.stop_after and state.step >= cfg.stop_after):
                     stopped = True
+                    break
+                if decided is Stop.TIME:
+                    timed_out = True
                     break
                 ids_BS, mask_BS, loader_state, feats_BSF = self._next(prefetch, ahead)
                 step = self.train_step(ids_BS, mask_BS, feats_BSF)
@@ -325,24 +353,17 @@ class Trainer:
                     tick(Tick(work="training", step=state.step, total=cfg.steps,
                               tokens=ids_BS.numel() * self.world.size,
                               read=meter.reader(held)))
-                evaluating = bool(cfg.eval_every) and state.step % cfg.eval_every == 0
-                if state.step % cfg.log_every == 0 or state.step == cfg.steps or evaluating:
-                    sync_device(self.rt.device)
-                    now = time.perf_counter()
-                    last = meter.record(step=state.step, seconds=now - t0, flops=self.flops,
-                                        peak_tflops=peak, world=self.world,
-                                        device=self.rt.device)
-                    if evaluating:  # its step is logged too, whatever log_every says
-                        held.update(self.evaluate_held_out(), step=state.step)
-                        last.update(held)
-                    if log is not None:
-                        log.write(last)
-                    if on_log is not None and main:
-                        on_log(last)
-                    meter = Meter()
-                    t0 = time.perf_counter()
+                final = state.step == cfg.steps
+                evaluating = bool(cfg.eval_every) and (state.step % cfg.eval_every == 0 or final)
+                if state.step % cfg.log_every == 0 or final or evaluating:
+                    log_point(evaluating)
                 if cfg.save_every and state.step % cfg.save_every == 0:
                     saved = self.save()
+            if timed_out and state.step and (
+                    meter.steps or (cfg.eval_every and held.get("step") != state.step)):
+                # The budget's last step, as at ``steps``: logged, with a last evaluation
+                # (a step already logged is written again with it).
+                log_point(bool(cfg.eval_every) and held.get("step") != state.step)
             vote.close()
         finally:
             if ahead is not None:  # an answer asked for ahead must still be taken
@@ -356,7 +377,7 @@ class Trainer:
         if final_save and not stopped:
             export = checkpoint.export(self.out, self.drafter, self.world, self.rt.dtype,
                                        export_record(cfg.target, self.target))
-        return TrainResult(step=state.step, stopped_early=stopped,
+        return TrainResult(step=state.step, stopped_early=stopped, timed_out=timed_out,
                            warmup_seconds=self.warm.seconds, checkpoint=saved, export=export,
                            last=last, held_out=held)
 

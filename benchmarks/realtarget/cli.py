@@ -80,8 +80,12 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
     g.add_argument("--probe-steps", type=int, default=30)
     g.add_argument("--train-startup-s", type=float, default=45.0,
                    help="allowed for dflash-train's start before SIGTERM")
+    g.add_argument("--train-finish-s", type=float, default=120.0,
+                   help="allowed after the drafter's budget for its last held-out "
+                        "evaluation and export, before SIGTERM")
     g.add_argument("--train-reserve-s", type=float, default=120.0,
-                   help="with --deadline-s: seconds kept for start-up and the eval stage")
+                   help="with --deadline-s: seconds kept for start-up, the drafter's last "
+                        "held-out evaluation and the eval stage")
     g.add_argument("--eval-drafters", default="ngram,trained,untrained:8,checkpoints:8",
                    help="comma-separated: ngram, untrained, trained, hybrid (prompt lookup "
                         "where the context repeats, else the trained drafter), hybrid-useful "

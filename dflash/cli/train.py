@@ -296,7 +296,8 @@ def _train(command: Command, args: argparse.Namespace, cfg: TrainConfig,
             print(f"{PROG}: stopped by {why} at step {result.step}; checkpoint "
                   f"{result.checkpoint}; continue with --resume")
         else:
-            print(f"{PROG}: done at step {result.step}; drafter in {result.export}")
+            ran_out = f" ({cfg.max_seconds:g} s, max_seconds)" if result.timed_out else ""
+            print(f"{PROG}: done at step {result.step}{ran_out}; drafter in {result.export}")
         if result.export is not None:
             _serving_check(command, result.export, cfg.target)
     return ExitCode.OK

@@ -10,10 +10,16 @@ boundary each rank starts an all-reduce (MAX) of its own flag on a small gloo gr
 memory, so no GPU stream is waited on) and reads the result of the one it started at the
 previous boundary. Every rank then stops at the same step, one step after the first rank
 saw the signal.
+
+A rank's wish is a :class:`Stop`, not a flag: the run's time budget (``max_seconds``) ends a
+run as its last step does, a signal ends it early. Each rank reads its own clock, so the
+ranks can see the budget run out a step apart; the vote settles that as it settles a signal,
+and the larger reason wins (a signal over the budget).
 """
 
 from __future__ import annotations
 
+from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
 from dflash.distributed.world import World
@@ -22,8 +28,18 @@ if TYPE_CHECKING:
     import torch
 
 
+class Stop(IntEnum):
+    """Why a run leaves its loop before ``steps``; ordered, the vote keeps the largest."""
+
+    NONE = 0
+    TIME = 1
+    """``max_seconds`` ran out: the run finishes as at its last step (evaluated, exported)."""
+    SIGNAL = 2
+    """SIGTERM (or ``stop_after``): a checkpoint, no export; ``--resume`` continues it."""
+
+
 class StopVote:
-    """Call it at each step boundary with this rank's own wish to stop; it returns whether
+    """Call it at each step boundary with this rank's own wish; it returns whether (and why)
     every rank stops now. A world of one answers its own wish at once."""
 
     def __init__(self, world: World) -> None:
@@ -38,26 +54,26 @@ class StopVote:
             self._group = dist.new_group(list(range(world.size)), backend="gloo",
                                          use_local_synchronization=True)
 
-    def __call__(self, wish: bool) -> bool:
+    def __call__(self, wish: Stop) -> Stop:
         if not self.world.distributed:
             return wish
-        if self._collect():
-            return True
+        if (decided := self._collect()) is not Stop.NONE:
+            return decided
         import torch
         import torch.distributed as dist
 
         self._flag = torch.tensor([int(wish)], dtype=torch.int32)
         self._work = dist.all_reduce(self._flag, op=dist.ReduceOp.MAX, group=self._group,
                                      async_op=True)
-        return False
+        return Stop.NONE
 
-    def _collect(self) -> bool:
-        """The previous round's result (False when none is on its way)."""
+    def _collect(self) -> Stop:
+        """The previous round's result (``NONE`` when none is on its way)."""
         if self._work is None or self._flag is None:
-            return False
+            return Stop.NONE
         self._work.wait()
         self._work = None
-        return bool(int(self._flag.item()))
+        return Stop(int(self._flag.item()))
 
     def close(self) -> None:
         """Finish the round on its way: every rank started as many as the others."""

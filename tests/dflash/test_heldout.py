@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+import time
 from pathlib import Path
 
 import pytest
@@ -170,11 +172,39 @@ def test_training_measures_a_decoding_tau_beside_the_teacher_forced_one(tmp_path
 
 def test_an_evaluation_step_is_logged_whatever_log_every_says(tmp_path: Path, tiny_target):
     """eval_every need not be a multiple of log_every: 3 and 2 evaluate at step 3 (a
-    record of its own), where only steps both divide once did (none before step 6)."""
+    record of its own), where only steps both divide once did (none before step 6). The
+    last step (4) is evaluated too, so the run's last held-out figures are its export's."""
     _, records = _train(tmp_path, tiny_target, log_every=2, eval_every=3,
                         held_out_decode_tokens=8)
     assert [r["step"] for r in records] == [2, 3, 4]
-    assert ["held_out_tau" in r for r in records] == [False, True, False]
+    assert ["held_out_tau" in r for r in records] == [False, True, True]
+
+
+def test_a_time_budget_ends_the_run_as_its_last_step_does(tmp_path: Path, tiny_target):
+    """``max_seconds`` ends the loop at a step boundary: that step is logged with a held-out
+    evaluation (eval_every lies far beyond it), then a checkpoint and the export, as at
+    ``steps``; the schedule was still planned for ``steps``."""
+    cfg = dataclasses.replace(tiny(), out=str(tmp_path), steps=100_000, max_seconds=1.5,
+                              **{**SMALL, "log_every": 7, "eval_every": 50_000,
+                                 "held_out_decode_tokens": 8})
+    trainer = Trainer(cfg, target=tiny_target)
+    records: list[dict] = []
+    started = time.perf_counter()
+    result = trainer.run(records.append)
+    assert time.perf_counter() - started < 60
+    assert result.timed_out and not result.stopped_early
+    assert 0 < result.step < cfg.steps
+    assert result.export is not None and (result.export / "config.json").is_file()
+    assert result.checkpoint is not None and result.checkpoint.name.endswith(f"{result.step:08d}")
+    assert records[-1]["step"] == result.step and "held_out_decode_tau" in records[-1]
+    assert result.held_out["step"] == result.step
+    assert [r for r in records if "held_out_tau" in r] == [records[-1]]
+    assert records[-1]["lr"] > 0  # stopped mid-schedule: the learning rate had not decayed
+
+
+def test_a_negative_time_budget_is_refused():
+    with pytest.raises(ConfigError, match="max_seconds must be >= 0"):
+        dataclasses.replace(tiny(), max_seconds=-1.0)
 
 
 def test_the_window_is_the_decode_length_unless_set(tmp_path: Path, tiny_target):
@@ -241,3 +271,21 @@ def test_under_torchrun_rank_0_decodes_with_the_gathered_drafter(tmp_path: Path)
     evals = [r for r in records if "held_out_tau" in r]
     assert [r["step"] for r in evals] == [2, 4]
     assert all(r["held_out_decode_tau"] >= 1.0 for r in evals), evals
+
+
+def test_dflash_train_says_the_time_budget_ended_it(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]):
+    from dflash.cli.train import main
+
+    out = tmp_path / "run"
+    argv = ["--preset", "tiny", "--unguarded", "--quiet", "--out", str(out), "--steps",
+            "100000", "--set=max_seconds=1", "--heldout-decode-prompts", "2",
+            "--set=eval_every=50000", *[a for a in launch.SMALL if "eval_every" not in a]]
+    assert main(argv) == 0
+    held = json.loads((out / "metadata.json").read_text())["held_out"]
+    said = capsys.readouterr().out
+    done = re.search(r"dflash-train: done at step (\d+) \(1 s, max_seconds\); drafter in (.+)",
+                     said)
+    assert done is not None, said
+    assert held["step"] == int(done[1]) and Path(done[2]) == out / "drafter"
+    assert f"held-out τ at step {done[1]}:" in said

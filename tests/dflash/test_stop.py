@@ -17,22 +17,24 @@ from pathlib import Path
 import psutil
 import pytest
 
-from dflash.distributed.stop import StopVote
+from dflash.distributed.stop import Stop, StopVote
 from dflash.distributed.world import World
 from tests.dflash.launch import REPO, SMALL, env
 
 VOTE_SCRIPT = """
 import sys, torch, torch.distributed as dist
 from pathlib import Path
-from dflash.distributed.stop import StopVote
+from dflash.distributed.stop import Stop, StopVote
 from dflash.distributed.world import detect
 dist.init_process_group("gloo")
 world = detect()
 vote = StopVote(world)
-first = {0: 3, 1: 6}[world.rank]  # the round at which this rank would stop alone
+# per rank: the round at which it would stop alone, and why (argv: 3:TIME 6:SIGNAL)
+first, why = sys.argv[2 + world.rank].split(":")
 for round in range(20):
-    if vote(round >= first):
-        Path(sys.argv[1], f"rank{world.rank}").write_text(str(round))
+    decided = vote(Stop[why] if round >= int(first) else Stop.NONE)
+    if decided is not Stop.NONE:
+        Path(sys.argv[1], f"rank{world.rank}").write_text(f"{round} {decided.name}")
         break
     dist.all_reduce(torch.ones(1))  # the step's own collective
 vote.close()
@@ -42,21 +44,36 @@ dist.destroy_process_group()
 
 def test_a_world_of_one_stops_when_it_wishes():
     vote = StopVote(World())
-    assert vote(False) is False
-    assert vote(True) is True
+    assert vote(Stop.NONE) is Stop.NONE
+    assert vote(Stop.TIME) is Stop.TIME
+    assert vote(Stop.SIGNAL) is Stop.SIGNAL
     vote.close()
+
+
+def _vote(tmp_path: Path, *wishes: str) -> dict[int, str]:
+    script = tmp_path / "vote.py"
+    script.write_text(VOTE_SCRIPT)
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc-per-node", "2", str(script), str(tmp_path), *wishes],
+                          cwd=REPO, env=env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {rank: (tmp_path / f"rank{rank}").read_text() for rank in (0, 1)}
 
 
 @pytest.mark.slow
 def test_ranks_stop_at_the_same_round_one_after_the_first_wish(tmp_path: Path):
-    script = tmp_path / "vote.py"
-    script.write_text(VOTE_SCRIPT)
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                           "--nproc-per-node", "2", str(script), str(tmp_path)], cwd=REPO,
-                          env=env(), capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    stopped = {rank: (tmp_path / f"rank{rank}").read_text() for rank in (0, 1)}
-    assert stopped == {0: "4", 1: "4"}  # rank 0 wished at 3; both stop at the next round
+    # rank 0 wished at 3; both stop at the next round, for rank 0's reason
+    assert _vote(tmp_path, "3:SIGNAL", "6:SIGNAL") == {0: "4 SIGNAL", 1: "4 SIGNAL"}
+
+
+@pytest.mark.slow
+def test_a_signal_outweighs_the_time_budget_seen_in_the_same_round(tmp_path: Path):
+    # The budget runs out on rank 0 as rank 1 is signalled: the run stops early (a
+    # checkpoint to resume), not as finished.
+    assert _vote(tmp_path, "3:TIME", "3:SIGNAL") == {0: "4 SIGNAL", 1: "4 SIGNAL"}
+    (tmp_path / "rank0").unlink()
+    (tmp_path / "rank1").unlink()
+    assert _vote(tmp_path, "5:TIME", "2:TIME") == {0: "3 TIME", 1: "3 TIME"}
 
 
 def _rank_pids(launcher: psutil.Process) -> dict[int, int]:
