@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from dflash.decoding.choices import CYCLE_PATHS
 from dflash.errors import ConfigError
 
 
@@ -201,6 +202,10 @@ class TrainConfig:
     next to the teacher-forced ``held_out_tau``. 0: not measured."""
     held_out_decode_tokens: int = 32
     """New tokens per decoded prompt."""
+    held_out_decode_cycle: str = "eager"
+    """How that decode runs its cycles, as ``dflash-eval --cycle``: eager | static | auto.
+    ``static`` (fixed shapes, captured in CUDA graphs on a GPU) decodes the same tokens at
+    a fraction of an eager cycle's launches; the tokens and τ are the same either way."""
     held_out_window: int = 0
     """Tokens after each held-out prompt that ``held_out_tau`` walks (decoding replayed
     teacher forced, :mod:`dflash.replay`); 0: ``held_out_decode_tokens``. Set it to
@@ -230,6 +235,8 @@ class TrainConfig:
             (self.compile in ("auto", "on", "off"), "compile must be auto|on|off"),
             (self.dtype in ("auto", "bfloat16", "float32"), "dtype must be auto|bfloat16|float32"),
             (self.max_seconds >= 0, "max_seconds must be >= 0"),
+            (self.held_out_decode_cycle in CYCLE_PATHS,
+             f"held_out_decode_cycle must be one of {', '.join(CYCLE_PATHS)}"),
             (self.log_every >= 1 and self.save_every >= 0 and self.eval_every >= 0,
              "log_every must be >= 1, save_every and eval_every >= 0"),
             (min(self.stop_after, self.held_out, self.keep_checkpoints,

@@ -34,10 +34,12 @@ from torch import Tensor
 from dflash.batching import BatchLoader
 from dflash.config import TrainConfig
 from dflash.data import Example
+from dflash.decoding import static
+from dflash.decoding.cycle import Drafting, choose_path, cycle_decoder
 from dflash.decoding.generate import stop_ids_of
-from dflash.decoding.speculative import speculative_greedy
 from dflash.decoding.spread import pooled_tau, tau_interval
 from dflash.distributed.world import World
+from dflash.errors import ConfigError
 from dflash.loss import LossOutput
 from dflash.model import DFlashDrafter
 from dflash.replay import replay
@@ -106,17 +108,29 @@ def decode_prompts(held_out: Sequence[Example], n: int) -> list[tuple[int, ...]]
     return [prompt_of(firsts[key]) for key in sorted(firsts, key=_rank)[:n]]
 
 
+def decode_path(cfg: TrainConfig, target: TargetModel) -> str:
+    """The cycle path the held-out decode runs (``held_out_decode_cycle`` on this target
+    and device, :func:`dflash.decoding.cycle.choose_path`); a ``static`` the target cannot
+    run is refused before training starts."""
+    try:
+        return choose_path(cfg.held_out_decode_cycle, target.device, static.supports(target))
+    except ValueError as exc:
+        raise ConfigError(f"held_out_decode_cycle: {exc}") from None
+
+
 @torch.no_grad()
 def decode_counts(target: TargetModel, drafter: DFlashDrafter,
                   prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
-                  stop_ids: Sequence[int] = ()) -> list[tuple[int, int]]:
-    """Greedy speculative decoding of each of ``prompts``: its accepted tokens and
-    verify cycles. Pooled (:func:`dflash.decoding.spread.pooled_tau`), every cycle of
-    every prompt counted once, they are ``dflash-eval``'s τ."""
+                  stop_ids: Sequence[int] = (), path: str = "eager") -> list[tuple[int, int]]:
+    """Greedy speculative decoding of each of ``prompts`` on the cycle path ``path`` (one
+    engine for all of them; on ``static`` its graphs are captured for this call and freed
+    after): its accepted tokens and verify cycles. Pooled
+    (:func:`dflash.decoding.spread.pooled_tau`), every cycle of every prompt counted once,
+    they are ``dflash-eval``'s τ."""
+    decode = cycle_decoder(target, drafter, Drafting(kind="dflash"), path=path)
     counts = []
     for prompt in prompts:
-        got = speculative_greedy(target, drafter, prompt, max_new_tokens=max_new_tokens,
-                                 stop_ids=stop_ids)
+        got = decode(prompt, max_new_tokens=max_new_tokens, stop_ids=stop_ids)
         counts.append((sum(got.accepted), len(got.accepted)))
     return counts
 
@@ -195,7 +209,7 @@ def evaluate(cfg: TrainConfig, random_tau: float, target: TargetModel, drafter: 
     if plain is None:
         return found
     counts = decode_counts(target, plain, prompts, max_new_tokens=cfg.held_out_decode_tokens,
-                           stop_ids=stop_ids)
+                           stop_ids=stop_ids, path=decode_path(cfg, target))
     tau = pooled_tau(counts) or 1.0
     lo, hi = tau_interval(counts)
     found.update(held_out_decode_tau=tau, held_out_tau_ratio=ratio(walked.tau, tau),

@@ -45,7 +45,7 @@ from dflash.distributed.roles import FeatureClient, Lookahead
 from dflash.distributed.stop import Stop, StopVote
 from dflash.distributed.world import World
 from dflash.flops import count_params, flop_model, visible_pairs
-from dflash.heldout import decode_prompts, evaluate, teacher_forced_tau
+from dflash.heldout import decode_path, decode_prompts, evaluate, teacher_forced_tau
 from dflash.loss import LossOutput, block_inputs, block_targets, dflash_loss, sample_anchors
 from dflash.masks import (
     TILE,
@@ -158,6 +158,8 @@ class Trainer:
         train, self.held_out = split.train, split.held_out
         self.split = split.summary()  # rows and sources on each side
         self.decode_prompts = decode_prompts(self.held_out, cfg.held_out_decode_prompts)
+        if self.decode_prompts and not self.target.released:
+            decode_path(cfg, self.target)  # a static cycle this target cannot run: refused now
         batches = BatchLoader(train, batch_size=cfg.batch_size, buckets=cfg.buckets,
                               seed=cfg.seed, pad_id=0)
         loader = RankSlice(batches, self.world) if self.world.distributed else batches

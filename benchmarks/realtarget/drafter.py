@@ -97,6 +97,7 @@ def train_argv(run: Run, steps: int, out: Path, *, probe: bool = False,
             # as many new tokens (the walk's window follows held_out_decode_tokens)
             "held_out_decode_prompts": args.eval_limit,
             "held_out_decode_tokens": args.eval_new_tokens,
+            "held_out_decode_cycle": args.held_out_cycle,
             "save_every": 0 if probe else max(1, steps // 3), "keep_checkpoints": 10,
             "compile": "off", "mega_cache": "off", "seed": args.seed,
             "peak_tflops": peak_tflops(run) or 0, "max_seconds": seconds}

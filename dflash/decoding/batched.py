@@ -66,7 +66,7 @@ class BatchedGreedy:
         # Recording runs the step twice on zeros: slots P and P+1 and new-token columns 1
         # and 2 get junk, each overwritten by its own step before anything reads it.
         with torch.no_grad():
-            self.step = Captured(self._step, graphs, thread_local=True)
+            self.step = Captured(self._step, graphs)
 
     def forward(self, ids_BT: Tensor, pos_T: Tensor) -> Tensor:
         """T tokens of every row at positions ``pos_T``: the greedy token after the last [B]."""

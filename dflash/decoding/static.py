@@ -99,12 +99,12 @@ def _attend_where(visible_QK: Tensor) -> AttendFn:
 class Captured:
     """``fn`` (no arguments; it reads and writes fixed tensors), recorded as a CUDA graph
     when ``graphs`` is on, else called as it is. ``run()`` returns its outputs: the same
-    tensors every call when captured, so read them before the next call."""
+    tensors every call when captured, so read them before the next call. The capture
+    checks this thread's calls only (CUDA's thread-local mode): other threads may use the
+    device meanwhile, as the trainer's data prefetch does beside its held-out decode and
+    the placing does beside a captured generation."""
 
-    def __init__(self, fn: Callable[[], tuple[Tensor, ...]], graphs: bool, *,
-                 thread_local: bool = False) -> None:
-        """``thread_local``: other threads may use the device meanwhile (CUDA's
-        thread-local capture mode: only this thread's calls are checked)."""
+    def __init__(self, fn: Callable[[], tuple[Tensor, ...]], graphs: bool) -> None:
         self.fn = fn
         self.graph: torch.cuda.CUDAGraph | None = None
         self.out: tuple[Tensor, ...] = ()
@@ -116,8 +116,7 @@ class Captured:
                     fn()
             torch.cuda.current_stream().wait_stream(side)
             self.graph = torch.cuda.CUDAGraph()
-            mode = "thread_local" if thread_local else "global"
-            with torch.cuda.graph(self.graph, capture_error_mode=mode):
+            with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
                 self.out = fn()
 
     def run(self) -> tuple[Tensor, ...]:

@@ -287,3 +287,37 @@ def test_compiled_trainer_warmed_up_beside_its_data_trains_as_in_turn_on_gpu() -
     assert runs["beside"][3][:5] == ["drafter", "parallelize", "data", "warmup",
                                      "data_beside"], runs
 
+
+
+@gpu
+def test_the_trainers_held_out_decode_captured_counts_as_eager_on_gpu() -> None:
+    """``held_out_decode_cycle=static`` in a compiled trainer: the held-out decode's cycles
+    are captured as CUDA graphs at each evaluation, while the data prefetch thread uses
+    the device, and count what the eager decode of the same drafter counts (fp32)."""
+    import tempfile
+
+    from dflash.decoding.spread import pooled_tau
+    from dflash.heldout import decode_counts
+    from dflash.presets import tiny as tiny_recipe
+    from dflash.target import load_target
+    from dflash.train import Trainer
+
+    unseal()
+    target = load_target("tiny", device=torch.device("cuda"), dtype=torch.float32)
+    cfg = dataclasses.replace(
+        tiny_recipe(), attention="flex", compile="on", dtype="float32", steps=4, log_every=1,
+        eval_every=2, save_every=0, synthetic_prompts=48, synthetic_response_tokens=48,
+        held_out=4, held_out_decode_prompts=4, held_out_decode_tokens=40,
+        held_out_decode_cycle="static", out=tempfile.mkdtemp())
+    trainer = Trainer(cfg, target=target)
+    records: list[dict] = []
+    trainer.run(records.append, final_save=False)
+    unseal()
+    evals = [r for r in records if "held_out_decode_tau" in r]
+    assert [r["step"] for r in evals] == [2, 4]
+    eager = decode_counts(target, trainer.drafter, trainer.decode_prompts, max_new_tokens=40,
+                          path="eager")
+    captured = decode_counts(target, trainer.drafter, trainer.decode_prompts,
+                             max_new_tokens=40, path="static")
+    assert captured == eager
+    assert evals[-1]["held_out_decode_tau"] == pooled_tau(eager)

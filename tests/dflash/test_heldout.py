@@ -19,6 +19,7 @@ from dflash.decoding.spread import pooled_tau, tau_interval
 from dflash.errors import ConfigError, DataError
 from dflash.heldout import (
     decode_counts,
+    decode_path,
     decode_prompts,
     prompt_of,
     source_key,
@@ -168,6 +169,38 @@ def test_training_measures_a_decoding_tau_beside_the_teacher_forced_one(tmp_path
     assert {prompt_of(ex) for ex in trainer.held_out} == set(trainer.decode_prompts)
     assert evals[-1]["held_out_tau"] == pytest.approx(evals[-1]["held_out_decode_tau"])
     assert evals[-1]["held_out_tau_ratio"] == pytest.approx(1.0)
+
+
+def test_the_held_out_decode_on_the_static_cycle_counts_as_the_eager_one(tmp_path: Path,
+                                                                         tiny_target):
+    """``held_out_decode_cycle=static`` (uncaptured on a CPU: the same fixed shapes) gives
+    the eager decode's accepted tokens and cycles, prompt by prompt, and so its τ."""
+    trainer, records = _train(tmp_path, tiny_target, held_out_decode_tokens=24,
+                              held_out_decode_cycle="static")
+    eager = decode_counts(tiny_target, trainer.drafter, trainer.decode_prompts,
+                          max_new_tokens=24, path="eager")
+    on_static = decode_counts(tiny_target, trainer.drafter, trainer.decode_prompts,
+                              max_new_tokens=24, path="static")
+    assert on_static == eager and len(eager) == 4
+    assert records[-1]["held_out_decode_tau"] == pytest.approx(pooled_tau(eager))
+    assert pooled_tau(eager) > 1.0  # drafts were accepted: a cycle's length was compared
+
+
+def test_a_static_held_out_decode_the_target_cannot_run_is_refused_before_training(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from dflash.target import load_target
+
+    monkeypatch.setenv("DFLASH_TARGET_BACKEND", "transformers")
+    target = load_target("tiny", seed=0)
+    cfg = dataclasses.replace(tiny(), out=str(tmp_path), steps=4,
+                              **{**SMALL, "held_out_decode_cycle": "static"})
+    with pytest.raises(ConfigError, match="held_out_decode_cycle: the static cycle runs "
+                                          "dflash's own Qwen3 targets only"):
+        Trainer(cfg, target=target)
+    assert decode_path(dataclasses.replace(cfg, held_out_decode_cycle="auto"), target) == "eager"
+    with pytest.raises(ConfigError, match="held_out_decode_cycle must be one of auto, eager, "
+                                          "static"):
+        dataclasses.replace(cfg, held_out_decode_cycle="captured")
 
 
 def test_an_evaluation_step_is_logged_whatever_log_every_says(tmp_path: Path, tiny_target):
