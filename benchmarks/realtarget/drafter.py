@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -149,6 +150,9 @@ def stage_train(run: Run) -> dict[str, Any]:
         budget = max(10.0, left)
     steps = max(3, int(budget / step_s))
     out = run.work / "drafter-run"
+    # A fresh drafter: dflash-train appends to a folder's metrics.jsonl and keeps its
+    # checkpoints and export, so an earlier train stage's would be read as this one's.
+    shutil.rmtree(out, ignore_errors=True)
     argv = train_argv(run, steps, out, seconds=budget)
     # The run ends itself when the budget is spent (its last step evaluated and exported,
     # so the held-out τ describes the weights the eval decodes with). Start-up before the
