@@ -34,8 +34,7 @@ from torch import Tensor
 from dflash.batching import BatchLoader
 from dflash.config import TrainConfig
 from dflash.data import Example
-from dflash.decoding import static
-from dflash.decoding.cycle import Drafting, choose_path, cycle_decoder
+from dflash.decoding.cycle import Drafting, cycle_decoder, path_for
 from dflash.decoding.generate import stop_ids_of
 from dflash.decoding.spread import pooled_tau, tau_interval
 from dflash.distributed.world import World
@@ -110,10 +109,10 @@ def decode_prompts(held_out: Sequence[Example], n: int) -> list[tuple[int, ...]]
 
 def decode_path(cfg: TrainConfig, target: TargetModel) -> str:
     """The cycle path the held-out decode runs (``held_out_decode_cycle`` on this target
-    and device, :func:`dflash.decoding.cycle.choose_path`); a ``static`` the target cannot
-    run is refused before training starts."""
+    and device, :func:`dflash.decoding.cycle.path_for`); the trainer asks once before
+    training, so a ``static`` the target cannot run is refused then, not at an evaluation."""
     try:
-        return choose_path(cfg.held_out_decode_cycle, target.device, static.supports(target))
+        return path_for(cfg.held_out_decode_cycle, target)
     except ValueError as exc:
         raise ConfigError(f"held_out_decode_cycle: {exc}") from None
 
@@ -209,7 +208,7 @@ def evaluate(cfg: TrainConfig, random_tau: float, target: TargetModel, drafter: 
     if plain is None:
         return found
     counts = decode_counts(target, plain, prompts, max_new_tokens=cfg.held_out_decode_tokens,
-                           stop_ids=stop_ids, path=decode_path(cfg, target))
+                           stop_ids=stop_ids, path=cfg.held_out_decode_cycle)
     tau = pooled_tau(counts) or 1.0
     lo, hi = tau_interval(counts)
     found.update(held_out_decode_tau=tau, held_out_tau_ratio=ratio(walked.tau, tau),

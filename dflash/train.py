@@ -361,11 +361,11 @@ class Trainer:
                     log_point(evaluating)
                 if cfg.save_every and state.step % cfg.save_every == 0:
                     saved = self.save()
-            if timed_out and state.step and (
-                    meter.steps or (cfg.eval_every and held.get("step") != state.step)):
+            unevaluated = bool(cfg.eval_every) and held.get("step") != state.step
+            if timed_out and state.step and (meter.steps or unevaluated):
                 # The budget's last step, as at ``steps``: logged, with a last evaluation
                 # (a step already logged is written again with it).
-                log_point(bool(cfg.eval_every) and held.get("step") != state.step)
+                log_point(unevaluated)
             vote.close()
         finally:
             if ahead is not None:  # an answer asked for ahead must still be taken

@@ -264,11 +264,10 @@ def _main(args: argparse.Namespace) -> int:
 def _path(requested: str, target: TargetModel) -> str:
     """The cycle path ``--cycle`` gives on this target; a static cycle it cannot run is
     bad input."""
-    from dflash.decoding.cycle import choose_path
-    from dflash.decoding.static import supports
+    from dflash.decoding.cycle import path_for
 
     try:
-        return choose_path(requested, target.device, supports(target))
+        return path_for(requested, target)
     except ValueError as exc:
         raise ConfigError(f"--cycle {requested}: {exc}") from None
 

@@ -68,6 +68,12 @@ def choose_path(requested: str, device: torch.device, supported: bool) -> str:
     return requested
 
 
+def path_for(requested: str, target: TargetModel) -> str:
+    """:func:`choose_path` on ``target``'s device, for what it runs (ValueError where a
+    ``static`` cannot run: each caller says whose choice it was)."""
+    return choose_path(requested, target.device, static.supports(target))
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Drafting:
     """What drafts each cycle: ``kind`` dflash | ngram | hybrid. The lookup's n-gram
@@ -353,7 +359,7 @@ def cycle_decoder(target: TargetModel, drafter: DFlashDrafter | None, drafting: 
         15 if max_draft is None else max_draft)
     if cap < 0:
         raise ValueError(f"max_draft must be >= 0, got {cap}")
-    chosen = choose_path(path, target.device, static.supports(target))
+    chosen = path_for(path, target)
     model = drafter if drafting.kind != "ngram" else None
     engine: EagerEngine | StaticEngine
     if chosen == "static":
