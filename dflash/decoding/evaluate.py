@@ -23,7 +23,7 @@ from dflash.decoding.speculative import (
     dflash_decoder,
     target_greedy,
 )
-from dflash.decoding.spread import INTERVAL_LEVEL, tau_interval
+from dflash.decoding.spread import INTERVAL_LEVEL, pooled_tau, tau_interval
 from dflash.model import DFlashDrafter
 from dflash.target import TargetModel
 
@@ -93,10 +93,7 @@ class EvalReport:
     @property
     def cycle_cost_captured(self) -> float:
         """What a cycle costs in captured target forwards (0.0: not run)."""
-        if not (self.cycles and self.target_tokens and self.captured_target_seconds):
-            return 0.0
-        return (self.speculative_seconds / self.cycles) / (self.captured_target_seconds
-                                                            / self.target_tokens)
+        return self._in_forwards(self.captured_target_seconds)
 
     @property
     def cycles(self) -> int:
@@ -111,10 +108,15 @@ class EvalReport:
     def cycle_cost(self) -> float:
         """What a cycle costs in target forwards: seconds a cycle over seconds a
         target-only token (both include their prompts' prefills)."""
-        if not (self.cycles and self.target_tokens and self.target_seconds):
+        return self._in_forwards(self.target_seconds)
+
+    def _in_forwards(self, reference_seconds: float) -> float:
+        """Seconds a cycle over seconds a token of a target-only reference that took
+        ``reference_seconds`` for all its tokens (0.0 where either is missing)."""
+        if not (self.cycles and self.target_tokens and reference_seconds):
             return 0.0
-        return (self.speculative_seconds / self.cycles) / (self.target_seconds
-                                                            / self.target_tokens)
+        return (self.speculative_seconds / self.cycles) / (reference_seconds
+                                                           / self.target_tokens)
 
     @property
     def tokens_from_drafts(self) -> int:
@@ -238,7 +240,7 @@ def evaluate(target: TargetModel, decode: Decoder | DFlashDrafter,
     for n in cycles:
         histogram[n - 1] += 1
     return EvalReport(prompts=len(prompts), tokens=tokens,
-                      tau=sum(cycles) / len(cycles) if cycles else 0.0,
+                      tau=pooled_tau(counts),
                       tau_interval=tau_interval(counts),
                       target_seconds=t_sec, speculative_seconds=s_sec,
                       lossless=not mismatches, mismatches=tuple(mismatches),
