@@ -328,7 +328,7 @@ class Trainer:
                                         device=self.rt.device)
                 if evaluate:  # its step is logged too, whatever log_every says
                     held.update(self.evaluate_held_out(), step=state.step)
-                    last.update(held)
+                    last = {**last, **held}  # a record already handed out stays as it was
                 if log is not None:
                     log.write(last)
                 if on_log is not None and main:

@@ -213,12 +213,16 @@ def test_an_evaluation_step_is_logged_whatever_log_every_says(tmp_path: Path, ti
     assert ["held_out_tau" in r for r in records] == [False, True, True]
 
 
-def test_a_time_budget_ends_the_run_as_its_last_step_does(tmp_path: Path, tiny_target):
+@pytest.mark.parametrize("log_every", [7, 1])
+def test_a_time_budget_ends_the_run_as_its_last_step_does(tmp_path: Path, tiny_target,
+                                                          log_every: int):
     """``max_seconds`` ends the loop at a step boundary: that step is logged with a held-out
     evaluation (eval_every lies far beyond it), then a checkpoint and the export, as at
-    ``steps``; the schedule was still planned for ``steps``."""
+    ``steps``; the schedule was still planned for ``steps``. With ``log_every=1`` the budget
+    always ends on a step already logged: that record is written again with the held-out
+    figures, and the one handed out before is left as it was."""
     cfg = dataclasses.replace(tiny(), out=str(tmp_path), steps=100_000, max_seconds=1.5,
-                              **{**SMALL, "log_every": 7, "eval_every": 50_000,
+                              **{**SMALL, "log_every": log_every, "eval_every": 50_000,
                                  "held_out_decode_tokens": 8})
     trainer = Trainer(cfg, target=tiny_target)
     records: list[dict] = []
@@ -232,6 +236,8 @@ def test_a_time_budget_ends_the_run_as_its_last_step_does(tmp_path: Path, tiny_t
     assert records[-1]["step"] == result.step and "held_out_decode_tau" in records[-1]
     assert result.held_out["step"] == result.step
     assert [r for r in records if "held_out_tau" in r] == [records[-1]]
+    if log_every == 1:
+        assert records[-2]["step"] == result.step and records[-2] is not records[-1]
     assert records[-1]["lr"] > 0  # stopped mid-schedule: the learning rate had not decayed
 
 
