@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import hashlib
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -214,3 +215,23 @@ def evaluate(cfg: TrainConfig, random_tau: float, target: TargetModel, drafter: 
     found.update(held_out_decode_tau=tau, held_out_tau_ratio=ratio(walked.tau, tau),
                  held_out_decode_tau_lo=lo or tau, held_out_decode_tau_hi=hi or tau)
     return found
+
+
+def report(cfg: TrainConfig, split: Mapping[str, Any], decode_prompts: int,
+           last: Mapping[str, Any]) -> dict[str, Any]:
+    """metadata.json's ``held_out``: the split (rows and sources on each side, disjoint),
+    and the last evaluation's teacher-forced τ (the walk over ``window`` tokens, the rows
+    it could not follow to the end, and the random-anchor mean), and the decoding τ with
+    the ratio."""
+    out: dict[str, Any] = {**split, "decode_prompts": decode_prompts,
+                           "decode_tokens": cfg.held_out_decode_tokens, "window": window_of(cfg)}
+    if "held_out_tau_random" in last:
+        out.update(step=last["step"], teacher_forced_tau_random=last["held_out_tau_random"])
+    if "held_out_tau" in last:
+        out.update(teacher_forced_tau=last["held_out_tau"],
+                   stopped_rows=last["held_out_tau_stopped"])
+    if "held_out_decode_tau" in last:
+        out.update(decode_tau=last["held_out_decode_tau"], ratio=last["held_out_tau_ratio"],
+                   decode_tau_interval=[last["held_out_decode_tau_lo"],
+                                        last["held_out_decode_tau_hi"]])
+    return out

@@ -17,11 +17,13 @@ import torch
 from torch import Tensor
 
 from dflash.distributed.world import World, all_reduce_sum
+from dflash.errors import InputError
 from dflash.flops import FlopModel
 from dflash.loss import LossOutput
 from dflash.ticks import Values
 from envguard.atomic import write_text_atomic
 from envguard.errors import EnvguardError
+from envguard.input_file import NotReadable, read_bounded_text
 
 
 def sync_device(device: torch.device) -> None:
@@ -179,11 +181,19 @@ class Meter:
 
 class MetricsLog:
     """Appends one JSON object per line to OUT/metrics.jsonl, flushed per record so a
-    killed run keeps every line it logged (a resumed run appends)."""
+    killed run keeps every line it logged.
 
-    def __init__(self, path: Path) -> None:
+    A run starting at step ``after`` (0, or the step it resumed from) first keeps only the
+    lines of steps up to ``after``: those after it were logged past the checkpoint it
+    resumed from and are about to be logged again; a run from step 0 starts the file empty.
+    A line cut short by a kill is dropped with them."""
+
+    def __init__(self, path: Path, *, after: int = 0) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        if path.exists():
+            kept = [line for line in _lines(path) if _step_of(line) <= after]
+            write_text_atomic(path, "".join(f"{line}\n" for line in kept))
         self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
 
     def write(self, record: dict[str, Any]) -> None:
@@ -193,6 +203,29 @@ class MetricsLog:
 
     def close(self) -> None:
         self._fh.close()
+
+
+_METRICS_BYTES = 1 << 32
+"""4 GiB: a metrics.jsonl read back on resume (a record is under 1 kB: millions of steps)."""
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        text = read_bounded_text(path, limit=_METRICS_BYTES, what="metrics log")
+    except NotReadable as exc:
+        raise InputError(str(exc)) from None
+    return text.splitlines()
+
+
+def _step_of(line: str) -> float:
+    """The step a metrics line records; infinity for a line that is not a record (cut
+    short by a kill), so it is dropped."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return float("inf")
+    step = record.get("step") if isinstance(record, dict) else None
+    return step if isinstance(step, int) and not isinstance(step, bool) else float("inf")
 
 
 def _jsonable(value: object) -> object:

@@ -37,6 +37,7 @@ from torch import Tensor
 
 from dflash.batching import BatchLoader, Prefetcher, RankSlice
 from dflash.checkpoint import resume as checkpoint
+from dflash.checkpoint.layout import METRICS_NAME
 from dflash.compilation.kernels import require_main_thread
 from dflash.config import DrafterConfig, TrainConfig
 from dflash.data import Example
@@ -301,7 +302,7 @@ class Trainer:
             self.warmup()  # nothing left to do after dflash-train's own call
         peak = self.peak_tflops()
         main = self.world.is_main
-        log = MetricsLog(self.out / "metrics.jsonl") if main else None
+        log = MetricsLog(self.out / METRICS_NAME, after=self.state.step) if main else None
         state = self.state
         prefetch = Prefetcher(state.loader, self.rt.device).start()
         ahead = Lookahead(self.remote) if self.remote is not None else None

@@ -25,11 +25,14 @@ from typing import Any
 
 from dflash.config import DrafterConfig
 from dflash.errors import CheckpointError
+from envguard.input_file import NotReadable, read_bounded_text
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 TRAINER_STATE_NAME = "trainer.pt"
 LATEST_NAME = "latest"
+METRICS_NAME = "metrics.jsonl"
+EXPORT_NAME = "drafter"
 
 
 def published_config(cfg: DrafterConfig, dtype_name: str) -> dict[str, Any]:
@@ -104,15 +107,38 @@ def step_folder(out: Path, step: int) -> Path:
 
 
 def latest_checkpoint(out: Path) -> Path | None:
-    """The checkpoint ``latest`` names, or None when the run has none yet."""
+    """The checkpoint ``latest`` names, or None when the run has none yet (a ``latest``
+    that is not a small regular file, a FIFO say, is a CheckpointError, not a wait)."""
     pointer = out / "checkpoints" / LATEST_NAME
     with contextlib.suppress(FileNotFoundError):
-        name = pointer.read_text().strip()
+        try:
+            name = read_bounded_text(pointer, limit=4096, what="checkpoint pointer").strip()
+        except NotReadable as exc:
+            raise CheckpointError(str(exc)) from None
         folder = pointer.parent / name
         if not name or "/" in name or not (folder / TRAINER_STATE_NAME).is_file():
             raise CheckpointError(f"{pointer} names {name!r}, which is not a checkpoint")
         return folder
     return None
+
+
+def earlier_run(out: Path) -> str | None:
+    """What an earlier run left in ``out`` (its latest checkpoint, its metrics, its export),
+    in a few words for an error; None when it holds none of them."""
+    found = []
+    try:
+        latest = latest_checkpoint(out)
+    except CheckpointError:
+        found.append(f"{out / 'checkpoints'} (its latest pointer is broken)")
+    else:
+        if latest is not None:
+            found.append(f"a checkpoint ({latest.name})")
+    metrics = out / METRICS_NAME
+    if metrics.is_file() and metrics.stat().st_size:
+        found.append(METRICS_NAME)
+    if (out / EXPORT_NAME / CONFIG_NAME).is_file():
+        found.append(f"an exported drafter ({EXPORT_NAME}/)")
+    return ", ".join(found) or None
 
 
 def fresh_dir_beside(final: Path) -> Path:

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from dflash.checkpoint.export import export_drafter, load_drafter
+from dflash.checkpoint.layout import EXPORT_NAME
 from dflash.checkpoint.local import read_trainer_state, save_training_checkpoint
 from dflash.checkpoint.sharded import is_sharded, load_sharded, read_sharded_full, save_sharded
 from dflash.distributed.world import World
@@ -95,7 +96,7 @@ def export(out: Path, drafter: DFlashDrafter, world: World, dtype: torch.dtype,
     torchrun a collective: every rank gathers the full drafter, rank 0 exports it (the
     others return None)."""
     if not world.distributed:
-        return export_drafter(drafter, out / "drafter", dtype=dtype, extra=extra)
+        return export_drafter(drafter, out / EXPORT_NAME, dtype=dtype, extra=extra)
     from torch.distributed.checkpoint.state_dict import (
         StateDictOptions,
         get_model_state_dict,
@@ -107,4 +108,4 @@ def export(out: Path, drafter: DFlashDrafter, world: World, dtype: torch.dtype,
         return None
     plain = DFlashDrafter(drafter.cfg)
     plain.load_state_dict(full)
-    return export_drafter(plain, out / "drafter", dtype=dtype, extra=extra)
+    return export_drafter(plain, out / EXPORT_NAME, dtype=dtype, extra=extra)

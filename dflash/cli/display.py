@@ -67,7 +67,7 @@ class StartPhases:
 
 def held_out_line(held: dict[str, Any]) -> str | None:
     """The run's last held-out τ, teacher forced and decoding, with the decoding τ's
-    interval over its prompts (:func:`dflash.cli.train.held_out_report`'s record); None
+    interval over its prompts (:func:`dflash.heldout.report`'s record); None
     before one was measured."""
     if "decode_tau" not in held:
         return None

@@ -23,6 +23,9 @@ drafts verified per cycle, the same for every drafter. Progress goes to stderr.
 (:mod:`dflash.cli.check_config`): embedding scale, rope, norm eps, vocab size, special
 token ids and chat template, one line per difference; it loads no model.
 
+The report goes to stdout as text, ``--format json`` (``--json``) or ``--format markdown``
+(:mod:`dflash.cli.eval_report`).
+
 Exit codes (dflash.exitcodes): 0 lossless, 1 an output differed, 2 bad input (drafter,
 target, prompts, or a drafter trained for another target), 4 runtime failure, 5
 ``--check-config`` found a difference, 130 interrupted.
@@ -41,6 +44,7 @@ from dflash.checkpoint.layout import WEIGHTS_NAME, read_config
 from dflash.cli import options
 from dflash.cli.command import Command
 from dflash.cli.command import entry as command_entry
+from dflash.cli.eval_report import FORMATS, Run, document, render_markdown, render_text
 from dflash.config import DrafterConfig
 from dflash.decoding.choices import (
     CYCLE_PATHS,
@@ -49,13 +53,11 @@ from dflash.decoding.choices import (
     HYBRID_PREFIX,
     LOOKUP_BRANCHES,
 )
-from dflash.decoding.spread import INTERVAL_LEVEL
 from dflash.errors import CheckpointError, ConfigError, InputError
 from dflash.exitcodes import ExitCode
 from dflash.ngram import NgramSpec
 
 if TYPE_CHECKING:
-    from dflash.decoding.evaluate import EvalReport
     from dflash.decoding.speculative import Decoder
     from dflash.target import TargetModel
 
@@ -100,7 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=1234, help="for --synthetic")
     p.add_argument("--limit", type=int, help="evaluate at most this many prompts")
     p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--format", choices=FORMATS, default=None,
+                   help="the report as text (default), JSON or a Markdown table")
+    p.add_argument("--json", action="store_true", help="the same as --format json")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--check-config", action="store_true",
                    help="only compare the drafter's config with the target's where serving "
@@ -162,6 +166,13 @@ def check_inputs(args: argparse.Namespace) -> DrafterChoice:
                          else args.max_draft, hybrid)
 
 
+def report_format(args: argparse.Namespace) -> str:
+    """``--format``, with ``--json`` its short form; the two disagreeing is bad input."""
+    if args.json and args.format not in (None, "json"):
+        raise ConfigError(f"--json and --format {args.format} ask for two reports: give one")
+    return "json" if args.json else args.format or "text"
+
+
 def check_pair(drafter_cfg: DrafterConfig, target: TargetModel) -> None:
     """Refuse a drafter trained for another target (it would decode, at tau ~ 1)."""
     problems = []
@@ -177,6 +188,7 @@ def check_pair(drafter_cfg: DrafterConfig, target: TargetModel) -> None:
 
 def _main(args: argparse.Namespace) -> int:
     choice = check_inputs(args)
+    form = report_format(args)
     from dflash.cli.progress import Progress
 
     progress = Progress(PROG, quiet=args.quiet)
@@ -251,11 +263,12 @@ def _main(args: argparse.Namespace) -> int:
                           captured=_captured_reference(described["cycle_path"], target))
     progress.say(f"done: tau {report.tau:.2f}, speedup {report.speedup:.2f}x, "
                  f"{'lossless' if report.lossless else 'NOT LOSSLESS'}")
-    if args.json:
-        out = {"drafter": described, "target": args.target, "device": str(target.device),
-               "dtype": str(dtype).removeprefix("torch."),
-               "max_new_tokens": args.max_new_tokens, **report.to_dict()}
-        print(json.dumps(out, indent=2))
+    run = Run(drafter=described, target=args.target, device=str(target.device),
+              dtype=str(dtype).removeprefix("torch."), max_new_tokens=args.max_new_tokens)
+    if form == "json":
+        print(json.dumps(document(report, run), indent=2))
+    elif form == "markdown":
+        print(render_markdown(report, run), end="")
     else:
         print(render_text(report))
     return ExitCode.OK if report.lossless else ExitCode.MISMATCH
@@ -281,52 +294,6 @@ def _captured_reference(path: str, target: TargetModel) -> Decoder | None:
     from dflash.decoding.static import graphs_for
 
     return CapturedGreedy(target, graphs_for(target.device))
-
-
-def _interval(report: EvalReport) -> str:
-    """The τ's bootstrap interval over prompts, in words."""
-    lo, hi = report.tau_interval
-    if report.prompts < 2:
-        return "one prompt: no interval (evaluate more prompts to see how τ varies)"
-    level = round(100 * INTERVAL_LEVEL)
-    return (f"{lo:.2f}-{hi:.2f} ({level} % bootstrap interval over the {report.prompts} "
-            "prompts; a τ outside it differs by more than the prompts drawn)")
-
-
-def _against_captured(report: EvalReport) -> list[str]:
-    """The line for the captured target-only reference, where it ran."""
-    if report.captured_equal is None:
-        return []
-    line = (f"target-only captured {report.captured_target_seconds:.2f} s, speedup "
-            f"{report.speedup_captured:.2f}x over it; a cycle costs "
-            f"{report.cycle_cost_captured:.2f} captured target forwards")
-    if not report.captured_equal:
-        line += " (its tokens differed from the eager reference's: timing only)"
-    return [line]
-
-
-def render_text(report: EvalReport) -> str:
-    hist = ", ".join(f"{i + 1}:{n}" for i, n in enumerate(report.acceptance_histogram) if n)
-    d = report.to_dict()
-    lines = [
-        f"prompts {report.prompts}, tokens {report.tokens}",
-        f"tau {report.tau:.2f} tokens per target forward (per cycle: {hist})",
-        f"tau over these prompts: {_interval(report)}",
-        f"target-only {report.target_seconds:.2f} s, speculative "
-        f"{report.speculative_seconds:.2f} s, speedup {report.speedup:.2f}x",
-        *_against_captured(report),
-        f"tokens/s: target-only {d['target_tokens_per_s']:.1f}, speculative "
-        f"{d['speculative_tokens_per_s']:.1f}; drafts accepted "
-        f"{100 * report.draft_acceptance:.1f} % of {report.drafted}; a cycle costs "
-        f"{report.cycle_cost:.2f} target forwards"
-        + (f"; prompt lookup's draft kept in {report.lookups} of {report.cycles} cycles"
-           if report.lookups else "")
-        + (f"; both drafts verified in {report.both_verified}" if report.both_verified else ""),
-        "lossless: output equals target-only greedy, token for token" if report.lossless
-        else f"NOT LOSSLESS: {len(report.mismatches)} prompt(s) differ, first at prompt "
-             f"{report.mismatches[0].prompt}, token {report.mismatches[0].position}",
-    ]
-    return "\n".join(lines)
 
 
 def entry() -> int:

@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dflash.checkpoint.layout import latest_checkpoint
+from dflash.checkpoint.layout import earlier_run, latest_checkpoint
 from dflash.cli import options
 from dflash.cli.command import Command
 from dflash.cli.command import entry as command_entry
@@ -38,7 +38,7 @@ from dflash.cli.heartbeat import DEFAULT_SECONDS
 from dflash.cli.reporting import CHOICES, check_installed
 from dflash.config import TrainConfig, kernels_for
 from dflash.distributed.world import Roles, World, barrier, detect, init, shutdown
-from dflash.errors import ConfigError
+from dflash.errors import CheckpointError, ConfigError
 from dflash.exitcodes import ExitCode
 from dflash.presets import PRESETS, apply_overrides, target_path
 
@@ -157,7 +157,13 @@ def check_inputs(cfg: TrainConfig, *, resume: bool) -> Path | None:
     if cfg.device != "auto":  # the attention/compile choice for a named device
         kernels_for(cfg, gpu=cfg.device.startswith("cuda"))
     out = options.output_folder(cfg.out, "--out")
-    return latest_checkpoint(out) if resume else None
+    if resume:
+        return latest_checkpoint(out)
+    earlier = earlier_run(out)
+    if earlier is not None:  # a new run would log and checkpoint into an earlier run's files
+        raise CheckpointError(f"--out {out} holds an earlier run: {earlier}; continue it with "
+                              "--resume, or name a new folder")
+    return None
 
 
 def _distributed(command: Command, args: argparse.Namespace, cfg: TrainConfig,
@@ -200,6 +206,7 @@ def _train(command: Command, args: argparse.Namespace, cfg: TrainConfig,
            resume_from: Path | None, world: World, meta: dict[str, Any]) -> int:
     import torch
 
+    from dflash.heldout import report as heldout_report
     from dflash.train import Trainer
 
     if world.distributed and cfg.device == "auto" and torch.cuda.is_available():
@@ -287,7 +294,8 @@ def _train(command: Command, args: argparse.Namespace, cfg: TrainConfig,
         if warning is not None:
             command.say(warning)
     if world.is_main:
-        held = held_out_report(trainer, result.held_out)
+        held = heldout_report(trainer.cfg, trainer.split, len(trainer.decode_prompts),
+                             result.held_out)
         _write_meta(Path(cfg.out), {**meta, "start_s": trainer.start_phases, "held_out": held})
         if (line := held_out_line(held)) is not None:
             print(f"{PROG}: {line}")
@@ -316,29 +324,6 @@ def _serving_check(command: Command, export: Path, target: str) -> None:
         return
     for line in lines:
         print(f"{PROG}: serving check: {line}")
-
-
-def held_out_report(trainer: Trainer, last: dict[str, Any]) -> dict[str, Any]:
-    """metadata.json's ``held_out``: the split (rows and sources on each side, disjoint),
-    and the last evaluation's teacher-forced τ (the walk over ``window`` tokens, the rows
-    it could not follow to the end, and the random-anchor mean), and the decoding τ with
-    the ratio."""
-    from dflash.heldout import window_of
-
-    cfg = trainer.cfg
-    report: dict[str, Any] = {**trainer.split, "decode_prompts": len(trainer.decode_prompts),
-                              "decode_tokens": cfg.held_out_decode_tokens,
-                              "window": window_of(cfg)}
-    if "held_out_tau_random" in last:
-        report.update(step=last["step"], teacher_forced_tau_random=last["held_out_tau_random"])
-    if "held_out_tau" in last:
-        report.update(teacher_forced_tau=last["held_out_tau"],
-                      stopped_rows=last["held_out_tau_stopped"])
-    if "held_out_decode_tau" in last:
-        report.update(decode_tau=last["held_out_decode_tau"], ratio=last["held_out_tau_ratio"],
-                      decode_tau_interval=[last["held_out_decode_tau_lo"],
-                                           last["held_out_decode_tau_hi"]])
-    return report
 
 
 def _report_warmup(command: Command, trainer: Trainer) -> None:

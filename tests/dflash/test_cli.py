@@ -75,9 +75,23 @@ def inputs(tmp_path: Path) -> dict[str, str]:
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
     (run / "checkpoints" / "latest").write_text("step-00000099\n")
+    done = tmp_path / "done"  # an earlier run: its checkpoint, its metrics, its export
+    (done / "checkpoints" / "step-00000004").mkdir(parents=True)
+    (done / "checkpoints" / "step-00000004" / "trainer.pt").write_bytes(b"")
+    (done / "checkpoints" / "latest").write_text("step-00000004\n")
+    (done / "metrics.jsonl").write_text('{"step": 4}\n')
+    (done / "drafter").mkdir()
+    (done / "drafter" / "config.json").write_text("{}")
+    logged = tmp_path / "logged"  # a run killed before its first checkpoint
+    logged.mkdir()
+    (logged / "metrics.jsonl").write_text('{"step": 1}\n')
+    piped = tmp_path / "piped"  # a planted FIFO where ``latest`` belongs
+    (piped / "checkpoints").mkdir(parents=True)
+    os.mkfifo(piped / "checkpoints" / "latest")
     return {"file": str(tmp_path / "a-file"), "folder": str(tmp_path / "a-folder"),
             "missing": str(tmp_path / "missing.jsonl"), "drafter": str(drafter),
-            "broken": str(broken), "run": str(run), "out": str(tmp_path / "out")}
+            "broken": str(broken), "run": str(run), "out": str(tmp_path / "out"),
+            "done": str(done), "logged": str(logged), "piped": str(piped)}
 
 
 TRAIN, GENERATE, EVAL = "dflash.cli.train", "dflash.cli.generate", "dflash.cli.evaluate"
@@ -100,6 +114,12 @@ def _bad_inputs(p: dict[str, str]) -> list[tuple[str, list[str], str]]:
         (TRAIN, [*train, "--out", p["file"]], "is a file, not a folder"),
         (TRAIN, [*train, "--out", p["file"] + "/run"], "is a file, not a folder"),
         (TRAIN, [*train, "--out", p["run"], "--resume"], "which is not a checkpoint"),
+        (TRAIN, [*train, "--out", p["done"]], "holds an earlier run: a checkpoint "
+         "(step-00000004), metrics.jsonl, an exported drafter (drafter/); continue it with "
+         "--resume, or name a new folder"),
+        (TRAIN, [*train, "--out", p["logged"]], "holds an earlier run: metrics.jsonl;"),
+        (TRAIN, [*train, "--out", p["piped"]], "(its latest pointer is broken)"),
+        (TRAIN, [*train, "--out", p["piped"], "--resume"], "latest: is a FIFO"),
         (TRAIN, [*train, "--target-ranks", "1"], "--target-ranks needs torchrun"),
         (GENERATE, [*gen, "--prompts", p["missing"]], "No such file or directory"),
         (GENERATE, [*gen, "--synthetic", "0"], "--synthetic must be >= 1"),

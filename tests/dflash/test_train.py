@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import signal
 import subprocess
@@ -18,6 +19,8 @@ import torch
 
 from dflash.checkpoint.export import load_drafter
 from dflash.checkpoint.layout import latest_checkpoint
+from dflash.errors import InputError
+from dflash.meter import MetricsLog
 from dflash.presets import tiny
 from dflash.train import Trainer
 from tests.dflash import launch
@@ -134,11 +137,19 @@ def test_resume_matches_an_uninterrupted_run(tiny_target, tmp_path: Path):
     ckpt = latest_checkpoint(tmp_path / "cut")
     assert ckpt is not None and ckpt.name.endswith("00000004")
 
+    # As if the cut run had logged steps 5 and 6 past its checkpoint and then been killed
+    # mid-line: the resumed run logs them again, once.
+    metrics = tmp_path / "cut" / "metrics.jsonl"
+    logged = metrics.read_text()
+    metrics.write_text(logged + '{"step": 5, "loss": 1.0}\n{"step": 6, "loss": 1.0}\n{"st')
     resumed = Trainer(cut_cfg, target=tiny_target)
     resumed.resume(ckpt)
     tail: list[dict] = []
     resumed.run(tail.append)
     assert [r["step"] for r in tail] == list(range(5, 11))
+    assert [json.loads(line)["step"] for line in metrics.read_text().splitlines()
+            ] == list(range(1, 11))
+    assert metrics.read_text().startswith(logged)
     expected = {r["step"]: r for r in full_log}
     for r in cut_log + tail:
         assert r["loss"] == pytest.approx(expected[r["step"]]["loss"], rel=1e-5, abs=1e-6)
@@ -221,3 +232,24 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, capsys, extra: list[str], 
     assert main(_cli(tmp_path / "b", *extra)[3:]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+
+
+def test_the_metrics_log_keeps_the_steps_before_its_start_and_reads_no_fifo(tmp_path: Path):
+    """A run from step 0 starts metrics.jsonl empty; one resumed at step 2 keeps steps 1-2
+    (and a line without a step is dropped as torn); a FIFO is refused at once."""
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps({"step": s}) + "\n" for s in (1, 2, 3))
+                    + '{"loss": 1}\n[1]\n{"step": true}\n')
+    log = MetricsLog(path, after=2)
+    log.write({"step": 3, "loss": 0.5})
+    log.close()
+    assert [json.loads(line) for line in path.read_text().splitlines()] == [
+        {"step": 1}, {"step": 2}, {"step": 3, "loss": 0.5}]
+    MetricsLog(path).close()
+    assert path.read_text() == ""
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    started = time.perf_counter()
+    with pytest.raises(InputError, match=r"fifo\.jsonl: .*FIFO"):
+        MetricsLog(fifo, after=3)
+    assert time.perf_counter() - started < 5
