@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from dflash.errors import DataError
+from dflash.reading import lines
 from envguard.atomic import write_text_atomic
 
 MAX_TOKEN_ID = 2**31 - 1
@@ -86,35 +87,26 @@ class Example:
 def _rows(path: str | Path) -> Iterator[tuple[str, dict[str, Any]]]:
     """Yield ("FILE:LINE", object) for every non-blank line."""
     p = Path(path)
-    try:
-        fh = p.open("rb")
-    except OSError as exc:
-        raise DataError(f"{p}: {exc.strerror or exc}") from None
-    with fh:
+    for lineno, raw in lines(p, DataError):  # a regular file only, each line bounded
+        where = f"{p}:{lineno}"
         try:
-            for lineno, raw in enumerate(fh, 1):
-                where = f"{p}:{lineno}"
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    raise DataError(f"{where}: not UTF-8 (byte {exc.start + 1} of the line)"
-                                    ) from None
-                if lineno == 1:
-                    line = line.removeprefix("\ufeff")
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise DataError(f"{where}: malformed JSON: {exc.msg} (column {exc.colno})"
-                                    ) from None
-                except RecursionError:
-                    raise DataError(f"{where}: malformed JSON: nested too deeply") from None
-                if not isinstance(row, dict):
-                    raise DataError(f"{where}: expected a JSON object, got {_json_type(row)}")
-                yield where, row
-        except OSError as exc:
-            raise DataError(f"{p}: {exc.strerror or exc}") from None
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DataError(f"{where}: not UTF-8 (byte {exc.start + 1} of the line)") from None
+        if lineno == 1:
+            line = line.removeprefix("\ufeff")
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{where}: malformed JSON: {exc.msg} (column {exc.colno})"
+                            ) from None
+        except RecursionError:
+            raise DataError(f"{where}: malformed JSON: nested too deeply") from None
+        if not isinstance(row, dict):
+            raise DataError(f"{where}: expected a JSON object, got {_json_type(row)}")
+        yield where, row
 
 
 def _kind(row: dict[str, Any]) -> str:

@@ -23,7 +23,7 @@ from dflash.loss import LossOutput
 from dflash.ticks import Values
 from envguard.atomic import write_text_atomic
 from envguard.errors import EnvguardError
-from envguard.input_file import NotReadable, read_bounded_text
+from envguard.input_file import NotReadable, read_bounded, read_bounded_text
 
 
 def sync_device(device: torch.device) -> None:
@@ -68,8 +68,8 @@ def remembered_peak(device: torch.device, dtype: torch.dtype, folder: Path) -> f
         return measure_matmul_tflops(device, dtype)
     key = f"{torch.cuda.get_device_name(device)} | torch {torch.__version__} | {dtype}"
     path = folder / "peaks.json"
-    try:
-        known = json.loads(path.read_text(encoding="utf-8"))
+    try:  # envguard's own state: a link or anything but a small regular file is not read
+        known = json.loads(read_bounded(path, limit=1 << 20, what="peaks", follow=False))
     except (OSError, ValueError):
         known = {}
     if not isinstance(known, dict):

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from dflash import reading
 from dflash.errors import TargetError
 from dflash.model import MLP, KVCache, RMSNorm, apply_rope, rope_cos_sin
 
@@ -314,7 +315,7 @@ def _weight_files(folder: Path) -> list[Path]:
     index = folder / "model.safetensors.index.json"
     if index.is_file():
         try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            weight_map = reading.read_json(index, TargetError, "weight index")["weight_map"]
             return sorted({folder / name for name in weight_map.values()})
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise TargetError(f"{index}: not a usable weight index: {exc}") from None

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dflash import stdlib_target
+from dflash import reading, stdlib_target
 from dflash.config import TargetShape
 from dflash.errors import TargetError
 from dflash.presets import STDLIB_TARGET, TARGET_SHAPES, target_path
@@ -160,11 +160,9 @@ def template_digest(template: Any) -> str | None:
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = reading.read_json(path, TargetError)
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError) as exc:
-        raise TargetError(f"{path}: cannot read: {exc}") from None
     return data if isinstance(data, dict) else {}
 
 
@@ -201,7 +199,7 @@ def fields_of(config: dict[str, Any], folder: Path | None = None) -> dict[str, A
     template = tokenizer.get("chat_template")
     jinja = folder / "chat_template.jinja" if folder else None
     if template is None and jinja is not None and jinja.is_file():
-        template = jinja.read_text(encoding="utf-8")
+        template = reading.read_text(jinja, TargetError, "chat template")
     out["chat_template"] = template_digest(template)
     return out
 

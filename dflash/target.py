@@ -22,7 +22,6 @@ for a target ``dflash.qwen3`` does not run.
 from __future__ import annotations
 
 import inspect
-import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -32,7 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import torch
 from torch import Tensor, nn
 
-from dflash import qwen3
+from dflash import qwen3, reading
 from dflash.config import DrafterConfig, TargetShape, target_layer_ids_for
 from dflash.errors import TargetError
 from dflash.model import KVCache
@@ -264,11 +263,9 @@ def _read_config(path: Path) -> Any:
     """The JSON of a ``config.json`` (``path`` the file or its folder); None if absent."""
     file = path if path.is_file() else path / "config.json"
     try:
-        return json.loads(file.read_text(encoding="utf-8"))
+        return reading.read_json(file, TargetError, "model config")
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as exc:
-        raise TargetError(f"{file}: not a usable model config: {exc}") from None
 
 
 def _own_config(path: Path) -> qwen3.Qwen3Config | None:
@@ -282,7 +279,7 @@ def _config_only(path: Path) -> Any:
     from transformers import AutoConfig
     try:
         if path.is_file():
-            return AutoConfig.for_model(**json.loads(path.read_text(encoding="utf-8")))
+            return AutoConfig.for_model(**reading.read_json(path, TargetError, "model config"))
         return AutoConfig.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise TargetError(f"{path}: not a usable model config: {exc}") from None
@@ -350,6 +347,7 @@ def load_target(source: str, *, device: str | torch.device = "cpu",
         mask = shape.mask_token_id
     else:
         folder = path if path.is_dir() else path.parent
+        reading.check_folder(folder, TargetError)  # the loaders open its files themselves
         own = _own_config(path) if path.is_dir() and any(path.glob("*.safetensors")) else None
         if own is not None:
             model = qwen3.load_folder(path, own, device=device, dtype=dtype)

@@ -14,6 +14,10 @@ and the reads, at most cap + 1 bytes. Symlinks are followed, as Python follows t
 they lead to must be a regular file within the cap. The caller turns a
 :class:`NotReadable` into a one-line finding and carries on (docs/SNAPSHOT.md, "Files
 inside the environment").
+
+A file of any length read as a stream (a training data file, line by line) is opened by
+:func:`open_stream`, the same way; :func:`not_regular` says, from a ``stat`` alone, why a
+path that a library will open itself (a model folder's files) is not a regular file.
 """
 
 from __future__ import annotations
@@ -22,12 +26,13 @@ import errno
 import os
 import stat
 from pathlib import Path
+from typing import BinaryIO
 
 from envguard.errors import InputError
 
 __all__ = ["LINK_REFUSAL", "MAX_INPUT_BYTES", "METADATA_BYTES", "RECORD_BYTES", "SMALL_FILE_BYTES",
-           "NotReadable", "oserror_reason", "read_bounded", "read_bounded_text", "read_head",
-           "read_input", "read_input_text"]
+           "NotReadable", "not_regular", "open_stream", "oserror_reason", "read_bounded",
+           "read_bounded_text", "read_head", "read_input", "read_input_text"]
 
 MAX_INPUT_BYTES = 256 << 20
 """256 MiB: the largest snapshot, lockfile or other single input document envguard reads."""
@@ -153,6 +158,45 @@ def read_head(path: str | os.PathLike[str], size: int) -> bytes:
         raise NotReadable(name, oserror_reason(exc)) from None
     finally:
         os.close(fd)
+
+
+def open_stream(path: str | os.PathLike[str]) -> BinaryIO:
+    """The regular file ``path`` (symlinks followed), open for reading as a stream of any
+    length (a data file of gigabytes, read line by line): the same open as
+    :func:`read_bounded`, so a FIFO neither blocks it nor a device streams into it.
+    FileNotFoundError when it is not there, :class:`NotReadable` when it is not a regular
+    file or cannot be read."""
+    name = os.fspath(path)
+    try:
+        fd = os.open(name, _OPEN)
+    except (FileNotFoundError, NotADirectoryError):
+        raise FileNotFoundError(errno.ENOENT, "no such file", name) from None
+    except OSError as exc:
+        raise NotReadable(name, oserror_reason(exc)) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotReadable(name, f"is {_kind(st.st_mode)}, not a regular file"
+                              if not stat.S_ISDIR(st.st_mode) else "is a folder, not a file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def not_regular(path: str | os.PathLike[str]) -> str | None:
+    """Why ``path`` (symlinks followed) is there but is not a regular file, a few words
+    (a FIFO, a device, a socket, a folder); None for a regular file or nothing there. A
+    ``stat`` only: nothing is opened, so it cannot block."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if stat.S_ISREG(st.st_mode):
+        return None
+    return "is a folder, not a file" if stat.S_ISDIR(st.st_mode) else (
+        f"is {_kind(st.st_mode)}, not a regular file")
 
 
 def read_bounded_text(path: str | os.PathLike[str], *, limit: int,

@@ -16,7 +16,6 @@ in place. Plain Python (no torch), so the commands check their folders before lo
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import tempfile
@@ -25,6 +24,7 @@ from typing import Any
 
 from dflash.config import DrafterConfig
 from dflash.errors import CheckpointError
+from dflash.reading import read_json
 from envguard.input_file import NotReadable, read_bounded_text
 
 CONFIG_NAME = "config.json"
@@ -90,13 +90,10 @@ def config_from_published(d: dict[str, Any]) -> DrafterConfig:
 def read_config(folder: Path) -> DrafterConfig:
     """The drafter config of an export folder (its config.json)."""
     try:
-        raw = json.loads((folder / CONFIG_NAME).read_text())
-    except OSError as exc:
+        raw = read_json(folder / CONFIG_NAME, CheckpointError, "drafter config")
+    except FileNotFoundError:
         raise CheckpointError(f"cannot read {folder / CONFIG_NAME}: "
-                              f"{exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"{folder / CONFIG_NAME} is not JSON: {exc.msg} "
-                              f"(line {exc.lineno})") from None
+                              "No such file or directory") from None
     if not isinstance(raw, dict):
         raise CheckpointError(f"{folder / CONFIG_NAME} is not a JSON object")
     return config_from_published(raw)

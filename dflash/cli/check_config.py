@@ -5,12 +5,12 @@ any; ``dflash-train`` prints the same lines after its export (:func:`lines`)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from dflash.checkpoint.layout import CONFIG_NAME
 from dflash.errors import CheckpointError
 from dflash.exitcodes import ExitCode
+from dflash.reading import read_json
 from dflash.serving import FIELDS, NAMES, ConfigCheck, compare, drafter_fields, target_fields
 
 
@@ -18,11 +18,9 @@ def check(drafter: Path, target: str) -> ConfigCheck:
     """The drafter folder's ``config.json`` against the target ``--target`` names."""
     path = drafter / CONFIG_NAME
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise CheckpointError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise CheckpointError(f"{path} is not JSON: {exc}") from None
+        config = read_json(path, CheckpointError, "drafter config")
+    except FileNotFoundError:
+        raise CheckpointError(f"cannot read {path}: No such file or directory") from None
     if not isinstance(config, dict):
         raise CheckpointError(f"{path} is not a JSON object")
     return compare(drafter_fields(config), target_fields(target))

@@ -12,16 +12,14 @@ from pathlib import Path
 from dflash.config import check_device
 from dflash.errors import DataError, InputError
 from dflash.presets import target_path
+from dflash.reading import check_file
 
 
 def readable_file(path: str | Path, error: type[InputError] = DataError) -> Path:
-    """``path`` opens for reading (the message is the one reading it would give)."""
+    """``path`` is a regular file that opens for reading (a FIFO or a device is refused,
+    never waited on; :func:`dflash.reading.check_file`)."""
     p = Path(path)
-    try:
-        with p.open("rb"):
-            pass
-    except OSError as exc:
-        raise error(f"{p}: {exc.strerror or exc}") from None
+    check_file(p, error)
     return p
 
 

@@ -85,13 +85,20 @@ def inputs(tmp_path: Path) -> dict[str, str]:
     logged = tmp_path / "logged"  # a run killed before its first checkpoint
     logged.mkdir()
     (logged / "metrics.jsonl").write_text('{"step": 1}\n')
+    os.mkfifo(tmp_path / "fifo.jsonl")  # a data or prompts file that would block a reader
+    (tmp_path / "loop.jsonl").symlink_to(tmp_path / "loop.jsonl")
+    fifo_drafter = tmp_path / "fifo-drafter"
+    fifo_drafter.mkdir()
+    os.mkfifo(fifo_drafter / "config.json")
     piped = tmp_path / "piped"  # a planted FIFO where ``latest`` belongs
     (piped / "checkpoints").mkdir(parents=True)
     os.mkfifo(piped / "checkpoints" / "latest")
     return {"file": str(tmp_path / "a-file"), "folder": str(tmp_path / "a-folder"),
             "missing": str(tmp_path / "missing.jsonl"), "drafter": str(drafter),
             "broken": str(broken), "run": str(run), "out": str(tmp_path / "out"),
-            "done": str(done), "logged": str(logged), "piped": str(piped)}
+            "done": str(done), "logged": str(logged), "piped": str(piped),
+            "fifo": str(tmp_path / "fifo.jsonl"), "loop": str(tmp_path / "loop.jsonl"),
+            "fifo_drafter": str(fifo_drafter)}
 
 
 TRAIN, GENERATE, EVAL = "dflash.cli.train", "dflash.cli.generate", "dflash.cli.evaluate"
@@ -109,8 +116,11 @@ def _bad_inputs(p: dict[str, str]) -> list[tuple[str, list[str], str]]:
         (TRAIN, [*train, "--set", "device=gpu"], "device must be auto, cpu, cuda or cuda:N"),
         (TRAIN, [*train, "--set", "device=cpu", "--attention", "flex"], "no backward on CPU"),
         (TRAIN, [*train, "--data", p["missing"]], "No such file or directory"),
-        (TRAIN, [*train, "--data", p["folder"]], "Is a directory"),
+        (TRAIN, [*train, "--data", p["folder"]], "a-folder: is a folder, not a file"),
         (TRAIN, [*train, "--target", "nope"], "neither a named shape"),
+        (TRAIN, [*train, "--data", p["fifo"]], "fifo.jsonl: is a FIFO, not a regular file"),
+        (TRAIN, [*train, "--data", "/dev/zero"], "/dev/zero: is a character device"),
+        (TRAIN, [*train, "--data", p["loop"]], "loop.jsonl: is a symlink loop"),
         (TRAIN, [*train, "--out", p["file"]], "is a file, not a folder"),
         (TRAIN, [*train, "--out", p["file"] + "/run"], "is a file, not a folder"),
         (TRAIN, [*train, "--out", p["run"], "--resume"], "which is not a checkpoint"),
@@ -122,6 +132,7 @@ def _bad_inputs(p: dict[str, str]) -> list[tuple[str, list[str], str]]:
         (TRAIN, [*train, "--out", p["piped"], "--resume"], "latest: is a FIFO"),
         (TRAIN, [*train, "--target-ranks", "1"], "--target-ranks needs torchrun"),
         (GENERATE, [*gen, "--prompts", p["missing"]], "No such file or directory"),
+        (GENERATE, [*gen, "--prompts", p["fifo"]], "fifo.jsonl: is a FIFO"),
         (GENERATE, [*gen, "--synthetic", "0"], "--synthetic must be >= 1"),
         (GENERATE, [*gen, "--synthetic", "2", "--max-new-tokens", "0"], "--max-new-tokens"),
         (GENERATE, [*gen, "--synthetic", "2", "--batch-size", "0"], "--batch-size"),
@@ -131,6 +142,11 @@ def _bad_inputs(p: dict[str, str]) -> list[tuple[str, list[str], str]]:
         (GENERATE, ["--target", "tiny", "--synthetic", "2", "--out", p["folder"]],
          "is a folder, not a file"),
         (EVAL, [*ev, "--prompts", p["missing"]], "No such file or directory"),
+        (EVAL, [*ev, "--prompts", "/dev/zero"], "/dev/zero: is a character device"),
+        (EVAL, ["--drafter", p["fifo_drafter"], "--target", "tiny", "--synthetic", "2"],
+         "config.json: is a FIFO, not a regular file"),
+        (EVAL, ["--check-config", "--drafter", p["fifo_drafter"], "--target", "tiny"],
+         "config.json: is a FIFO, not a regular file"),
         (EVAL, [*ev, "--synthetic", "2", "--limit", "-1"], "--limit must be >= 0"),
         (EVAL, [*ev, "--synthetic", "2", "--max-new-tokens", "0"], "--max-new-tokens"),
         (EVAL, ["--drafter", p["folder"], "--target", "tiny", "--synthetic", "2"],

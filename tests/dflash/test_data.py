@@ -187,7 +187,7 @@ def test_file_level_errors(tmp_path: Path):
     with pytest.raises(DataError, match="No such file or directory") as err:
         read_examples(missing, max_length=10)
     assert str(err.value).startswith(f"{missing}: ")
-    with pytest.raises(DataError, match="Is a directory"):
+    with pytest.raises(DataError, match="is a folder, not a file"):
         read_prompts(tmp_path)
     empty = write_lines(tmp_path / "empty.jsonl", ["", "  "])
     for reader in (lambda: read_examples(empty, max_length=10), lambda: read_prompts(empty)):

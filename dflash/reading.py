@@ -1,0 +1,106 @@
+"""Reading what a user names: a data or prompts file, a model or drafter folder.
+
+The same rules as envguard's inputs (:mod:`envguard.input_file`, the one mechanism): a
+regular file only, so a FIFO cannot hang a command and ``/dev/zero`` cannot fill its
+memory; a JSON document at most :data:`JSON_BYTES`; a line of a JSONL file at most
+:data:`LINE_BYTES`. Symlinks are followed (a Hugging Face cache's snapshot is a folder of
+links to blobs). A folder that a library opens file by file itself (transformers'
+config and tokenizer, safetensors' weights) is checked first with :func:`check_folder`,
+a ``stat`` of each entry, which opens nothing. Every refusal is the caller's
+one-line :class:`~dflash.errors.InputError` subclass (exit 2) naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from dflash.errors import InputError
+from envguard.input_file import (
+    METADATA_BYTES,
+    NotReadable,
+    not_regular,
+    open_stream,
+    read_bounded_text,
+)
+
+JSON_BYTES = METADATA_BYTES
+"""16 MiB: a config.json, tokenizer_config.json, generation_config.json or weight index
+(the largest of these in common checkpoints is a tokenizer_config.json of a few MB)."""
+LINE_BYTES = 256 << 20
+"""256 MiB: one line of a data or prompts file (a 1M-token row is about 8 MB of JSON)."""
+
+
+def read_text(path: Path, error: type[InputError], what: str = "file") -> str:
+    """The text of the regular file ``path`` (at most :data:`JSON_BYTES`); FileNotFoundError
+    when it is not there, ``error`` when it cannot be read."""
+    try:
+        return read_bounded_text(path, limit=JSON_BYTES, what=what)
+    except NotReadable as exc:
+        raise error(str(exc)) from None
+
+
+def read_json(path: Path, error: type[InputError], what: str = "JSON document") -> Any:
+    """:func:`read_text` parsed as JSON; ``error`` naming the file when it is not JSON."""
+    text = read_text(path, error, what)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error(f"{path} is not JSON: {exc.msg} (line {exc.lineno})") from None
+    except RecursionError:
+        raise error(f"{path} is not JSON: nested too deeply") from None
+
+
+def lines(path: Path, error: type[InputError]) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes) for each line of the regular file ``path``, newline included;
+    ``error`` when it is missing, not a regular file, unreadable, or has a line longer than
+    :data:`LINE_BYTES`."""
+    try:
+        fh = open_stream(path)
+    except FileNotFoundError:
+        raise error(f"{path}: No such file or directory") from None
+    except NotReadable as exc:
+        raise error(str(exc)) from None
+    with fh:
+        lineno = 0
+        try:
+            while raw := fh.readline(LINE_BYTES + 1):
+                lineno += 1
+                if len(raw) > LINE_BYTES:
+                    raise error(f"{path}:{lineno}: a line longer than {LINE_BYTES:,} bytes")
+                yield lineno, raw
+        except OSError as exc:
+            raise error(f"{path}: {exc.strerror or exc}") from None
+
+
+def check_file(path: Path, error: type[InputError]) -> None:
+    """``path`` is a regular file that opens for reading (nothing read)."""
+    try:
+        open_stream(path).close()
+    except FileNotFoundError:
+        raise error(f"{path}: No such file or directory") from None
+    except NotReadable as exc:
+        raise error(str(exc)) from None
+
+
+MODEL_SUFFIXES = (".json", ".safetensors", ".bin", ".model", ".jinja", ".txt", ".tiktoken")
+"""The files of a model folder that its loaders open: configs, weights, tokenizer files."""
+
+
+def check_folder(folder: Path, error: type[InputError]) -> None:
+    """Every file of ``folder`` that a model's loaders open (:data:`MODEL_SUFFIXES`) is a
+    regular file, or nothing (a dangling link is left to the loader's own message), so a
+    library opening them cannot block on a FIFO or stream a device."""
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError:
+        return  # not a folder, or unreadable: the loader says so
+    for entry in entries:
+        if not entry.name.endswith(MODEL_SUFFIXES):
+            continue
+        reason = not_regular(entry.path)
+        if reason is not None:
+            raise error(f"{entry.path}: {reason}")

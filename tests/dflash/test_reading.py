@@ -1,0 +1,83 @@
+"""What a user names is read as envguard reads its inputs (:mod:`dflash.reading`): regular
+files only, a FIFO refused at once, never waited on, a device never streamed, a line
+bounded. The commands' one-line refusals are in tests/dflash/test_cli.py; here the
+functions, and a model folder whose files a library would have opened itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from dflash import reading
+from dflash.data import read_examples
+from dflash.errors import DataError, TargetError
+from envguard.input_file import NotReadable, not_regular, open_stream
+
+
+def test_a_fifo_or_a_device_is_refused_at_once_and_a_regular_file_streams(tmp_path: Path):
+    fifo = tmp_path / "f"
+    os.mkfifo(fifo)
+    started = time.perf_counter()
+    with pytest.raises(NotReadable, match="is a FIFO, not a regular file"):
+        open_stream(fifo)
+    with pytest.raises(NotReadable, match="is a character device"):
+        open_stream("/dev/zero")
+    with pytest.raises(NotReadable, match="is a folder"):
+        open_stream(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        open_stream(tmp_path / "missing")
+    assert time.perf_counter() - started < 5
+    text = tmp_path / "t.jsonl"
+    text.write_bytes(b"a\nb\n")
+    with open_stream(text) as fh:
+        assert fh.read() == b"a\nb\n"
+    assert not_regular(fifo) == "is a FIFO, not a regular file"
+    assert not_regular(text) is None and not_regular(tmp_path / "missing") is None
+
+
+def test_a_line_past_the_bound_is_one_error_naming_it(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(reading, "LINE_BYTES", 16)
+    data = tmp_path / "train.jsonl"
+    data.write_text('{"text": "ok"}\n' + '{"text": "' + "x" * 40 + '"}\n')
+    walk = reading.lines(data, DataError)
+    assert next(walk) == (1, b'{"text": "ok"}\n')  # line by line: the first is read whole
+    with pytest.raises(DataError, match=r"train\.jsonl:2: a line longer than 16 bytes"):
+        list(reading.lines(data, DataError))
+
+
+def test_the_data_reader_refuses_a_fifo_in_one_line(tmp_path: Path):
+    fifo = tmp_path / "train.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(DataError, match=r"train\.jsonl: is a FIFO"):
+        read_examples(fifo, max_length=64)
+
+
+def test_a_model_folder_whose_loader_would_block_is_refused_before_loading(tmp_path: Path):
+    """The tiny shape's config as a target folder: the random model loads; a FIFO where
+    its tokenizer.json belongs is refused before transformers would open it, a FIFO under
+    a name no loader opens is left alone, and so is a subfolder."""
+    from dflash.presets import TARGET_SHAPES
+    from dflash.target import _qwen3_config, load_target, transformers_config
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    config = transformers_config(_qwen3_config(TARGET_SHAPES["tiny"]))
+    (folder / "config.json").write_text(json.dumps(config.to_dict()))
+    os.mkfifo(folder / "notes.fifo")
+    (folder / "subfolder").mkdir()
+    assert load_target(str(folder)).vocab_size == config.vocab_size
+    os.mkfifo(folder / "tokenizer.json")
+    started = time.perf_counter()
+    with pytest.raises(TargetError, match=r"tokenizer\.json: is a FIFO, not a regular file"):
+        load_target(str(folder))
+    assert time.perf_counter() - started < 5
+    (folder / "tokenizer.json").unlink()
+    (folder / "config.json").unlink()
+    os.mkfifo(folder / "config.json")
+    with pytest.raises(TargetError, match=r"config\.json: is a FIFO"):
+        load_target(str(folder))
