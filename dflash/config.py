@@ -9,6 +9,7 @@ The recipe's defaults are the paper's (AdamW lr 6e-4, clip 1.0, cosine with 4 % 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -252,6 +253,10 @@ class TrainConfig:
         for ok, message in checks:
             if not ok:
                 raise ConfigError(message)
+        for f in dataclasses.fields(self):  # a NaN passes every comparison's negation
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"{f.name} must be a finite number, got {value}")
         check_device(self.device)
 
     def to_dict(self) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from dflash.errors import CheckpointError
 from dflash.exitcodes import ExitCode
 from dflash.reading import read_json
 from dflash.serving import FIELDS, NAMES, ConfigCheck, compare, drafter_fields, target_fields
+from envguard.render.sanitize import escape_controls
 
 
 def check(drafter: Path, target: str) -> ConfigCheck:
@@ -42,5 +43,5 @@ def run(prog: str, drafter: Path, target: str) -> int:
     """The command: print :func:`lines`, return its exit code."""
     result = check(drafter, target)
     for line in lines(result):
-        print(f"{prog}: {line}")
+        print(f"{prog}: {escape_controls(line)}")  # values read from config files
     return ExitCode.OK if result.ok else ExitCode.CONFIG_MISMATCH

@@ -16,6 +16,7 @@ from pathlib import Path
 from dflash.errors import DFlashError, MissingExtraError
 from dflash.exitcodes import ExitCode
 from envguard.errors import EnvguardError
+from envguard.render.sanitize import escape_controls
 
 EXTRA_MODULES = ("torch", "numpy", "transformers", "safetensors")
 """What ``pip install 'envguard[dflash]'`` adds to envguard's core, by import name."""
@@ -85,7 +86,8 @@ class Command:
         # One write per line: print() writes the text and the newline separately, and
         # with an unbuffered stderr (PYTHONUNBUFFERED) two torchrun ranks' lines then
         # interleave into one.
-        sys.stderr.write(f"{self.prog}: {line}\n")
+        # A name read from the user or the disk may hold a terminal escape: shown, not run.
+        sys.stderr.write(f"{self.prog}: {escape_controls(line)}\n")
         sys.stderr.flush()
 
     def run(self, body: Callable[[], int]) -> int:

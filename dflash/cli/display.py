@@ -9,6 +9,7 @@ from typing import Any
 
 from dflash.decoding.spread import INTERVAL_LEVEL
 from dflash.ticks import Tick
+from envguard.render.sanitize import escape_controls
 
 PROG = "dflash-train"
 
@@ -31,9 +32,11 @@ class StartPhases:
     def begin(self, phase: str, text: str) -> None:
         if self.quiet:
             return
-        self._text = text
+        self._text = text = escape_controls(text)  # a path in it is shown, never run
         if self.console is not None:
-            self._status = self.console.status(f"{text}\N{HORIZONTAL ELLIPSIS}")
+            from rich.text import Text
+
+            self._status = self.console.status(Text(f"{text}\N{HORIZONTAL ELLIPSIS}"))
             self._status.start()
         else:
             sys.stdout.flush()  # what went to stdout before stays before it in one log
@@ -42,7 +45,7 @@ class StartPhases:
     def end(self, phase: str, text: str, seconds: float) -> None:
         if self.quiet:
             return
-        line = f"{PROG}: {text}: {seconds:.1f} s"
+        line = f"{PROG}: {escape_controls(text)}: {seconds:.1f} s"
         if self.console is not None:
             if self._status is not None:
                 self._status.stop()
@@ -55,8 +58,10 @@ class StartPhases:
         """A step of a long start phase (the target's pretraining): on a terminal, its
         count on the phase's status line; piped, nothing (the heartbeat says it)."""
         if self._status is not None:
-            self._status.update(f"{self._text}\N{HORIZONTAL ELLIPSIS} {tick.work} step "
-                                f"{tick.step}/{tick.total}")
+            from rich.text import Text
+
+            self._status.update(Text(f"{self._text}\N{HORIZONTAL ELLIPSIS} {tick.work} step "
+                                     f"{tick.step}/{tick.total}"))
 
     def close(self) -> None:
         """Stop a status line left running by a phase that raised."""

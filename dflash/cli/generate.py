@@ -17,6 +17,7 @@ from dflash.cli import options
 from dflash.cli.command import Command
 from dflash.cli.command import entry as command_entry
 from dflash.exitcodes import ExitCode
+from envguard.render.sanitize import escape_controls
 
 PROG = "dflash-generate"
 
@@ -91,7 +92,7 @@ def _main(args: argparse.Namespace) -> int:
                 row["response"] = tok.decode(response)
             rows.append(row)
         write_jsonl_atomic(args.out, rows)
-    print(f"{PROG}: wrote {len(rows)} rows to {args.out}")
+    print(f"{PROG}: wrote {len(rows)} rows to {escape_controls(str(args.out))}")
     return ExitCode.OK
 
 

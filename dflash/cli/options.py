@@ -6,6 +6,7 @@ numbers in range. Each check raises a one-line :class:`~dflash.errors.InputError
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from pathlib import Path
 
@@ -54,7 +55,9 @@ def output_file(path: str | Path, flag: str) -> Path:
 
 
 def at_least(flag: str, value: float | None, low: float) -> None:
-    """``value`` (None: not given) is at least ``low``."""
+    """``value`` (None: not given) is a finite number, at least ``low``."""
+    if value is not None and not math.isfinite(value):  # NaN is not below anything
+        raise InputError(f"{flag} must be a finite number, got {value:g}")
     if value is not None and value < low:
         raise InputError(f"{flag} must be >= {low:g}, got {value:g}")
 

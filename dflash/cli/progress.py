@@ -13,6 +13,8 @@ import time
 from types import TracebackType
 from typing import Any, TextIO
 
+from envguard.render.sanitize import escape_controls
+
 
 class Progress:
     """Phase lines and one item counter at a time, on ``stream`` (default stderr)."""
@@ -36,7 +38,7 @@ class Progress:
     def say(self, text: str) -> None:
         if self.quiet:
             return
-        line = f"{self.prog}: {text} [{self._elapsed()}]"
+        line = f"{self.prog}: {escape_controls(text)} [{self._elapsed()}]"  # a path: shown
         if self._bar is not None:
             self._bar.console.print(line, markup=False, highlight=False)
         else:

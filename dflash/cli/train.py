@@ -41,6 +41,7 @@ from dflash.distributed.world import Roles, World, barrier, detect, init, shutdo
 from dflash.errors import CheckpointError, ConfigError
 from dflash.exitcodes import ExitCode
 from dflash.presets import PRESETS, apply_overrides, target_path
+from envguard.render.sanitize import escape_controls
 
 if TYPE_CHECKING:
     from dflash.train import Trainer
@@ -191,7 +192,7 @@ def _start(command: Command, args: argparse.Namespace, cfg: TrainConfig,
     if gate.snapshot_json is not None:
         meta["environment"] = {"file": ENV_FILE, "sha256": gate.snapshot_sha256}
     if world.is_main:
-        print(f"{PROG}: {state} ({gate.how})")
+        print(f"{PROG}: {state} ({escape_controls(gate.how)})")
         if gate.snapshot_json is not None:
             _write_env(Path(cfg.out), gate.snapshot_json)
     if args.check:
@@ -239,7 +240,8 @@ def _train(command: Command, args: argparse.Namespace, cfg: TrainConfig,
     if resume_from is not None:
         trainer.resume(resume_from)
         if world.is_main:
-            print(f"{PROG}: resuming from {resume_from} at step {trainer.state.step}")
+            print(f"{PROG}: resuming from {escape_controls(str(resume_from))} at step "
+                  f"{trainer.state.step}")
     meta.update({"config": cfg.to_dict(), "device": str(trainer.rt.device),
                  "dtype": str(trainer.rt.dtype), "attention": trainer.rt.attention,
                  "compile": trainer.rt.compile, "torch": _torch_build(),
@@ -302,10 +304,11 @@ def _train(command: Command, args: argparse.Namespace, cfg: TrainConfig,
         if result.stopped_early:
             why = "stop_after" if cfg.stop_after and result.step >= cfg.stop_after else "SIGTERM"
             print(f"{PROG}: stopped by {why} at step {result.step}; checkpoint "
-                  f"{result.checkpoint}; continue with --resume")
+                  f"{escape_controls(str(result.checkpoint))}; continue with --resume")
         else:
             ran_out = f" ({cfg.max_seconds:g} s, max_seconds)" if result.timed_out else ""
-            print(f"{PROG}: done at step {result.step}{ran_out}; drafter in {result.export}")
+            print(f"{PROG}: done at step {result.step}{ran_out}; drafter in "
+                  f"{escape_controls(str(result.export))}")
         if result.export is not None:
             _serving_check(command, result.export, cfg.target)
     return ExitCode.OK
@@ -323,7 +326,7 @@ def _serving_check(command: Command, export: Path, target: str) -> None:
         command.say(f"serving check not done: {exc}")
         return
     for line in lines:
-        print(f"{PROG}: serving check: {line}")
+        print(f"{PROG}: serving check: {escape_controls(line)}")
 
 
 def _report_warmup(command: Command, trainer: Trainer) -> None:

@@ -56,6 +56,7 @@ def _one_line_exit_2(result: dict, expected: str) -> None:
     assert result["rc"] == 2, result
     assert len(lines) == 1 and expected in lines[0], result
     assert "Traceback" not in result["stderr"]
+    assert "\x1b" not in result["stderr"]  # a name's terminal escape is shown, never sent
 
 
 @pytest.fixture
@@ -121,6 +122,8 @@ def _bad_inputs(p: dict[str, str]) -> list[tuple[str, list[str], str]]:
         (TRAIN, [*train, "--data", p["fifo"]], "fifo.jsonl: is a FIFO, not a regular file"),
         (TRAIN, [*train, "--data", "/dev/zero"], "/dev/zero: is a character device"),
         (TRAIN, [*train, "--data", p["loop"]], "loop.jsonl: is a symlink loop"),
+        (TRAIN, [*train, "--data", p["missing"] + "\x1b[2J"],
+         "missing.jsonl\\x1b[2J: No such file or directory"),
         (TRAIN, [*train, "--out", p["file"]], "is a file, not a folder"),
         (TRAIN, [*train, "--out", p["file"] + "/run"], "is a file, not a folder"),
         (TRAIN, [*train, "--out", p["run"], "--resume"], "which is not a checkpoint"),
@@ -137,6 +140,8 @@ def _bad_inputs(p: dict[str, str]) -> list[tuple[str, list[str], str]]:
         (GENERATE, [*gen, "--synthetic", "2", "--max-new-tokens", "0"], "--max-new-tokens"),
         (GENERATE, [*gen, "--synthetic", "2", "--batch-size", "0"], "--batch-size"),
         (GENERATE, [*gen, "--synthetic", "2", "--temperature", "-1"], "--temperature"),
+        (GENERATE, [*gen, "--synthetic", "2", "--temperature", "nan"],
+         "--temperature must be a finite number, got nan"),
         (GENERATE, [*gen, "--synthetic", "2", "--device", "cuda0"], "--device must be"),
         (GENERATE, [*gen, "--synthetic", "2", "--target", "nope"], "neither a named shape"),
         (GENERATE, ["--target", "tiny", "--synthetic", "2", "--out", p["folder"]],

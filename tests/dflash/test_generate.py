@@ -174,7 +174,10 @@ def test_progress_bar_on_a_terminal_and_quiet():
         for i in range(1, 4):
             progress.update(i)
         progress.say("done")
+        progress.phase("reading /tmp/\x1b[2J[bold]p.jsonl")  # a hostile path, over the bar
     assert "prog: done" in stream.getvalue()
+    assert "reading /tmp/\\x1b[2J[bold]p.jsonl…" in stream.getvalue()
+    assert "\x1b[2J" not in stream.getvalue()
     quiet = io.StringIO()
     with Progress("prog", stream=quiet, quiet=True) as progress:
         progress.phase("loading")

@@ -33,6 +33,10 @@ def test_set_overrides_are_typed() -> None:
     ("attention=fast", "attention must be"),
     ("buckets=128,64", "buckets must be increasing"),
     ("block_size=1", "block_size must be >= 2"),
+    ("weight_decay=nan", "weight_decay must be a finite number, got nan"),  # NaN >= 0 fails
+    ("grad_clip=inf", "grad_clip must be a finite number, got inf"),
+    ("max_seconds=inf", "max_seconds must be a finite number"),  # no budget: 0
+    ("beta2=-inf", "beta2 must be a finite number"),
 ])
 def test_bad_overrides_are_refused(pair: str, match: str) -> None:
     with pytest.raises(ValueError, match=match):
