@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from dflash.checkpoint.layout import (
@@ -57,23 +57,45 @@ def export_drafter(drafter: DFlashDrafter, path: str | Path,
 
 def load_drafter(path: str | Path, *, device: str | torch.device = "cpu",
                  dtype: torch.dtype = torch.float32) -> DFlashDrafter:
-    """A drafter from an export folder; every tensor must be present with its shape."""
+    """A drafter from an export folder; every tensor must be present with its shape
+    (:func:`check_weights`, before the drafter is built)."""
     folder = Path(path)
     cfg = read_config(folder)
+    check_weights(folder, cfg)
     try:
         tensors = load_file(str(folder / WEIGHTS_NAME), device="cpu")
     except (OSError, SafetensorError) as exc:
         raise CheckpointError(f"cannot read {folder / WEIGHTS_NAME}: {exc}") from None
     drafter = DFlashDrafter(cfg)
-    expected = drafter.state_dict()
-    missing = sorted(set(expected) - set(tensors))
-    unexpected = sorted(set(tensors) - set(expected))
-    if missing or unexpected:
-        raise CheckpointError(f"{folder / WEIGHTS_NAME} does not match its config: "
-                              f"missing {missing[:3]}, unexpected {unexpected[:3]}")
-    for name, t in tensors.items():
-        if t.shape != expected[name].shape:
-            raise CheckpointError(f"{folder / WEIGHTS_NAME}: {name} has shape "
-                                  f"{tuple(t.shape)}, config says {tuple(expected[name].shape)}")
     drafter.load_state_dict(tensors)
     return drafter.to(device=device, dtype=dtype)
+
+
+def check_weights(folder: Path, cfg: DrafterConfig) -> None:
+    """The folder's weights hold exactly the tensors of ``cfg``'s drafter, each with its
+    shape: read from the file's header (no tensor loaded) against the drafter built on the
+    meta device (no memory), so a config.json that does not describe its weights, say
+    one edited to 10^8 layers or a hidden size of 10^6, is one CheckpointError, not a
+    process building a model that cannot fit."""
+    file = folder / WEIGHTS_NAME
+    try:
+        with safe_open(str(file), framework="pt", device="cpu") as f:
+            held = {name: tuple(f.get_slice(name).get_shape())
+                    for name in f.keys()}  # noqa: SIM118  (safe_open is not a mapping)
+    except (OSError, SafetensorError) as exc:
+        raise CheckpointError(f"cannot read {file}: {exc}") from None
+    layers = {name.split(".")[1] for name in held if name.startswith("layers.")}
+    if len(layers) != cfg.num_layers:  # before even the meta drafter: its layers cost time
+        raise CheckpointError(f"{file} holds {len(layers)} drafter layers, its "
+                              f"{CONFIG_NAME} says {cfg.num_layers}")
+    with torch.device("meta"):
+        expected = {name: tuple(t.shape) for name, t in DFlashDrafter(cfg).state_dict().items()}
+    missing = sorted(set(expected) - set(held))
+    unexpected = sorted(set(held) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(f"{file} does not match its config: "
+                              f"missing {missing[:3]}, unexpected {unexpected[:3]}")
+    for name, shape in held.items():
+        if shape != expected[name]:
+            raise CheckpointError(f"{file}: {name} has shape {shape}, config says "
+                                  f"{expected[name]}")

@@ -195,7 +195,7 @@ def _main(args: argparse.Namespace) -> int:
     progress.phase("importing torch")
     import torch
 
-    from dflash.checkpoint.export import load_drafter
+    from dflash.checkpoint.export import check_weights, load_drafter
     from dflash.decoding.cycle import Drafting, cycle_decoder
     from dflash.decoding.evaluate import evaluate
     from dflash.decoding.generate import device_and_dtype, prompts_for, stop_ids_of
@@ -225,6 +225,8 @@ def _main(args: argparse.Namespace) -> int:
             if args.untrained:
                 progress.phase(f"initialising an untrained drafter of {folder}'s "
                                f"config (seed {args.init_seed})")
+                if (Path(folder) / WEIGHTS_NAME).exists():  # the config describes its weights
+                    check_weights(Path(folder), choice.config)
                 torch.manual_seed(args.init_seed)
                 drafter = DFlashDrafter(choice.config).to(device=device, dtype=dtype).eval()
                 described.update(untrained=True, init_seed=args.init_seed)

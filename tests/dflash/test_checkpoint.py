@@ -4,6 +4,9 @@ and one-line errors for broken folders."""
 from __future__ import annotations
 
 import json
+import re
+import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -112,3 +115,23 @@ def test_latest_naming_a_missing_folder_is_refused(tmp_path: Path) -> None:
     (tmp_path / "checkpoints" / "latest").write_text("step-00000099\n")
     with pytest.raises(CheckpointError, match="not a checkpoint"):
         latest_checkpoint(tmp_path)
+
+
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("num_hidden_layers", 100_000_000, "holds 2 drafter layers, its config.json says 100000000"),
+    ("intermediate_size", 1_000_000, "config says (64, 1000000)"),
+    ("hidden_size", 1_000_000, "config says"),
+])
+def test_a_config_that_does_not_describe_its_weights_is_refused_before_a_build(
+        trained_tiny, tmp_path: Path, field: str, value: int, says: str):
+    """A drafter folder whose config.json was edited (or corrupted) to an enormous drafter:
+    the header of model.safetensors says what it holds, so loading it is one
+    CheckpointError in well under the time even one such drafter would take to build."""
+    folder = tmp_path / "drafter"
+    shutil.copytree(trained_tiny.result.export, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, field: value}))
+    started = time.perf_counter()
+    with pytest.raises(CheckpointError, match=re.escape(says)):
+        load_drafter(folder)
+    assert time.perf_counter() - started < 10
