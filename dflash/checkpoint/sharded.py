@@ -10,7 +10,9 @@ after all ranks finished. The output folder must be shared by all ranks.
 Either kind of checkpoint resumes in the other mode: a single-process checkpoint under
 torchrun (:func:`load_single_into_sharded`: full tensors, sharded on load), a DCP one
 without torchrun (:func:`read_sharded_full`: DCP's own conversion to full tensors).
-Optimizer states are converted between torch's two keyings: parameter index (one
+Before DCP reads a checkpoint, :func:`~dflash.checkpoint.dcp_check.check_dcp` makes sure
+the files it will unpickle hold data only. Optimizer states are converted between torch's
+two keyings: parameter index (one
 process) and parameter name (``get_state_dict`` under FSDP2; the names are the same).
 """
 
@@ -24,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from dflash.checkpoint.dcp_check import check_dcp
 from dflash.checkpoint.export import load_drafter
 from dflash.checkpoint.layout import LATEST_NAME, TRAINER_STATE_NAME, prune, step_folder
 from dflash.checkpoint.local import read_trainer_state
@@ -113,6 +116,7 @@ def read_sharded_full(folder: Path, names: list[str]
     name and the optimizer state keyed by index (``names`` gives the order)."""
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
+    check_dcp(folder)  # DCP unpickles; nothing in the folder may be code
     with tempfile.TemporaryDirectory(prefix=".dcp-full-", dir=folder.parent) as tmp:
         full = Path(tmp) / "full.pt"
         try:
@@ -134,6 +138,7 @@ def load_sharded(folder: Path, model: nn.Module, optimizer: torch.optim.Optimize
     state = read_trainer_state(folder)
     if not is_sharded(state):
         return load_single_into_sharded(folder, state, model, optimizer)
+    check_dcp(folder)  # DCP unpickles; nothing in the folder may be code
     model_sd, optim_sd = get_state_dict(model, optimizer)
     target: dict[str, Any] = {"model": model_sd, "optim": optim_sd}
     dcp_load(target, checkpoint_id=str(folder), process_group=world.group)

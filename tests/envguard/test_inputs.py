@@ -284,3 +284,26 @@ def test_the_gate_reads_only_the_integrity_issues_of_a_reference_snapshot(
     path.write_text("{not json")
     with pytest.raises(InputError, match="not valid JSON"):
         read_integrity_issues(path)
+
+
+def test_a_range_and_a_stream_are_read_from_regular_files_only(tmp_path: Path) -> None:
+    """read_range (a slice of a large file) and open_stream (a file of any length) open as
+    read_bounded does: a FIFO is refused without waiting, a link only where followed."""
+    from envguard.input_file import NotReadable, open_stream, read_range
+
+    data = tmp_path / "shard"
+    data.write_bytes(bytes(range(100)))
+    assert read_range(data, 10, 5) == bytes(range(10, 15))
+    assert read_range(data, 98, 5) == bytes([98, 99])  # fewer at the end
+    link = tmp_path / "link"
+    link.symlink_to(data)
+    assert read_range(link, 0, 2) == b"\x00\x01"
+    with pytest.raises(NotReadable, match="symbolic link"):
+        read_range(link, 0, 2, follow=False)
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    for read in (lambda: read_range(pipe, 0, 1), lambda: open_stream(pipe)):
+        with pytest.raises(NotReadable, match="FIFO"):
+            read()
+    with open_stream(link) as fh:
+        assert len(fh.read()) == 100
