@@ -99,12 +99,18 @@ def private_folder(folder: Path, *, parents: int = 1) -> bool:
     ``parents`` closest parents are owned by this user or root and not writable by group or
     others unless sticky (``/tmp``). Decided once per process; a refusal is kept in
     DISTRUSTED. Costs a few ``lstat`` calls."""
+    return why_not_private(folder, parents=parents) is None
+
+
+def why_not_private(folder: Path, *, parents: int = 1) -> str | None:
+    """Why :func:`private_folder` does not trust ``folder``, in a few words; None when it
+    does."""
     key = os.path.abspath(folder)
     if key not in _TRUST:
         _TRUST[key] = _distrust(Path(key), parents)
         if _TRUST[key] is not None:
             DISTRUSTED.append(f"not using {key}: {_TRUST[key]}")
-    return _TRUST[key] is None
+    return _TRUST[key]
 
 
 def _distrust(folder: Path, parents: int) -> str | None:

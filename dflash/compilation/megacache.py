@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import stat
 import time
 from contextlib import suppress
 from dataclasses import dataclass
@@ -28,6 +30,7 @@ import torch
 
 from dflash.errors import MegaCacheError
 from envguard.atomic import write_bytes_atomic, write_text_atomic
+from envguard.input_file import read_bounded
 
 
 def default_store() -> Path:
@@ -93,12 +96,20 @@ class MegaCache:
             self._marker().touch()
 
     def load(self) -> float | None:
-        """Load a matching artifact into torch's caches; seconds taken, or None if none."""
+        """Load a matching artifact into torch's caches; seconds taken, or None if none.
+        torch unpickles it, so it is loaded only from a private store
+        (:func:`untrusted`); otherwise a MegaCacheError says why, and the warm-up compiles."""
         if not self.path.is_file():
             return None
+        reason = untrusted(self.path)
+        if reason is not None:
+            raise MegaCacheError(f"{self.path}: not loaded, {reason}: torch would unpickle "
+                                 "it (compiling cold instead)")
         start = time.perf_counter()
         try:
-            info = torch.compiler.load_cache_artifacts(self.path.read_bytes())
+            info = torch.compiler.load_cache_artifacts(
+                read_bounded(self.path, limit=ARTIFACT_BYTES, what="compile artifact",
+                             follow=False))
         except Exception as exc:  # noqa: BLE001 - reported as one line
             raise MegaCacheError(f"{self.path}: cannot load the compile artifact: "
                                  f"{str(exc).splitlines()[0] if str(exc) else exc!r}") from None
@@ -108,17 +119,49 @@ class MegaCache:
         return time.perf_counter() - start
 
     def save(self) -> int:
-        """Save what this process compiled; bytes written (0 when there is nothing)."""
+        """Save what this process compiled; bytes written (0 when there is nothing). The
+        artifact is 0600 and a store made here 0700 (:func:`untrusted` loads no other)."""
         artifacts = torch.compiler.save_cache_artifacts()
         if artifacts is None or not artifacts[0]:
             return 0
         data = artifacts[0]
-        write_bytes_atomic(self.path, data)
+        from envguard.paths import why_not_private
+
+        why_not_private(self.store)  # makes a missing store (and parents) 0700
+        write_bytes_atomic(self.path, data, mode=0o600)  # loadable by this user alone
         manifest = {"compat_key": self.key, "bytes": len(data), "torch": torch.__version__,
                     "torch_git": torch.version.git_version,
                     "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         write_text_atomic(self.path.with_suffix(".json"), json.dumps(manifest, indent=2) + "\n")
         return len(data)
+
+
+ARTIFACT_BYTES = 16 << 30
+"""16 GiB: the largest compile artifact read (the 8B trainer's is tens of MB)."""
+
+
+def untrusted(artifact: Path) -> str | None:
+    """Why ``artifact`` may not be unpickled, or None: its store is private as envguard's
+    bytecode folder is (:func:`envguard.paths.why_not_private`: owned by this user, not
+    writable by group or others, nor its parent unless sticky), and the file is a regular
+    file of this user's, not a link, not writable by group or others. A store on a shared
+    disk that another user can write is used for saving only."""
+    from envguard.paths import why_not_private
+
+    folder = why_not_private(artifact.parent)
+    if folder is not None:
+        return folder
+    try:
+        st = os.lstat(artifact)
+    except OSError as exc:
+        return f"cannot read it: {exc.strerror or exc}"
+    if not stat.S_ISREG(st.st_mode):
+        return "it is a link or not a regular file"
+    if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
+        return f"it is owned by uid {st.st_uid}, not by this user"
+    if st.st_mode & 0o022:
+        return f"it is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
 
 
 def for_setting(setting: str) -> MegaCache | None:
@@ -156,7 +199,8 @@ def compile_will_run(setting: str) -> bool:
     machine's inductor folder holds its key's kernels nor the store an artifact to load.
     False where that cannot be known (the setting is off, no key): nothing changes there."""
     mega = for_setting(setting)
-    return mega is not None and not mega.local_is_warm() and not mega.path.is_file()
+    return mega is not None and not mega.local_is_warm() and not (
+        mega.path.is_file() and untrusted(mega.path) is None)
 
 
 def before_warmup(setting: str) -> WarmUpCache | None:

@@ -182,3 +182,49 @@ def test_the_gates_snapshot_gives_the_key_without_a_second_snapshot(monkeypatch)
     Gate(True, [], "checked", gate_doc).share_compat_key()
     monkeypatch.setattr(megacache, "_collected_compat_key", lambda: pytest.fail("collected"))
     assert megacache.current_compat_key() == own
+
+
+@pytest.mark.parametrize("plant", ["group-writable store", "world-writable artifact",
+                                   "artifact is a link", "private"])
+def test_an_artifact_is_handed_to_torch_only_from_a_private_store(
+        tmp_path: Path, monkeypatch, plant: str):
+    """torch unpickles a compile artifact: one another user could have written (a store or
+    file others may write, a link) is never handed to it; the warm-up compiles cold and
+    says why. A spy stands in for torch's loader (a forged artifact needs only a CRC32)."""
+    import os
+
+    import torch
+
+    from dflash.compilation.megacache import compile_will_run, for_setting
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    handed: list[bytes] = []
+    monkeypatch.setattr(torch.compiler, "load_cache_artifacts",
+                        lambda data: handed.append(data) or object())
+    store = tmp_path / "store"
+    store.mkdir(mode=0o700)
+    mega = for_setting(str(store))  # this environment's key: what before_warmup looks for
+    assert mega is not None
+    if plant == "artifact is a link":
+        (tmp_path / "elsewhere.bin").write_bytes(b"artifact")
+        mega.path.symlink_to(tmp_path / "elsewhere.bin")
+    else:
+        mega.path.write_bytes(b"artifact")
+    if plant == "group-writable store":
+        store.chmod(0o770)
+    if plant == "world-writable artifact":
+        mega.path.chmod(0o666)
+    cache = before_warmup(str(store))
+    assert cache is not None
+    if plant == "private":
+        assert handed == [b"artifact"] and cache.problem is None
+        assert not compile_will_run(str(store)) or mega.local_is_warm()
+        return
+    assert handed == [] and cache.loaded_seconds is None
+    expected = {"group-writable store": "is writable by group or others (mode 770)",
+                "world-writable artifact": "it is writable by group or others (mode 666)",
+                "artifact is a link": "it is a link or not a regular file"}[plant]
+    assert cache.problem is not None and expected in cache.problem, cache.problem
+    assert "torch would unpickle it" in cache.problem and "\n" not in cache.problem
+    assert compile_will_run(str(store))  # the warm-up compiles for real: workers start early
+    assert os.path.exists(mega.path) or os.path.islink(mega.path)  # left as it was
