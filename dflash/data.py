@@ -259,10 +259,19 @@ def read_origins(path: str | Path) -> list[dict[str, str | int]]:
     return origins
 
 
+def _in_vocabulary(ids: Sequence[int], vocab_size: int | None) -> None:
+    """Every id is a row of the target's embedding: a file tokenized for another model
+    is one line naming the id, not an IndexError deep in the first forward."""
+    if vocab_size is not None and ids and max(ids) >= vocab_size:
+        raise ValueError(f"token id {max(ids)} is outside the target's vocabulary "
+                         f"({vocab_size} ids): tokenized for another model?")
+
+
 def read_examples(path: str | Path, *, tokenizer: Any | None = None,
-                  max_length: int) -> list[Example]:
+                  max_length: int, vocab_size: int | None = None) -> list[Example]:
     """Every row as an Example, cut to its first ``max_length`` tokens (even if that leaves
-    no loss tokens: :func:`drop_short` removes those)."""
+    no loss tokens: :func:`drop_short` removes those); with ``vocab_size``, every id of a
+    row must be below it."""
     if max_length < 1:
         raise ValueError(f"max_length must be >= 1, got {max_length}")
     examples = []
@@ -271,6 +280,7 @@ def read_examples(path: str | Path, *, tokenizer: Any | None = None,
             ids, mask = _example_row(row, tokenizer)
             if not ids:
                 raise ValueError("the row has no tokens")
+            _in_vocabulary(ids, vocab_size)
             examples.append(Example(tuple(ids[:max_length]), tuple(mask[:max_length]),
                                     source_of(row)))
         except ValueError as exc:
@@ -280,14 +290,16 @@ def read_examples(path: str | Path, *, tokenizer: Any | None = None,
     return examples
 
 
-def read_prompts(path: str | Path, *, tokenizer: Any | None = None) -> list[list[int]]:
+def read_prompts(path: str | Path, *, tokenizer: Any | None = None,
+                 vocab_size: int | None = None) -> list[list[int]]:
     """The prompt of every row: prompt_ids, the leading loss_mask==0 run of input_ids (all of
     it without a loss_mask), the chat up to a final assistant message plus the generation
-    prompt, ``prompt``, or the whole ``text``."""
+    prompt, ``prompt``, or the whole ``text``; with ``vocab_size``, every id below it."""
     prompts = []
     for where, row in _rows(path):
         try:
             prompt = _prompt_row(row, tokenizer)
+            _in_vocabulary(prompt, vocab_size)
         except ValueError as exc:
             raise DataError(f"{where}: {exc}") from None
         if not prompt:

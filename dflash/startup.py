@@ -227,7 +227,7 @@ def remembered_examples(target: TargetModel, cfg: TrainConfig, path: Path,
     time."""
     with suppress(DataError, OSError):
         return read_examples(path, max_length=cfg.synthetic_prompt_length
-                             + cfg.synthetic_response_tokens)
+                             + cfg.synthetic_response_tokens, vocab_size=target.vocab_size)
     examples = synthetic_examples(target, cfg, batch, on_settled=on_settled)
     with suppress(OSError, EnvguardError):
         write_jsonl_atomic(path, ({"input_ids": list(e.input_ids), "loss_mask": list(e.loss_mask)}
@@ -245,7 +245,7 @@ def training_examples(cfg: TrainConfig, target: TargetModel, *, shapes_only: boo
     ``shapes_only`` and no data file, :func:`shape_examples`."""
     if cfg.data:
         examples = read_examples(cfg.data, tokenizer=target.tokenizer,
-                                 max_length=max(cfg.buckets))
+                                 max_length=max(cfg.buckets), vocab_size=target.vocab_size)
     elif shapes_only:
         return shape_examples(cfg, target.vocab_size, target.mask_token_id, ranks)
     elif remembered is not None:

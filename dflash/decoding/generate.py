@@ -186,7 +186,8 @@ def prompts_for(target: TargetModel, *, prompts_file: str | None, synthetic: int
                 length: int, seed: int) -> list[list[int]]:
     """Prompts from a JSONL file (any dflash.data format) or ``synthetic`` random ones."""
     if prompts_file:
-        return read_prompts(prompts_file, tokenizer=target.tokenizer)
+        return read_prompts(prompts_file, tokenizer=target.tokenizer,
+                            vocab_size=target.vocab_size)
     return synthetic_prompts(synthetic or 0, vocab_size=target.vocab_size, length=length,
                              seed=seed, exclude=(target.mask_token_id,))
 

@@ -413,3 +413,18 @@ def test_load_state_dict_rejects_other_data_or_settings():
         loader(exs).load_state_dict({**state, "position": 10_000})
     with pytest.raises(ValueError, match="epoch"):
         loader(exs).load_state_dict({**state, "epoch": True})
+
+
+def test_an_id_outside_the_targets_vocabulary_is_one_line_naming_it(tmp_path: Path):
+    """A file tokenized for another model: FILE:LINE and the id, before any forward."""
+    f = write_lines(tmp_path / "other.jsonl", [
+        json.dumps({"input_ids": [1, 2, 3, 4], "loss_mask": [0, 1, 1, 1]}),
+        json.dumps({"input_ids": [1, 2, 600, 4], "loss_mask": [0, 1, 1, 1]})])
+    assert len(read_examples(f, max_length=10, vocab_size=601)) == 2  # 600 is the last row
+    with pytest.raises(DataError, match=r"other\.jsonl:2: token id 600 is outside the "
+                                        r"target's vocabulary \(512 ids\)"):
+        read_examples(f, max_length=2, vocab_size=512)  # checked before the cut, too
+    prompts = write_lines(tmp_path / "prompts.jsonl", [json.dumps({"prompt_ids": [5, 512]})])
+    assert read_prompts(prompts) == [[5, 512]]  # no target given: nothing to check against
+    with pytest.raises(DataError, match=r"prompts\.jsonl:1: token id 512 is outside"):
+        read_prompts(prompts, vocab_size=512)

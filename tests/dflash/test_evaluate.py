@@ -50,6 +50,16 @@ def test_eval_reports_tau_and_losslessness(trained_tiny, capsys):
     assert f"tau over these prompts: {lo:.2f}-{hi:.2f} (95 % bootstrap interval over the 4" in text
 
 
+def test_eval_refuses_prompts_tokenized_for_another_model(tmp_path: Path, capsys):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"prompt_ids": [1, 99999]}) + "\n")
+    rc = main(["--drafter", "ngram", "--target", "tiny", "--prompts", str(prompts),
+               "--device", "cpu"])
+    assert rc == 2 and _error_line(capsys.readouterr().err) == (
+        f"dflash-eval: {prompts}:1: token id 99999 is outside the target's vocabulary "
+        "(512 ids): tokenized for another model?")
+
+
 def test_eval_refuses_a_drafter_for_another_target(trained_tiny, tmp_path: Path, capsys):
     other = tmp_path / "config.json"
     other.write_text(json.dumps({
