@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from envguard.input_file import (
     not_regular,
     open_stream,
     read_bounded_text,
+    read_range,
 )
 
 JSON_BYTES = METADATA_BYTES
@@ -93,7 +95,8 @@ MODEL_SUFFIXES = (".json", ".safetensors", ".bin", ".model", ".jinja", ".txt", "
 def check_folder(folder: Path, error: type[InputError]) -> None:
     """Every file of ``folder`` that a model's loaders open (:data:`MODEL_SUFFIXES`) is a
     regular file, or nothing (a dangling link is left to the loader's own message), so a
-    library opening them cannot block on a FIFO or stream a device."""
+    library opening them cannot block on a FIFO or stream a device; and its config.json
+    asks for no more layers than its weights hold (:func:`check_layers`)."""
     try:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
     except OSError:
@@ -104,3 +107,54 @@ def check_folder(folder: Path, error: type[InputError]) -> None:
         reason = not_regular(entry.path)
         if reason is not None:
             raise error(f"{entry.path}: {reason}")
+    check_layers(folder, error)
+
+
+HEADER_BYTES = 100 << 20
+"""100 MiB: a safetensors header (its tensor names, dtypes, shapes, offsets), safetensors'
+own bound."""
+_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+
+
+def tensor_names(file: Path, error: type[InputError]) -> list[str]:
+    """The tensor names of a safetensors file, from its header alone (8 bytes of length,
+    then JSON): no tensor read, no torch."""
+    try:
+        size = int.from_bytes(read_range(file, 0, 8, follow=True), "little")
+        if not 2 <= size <= HEADER_BYTES:
+            raise error(f"{file}: not a safetensors file (a header of {size:,} bytes)")
+        header = json.loads(read_range(file, 8, size))
+    except NotReadable as exc:
+        raise error(str(exc)) from None
+    except (ValueError, RecursionError):
+        raise error(f"{file}: not a safetensors file (its header is not JSON)") from None
+    if not isinstance(header, dict):
+        raise error(f"{file}: not a safetensors file (its header is not a JSON object)")
+    return [name for name in header if name != "__metadata__"]
+
+
+def check_layers(folder: Path, error: type[InputError]) -> None:
+    """A weights folder's config.json asks for no more decoder layers
+    (``num_hidden_layers``) than its safetensors hold (``…layers.N.`` names, read from the
+    index or the headers): a config edited or corrupted to 10^8 layers would otherwise be
+    built layer by layer before a single weight is read. More layers in the weights than
+    in the config is allowed (extra prediction layers)."""
+    try:
+        config = read_json(folder / "config.json", error, "model config")
+    except FileNotFoundError:
+        return
+    section = config.get("text_config", config) if isinstance(config, dict) else None
+    wanted = section.get("num_hidden_layers") if isinstance(section, dict) else None
+    files = sorted(folder.glob("*.safetensors"))
+    if not isinstance(wanted, int) or isinstance(wanted, bool) or not files:
+        return
+    index = folder / "model.safetensors.index.json"
+    try:
+        weight_map = read_json(index, error, "weight index").get("weight_map")
+        names = list(weight_map) if isinstance(weight_map, dict) else []
+    except (FileNotFoundError, AttributeError):
+        names = [name for file in files for name in tensor_names(file, error)]
+    held = {m.group(1) for name in names if (m := _LAYER.search(name))}
+    if wanted > len(held):
+        raise error(f"{folder / 'config.json'} asks for {wanted} layers, its weights hold "
+                    f"{len(held)}")

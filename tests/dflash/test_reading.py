@@ -81,3 +81,51 @@ def test_a_model_folder_whose_loader_would_block_is_refused_before_loading(tmp_p
     os.mkfifo(folder / "config.json")
     with pytest.raises(TargetError, match=r"config\.json: is a FIFO"):
         load_target(str(folder))
+
+
+def _weights(folder: Path, layers: int, config_layers: int) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({f"model.layers.{i}.mlp.weight": torch.zeros(2) for i in range(layers)}
+              | {"model.embed_tokens.weight": torch.zeros(4, 2)},
+              str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps(
+        {"model_type": "qwen3", "num_hidden_layers": config_layers}))
+
+
+def test_a_config_asking_for_more_layers_than_its_weights_hold_is_refused(tmp_path: Path):
+    """Read from the safetensors header alone (or the index): a config edited to 10^8
+    layers is refused before a model is built; extra layers in the weights are allowed."""
+    _weights(tmp_path / "ok", layers=3, config_layers=3)
+    reading.check_layers(tmp_path / "ok", TargetError)
+    _weights(tmp_path / "extra", layers=3, config_layers=2)  # a prediction layer beyond
+    reading.check_layers(tmp_path / "extra", TargetError)
+    _weights(tmp_path / "edited", layers=3, config_layers=100_000_000)
+    with pytest.raises(TargetError, match=r"config\.json asks for 100000000 layers, its "
+                                          r"weights hold 3"):
+        reading.check_layers(tmp_path / "edited", TargetError)
+    started = time.perf_counter()
+    from dflash.target import load_target
+
+    with pytest.raises(TargetError, match="asks for 100000000 layers"):
+        load_target(str(tmp_path / "edited"))
+    assert time.perf_counter() - started < 10
+    index = tmp_path / "edited" / "model.safetensors.index.json"  # sharded: names from it
+    index.write_text(json.dumps({"weight_map": {
+        f"model.layers.{i}.mlp.weight": "model.safetensors" for i in range(10)
+    }}))
+    with pytest.raises(TargetError, match=r"weights hold 10$"):
+        reading.check_layers(tmp_path / "edited", TargetError)
+
+
+def test_a_safetensors_header_that_lies_is_one_line(tmp_path: Path):
+    folder = tmp_path / "m"
+    _weights(folder, layers=1, config_layers=1)
+    (folder / "model.safetensors").write_bytes((1 << 40).to_bytes(8, "little") + b"{}")
+    with pytest.raises(TargetError, match=r"not a safetensors file \(a header of "):
+        reading.check_layers(folder, TargetError)
+    (folder / "model.safetensors").write_bytes((4).to_bytes(8, "little") + b"{no}")
+    with pytest.raises(TargetError, match="its header is not JSON"):
+        reading.check_layers(folder, TargetError)
