@@ -213,9 +213,17 @@ def network_of(target: TargetModel) -> str:
         return type(target.model).__module__
 
 
-def remembered_path(cfg: TrainConfig, target: TargetModel, folder: Path, batch: int) -> Path:
-    """Where synthetic data generated ``batch`` prompts at a time is kept in ``folder``."""
-    return folder / "synthetic" / f"{synthetic_key(cfg, target, batch)}.jsonl"
+def remembered_path(cfg: TrainConfig, target: TargetModel, folder: Path,
+                    batch: int) -> Path | None:
+    """Where synthetic data generated ``batch`` prompts at a time is kept in ``folder``;
+    None where that folder is not private (:func:`envguard.paths.private_folder`: owned by
+    this user, not writable by group or others): data another user could write is never
+    trained on, and none is kept there (the start generates, which costs time only)."""
+    from envguard.paths import private_folder
+
+    kept = folder / "synthetic"
+    return (kept / f"{synthetic_key(cfg, target, batch)}.jsonl"
+            if private_folder(kept) else None)
 
 
 def remembered_examples(target: TargetModel, cfg: TrainConfig, path: Path,

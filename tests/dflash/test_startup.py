@@ -149,3 +149,26 @@ def test_generated_data_is_kept_and_read_back_by_a_later_start(tiny_target, tmp_
     assert startup.remembered_examples(tiny_target, cfg, path) == first
     assert startup.remembered_examples(tiny_target, cfg, tmp_path / "no" / "such.jsonl") == first
 
+
+
+def test_generated_data_is_kept_only_where_no_other_user_can_write(tiny_target, tmp_path: Path):
+    """A cache folder others may write (DFLASH_CACHE_DIR on a shared disk) could hold data
+    planted to be trained on: it is neither read nor written; the start generates."""
+    from dflash import startup
+
+    cfg = dataclasses.replace(tiny(), synthetic_prompts=12, synthetic_response_tokens=10)
+    batch = startup.generation_batch(tiny_target, cfg)
+    private = startup.remembered_path(cfg, tiny_target, tmp_path / "mine", batch)
+    assert private is not None and private.parent.stat().st_mode & 0o777 == 0o700  # made so
+    shared = tmp_path / "shared"
+    (shared / "synthetic").mkdir(parents=True)
+    (shared / "synthetic").chmod(0o777)
+    assert startup.remembered_path(cfg, tiny_target, shared, batch) is None
+    above = tmp_path / "above"  # a private folder under one others may write (not sticky):
+    (above / "synthetic").mkdir(parents=True, mode=0o700)  # anyone could swap it
+    above.chmod(0o777)
+    assert startup.remembered_path(cfg, tiny_target, above, batch) is None
+    above.chmod(0o755)  # (decided once a process: a fresh folder shows the same rule)
+    fine = tmp_path / "fine"
+    (fine / "synthetic").mkdir(parents=True, mode=0o700)
+    assert startup.remembered_path(cfg, tiny_target, fine, batch) is not None
