@@ -123,7 +123,11 @@ def tensor_names(file: Path, error: type[InputError]) -> list[str]:
         size = int.from_bytes(read_range(file, 0, 8, follow=True), "little")
         if not 2 <= size <= HEADER_BYTES:
             raise error(f"{file}: not a safetensors file (a header of {size:,} bytes)")
-        header = json.loads(read_range(file, 8, size))
+        raw = read_range(file, 8, size)
+        if len(raw) < size:
+            raise error(f"{file}: not a whole safetensors file (its header is cut short: "
+                        f"{len(raw):,} of {size:,} bytes)")
+        header = json.loads(raw)
     except NotReadable as exc:
         raise error(str(exc)) from None
     except (ValueError, RecursionError):

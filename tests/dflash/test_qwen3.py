@@ -173,7 +173,12 @@ def test_damaged_weights_are_one_line_errors(tmp_path: Path):
         with pytest.raises(TargetError, match=message):
             load_target(str(folder))
     save_file(good, str(weights))
-    weights.write_bytes(weights.read_bytes()[:200])  # truncated
+    good_bytes = weights.read_bytes()
+    weights.write_bytes(good_bytes[:200])  # truncated in the header
+    with pytest.raises(TargetError, match=r"model\.safetensors: not a whole safetensors file "
+                                          r"\(its header is cut short: 192 of "):
+        load_target(str(folder))
+    weights.write_bytes(good_bytes[:-100])  # the header whole, the last tensor cut short
     with pytest.raises(TargetError, match="weights do not read"):
         load_target(str(folder))
 
