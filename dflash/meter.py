@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from dflash.distributed.world import World, all_reduce_sum
-from dflash.errors import InputError
+from dflash.errors import InputError, RunError
 from dflash.flops import FlopModel
 from dflash.loss import LossOutput
 from dflash.ticks import Values
@@ -121,6 +121,18 @@ class Meter:
         self.ctx_tokens += ctx_tokens
         self.draft_tokens += draft_tokens
 
+    def check_finite(self, step: int) -> None:
+        """Stop the run (RunError, exit 4) once the loss or the gradient norm of a step
+        since the last log point is NaN or infinite: the weights the next checkpoint or
+        the export would keep are no longer numbers. One wait for the device; every rank
+        decides alike (the gradient norm is global under FSDP2; the record's loss is
+        reduced)."""
+        if self.steps and not all(bool(torch.isfinite(torch.as_tensor(v)).all().item())
+                                  for v in (self.loss, self.grad_norm)):
+            raise RunError(f"the training diverged by step {step}: the loss or the gradient "
+                           "norm is NaN or infinite. Nothing after it is saved; resume from "
+                           "the last checkpoint with a lower lr (or a smaller grad_clip)")
+
     def peek(self) -> dict[str, float | None]:
         """This rank's mean loss and tau_sim since the last log point, not reduced over
         ranks and without a collective (the heartbeat's line); waits for the device."""
@@ -155,6 +167,7 @@ class Meter:
         """One metrics.jsonl record at ``step``, ``seconds`` after the previous one; a
         collective under torchrun (every rank calls it)."""
         self.reduce(world, device)
+        self.check_finite(step)
         n = max(1, self.steps)
         acc = (torch.as_tensor(self.hits_K) / torch.as_tensor(self.count_K).clamp_min(1)).tolist()
         step_flops = flops.step_flops(self.ctx_tokens, self.draft_tokens,

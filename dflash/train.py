@@ -361,6 +361,7 @@ class Trainer:
                 if state.step % cfg.log_every == 0 or final or evaluating:
                     log_point(evaluating)
                 if cfg.save_every and state.step % cfg.save_every == 0:
+                    meter.check_finite(state.step)  # no checkpoint of weights gone NaN
                     saved = self.save()
             unevaluated = bool(cfg.eval_every) and held.get("step") != state.step
             if timed_out and state.step and (meter.steps or unevaluated):
@@ -375,6 +376,7 @@ class Trainer:
             if log is not None:
                 log.close()
         if final_save and (saved is None or not saved.name.endswith(f"{state.step:08d}")):
+            meter.check_finite(state.step)  # steps since the last log point, as at a save
             saved = self.save()
         export = None
         if final_save and not stopped:

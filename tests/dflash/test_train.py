@@ -253,3 +253,32 @@ def test_the_metrics_log_keeps_the_steps_before_its_start_and_reads_no_fifo(tmp_
     with pytest.raises(InputError, match=r"fifo\.jsonl: .*FIFO"):
         MetricsLog(fifo, after=3)
     assert time.perf_counter() - started < 5
+
+
+@pytest.mark.parametrize("log_every", [1, 3])
+def test_a_run_whose_loss_goes_nan_stops_and_saves_nothing_after(tiny_target, tmp_path: Path,
+                                                                  log_every: int):
+    """From step 5 the gradient norm reads NaN (as it does once weights or inputs are): the
+    run stops with a RunError naming the step, at the log point or at the save that comes
+    first, so no checkpoint, metrics line or export holds what came after."""
+    from dflash.errors import RunError
+
+    cfg = dataclasses.replace(tiny(), out=str(tmp_path), **{
+        **SMALL, "steps": 12, "log_every": log_every, "save_every": 2})
+    trainer = Trainer(cfg, target=tiny_target)
+    real = trainer.train_step
+
+    def failing(*args, **kwargs):
+        step = real(*args, **kwargs)
+        if trainer.state.step >= 5:
+            return dataclasses.replace(step, grad_norm=step.grad_norm * float("nan"))
+        return step
+
+    trainer.train_step = failing  # type: ignore[method-assign]
+    records: list[dict] = []
+    with pytest.raises(RunError, match=r"the training diverged by step (5|6): the loss or the "
+                                       r"gradient norm is NaN or infinite"):
+        trainer.run(records.append)
+    assert all(r["step"] < 5 for r in records)
+    assert latest_checkpoint(tmp_path).name == "step-00000004"
+    assert not (tmp_path / "drafter").exists()
