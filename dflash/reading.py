@@ -113,7 +113,10 @@ def check_folder(folder: Path, error: type[InputError]) -> None:
 HEADER_BYTES = 100 << 20
 """100 MiB: a safetensors header (its tensor names, dtypes, shapes, offsets), safetensors'
 own bound."""
-_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+_LAYER = re.compile(r"(?:^|\.)(?:layers|layer|h|blocks)\.(\d+)\.")
+"""A decoder layer's index in a tensor name, as the common families name them (Llama,
+Qwen, Mistral: ``layers``; BERT: ``layer``; GPT-2, Falcon, BLOOM: ``h``; others:
+``blocks``)."""
 
 
 def tensor_names(file: Path, error: type[InputError]) -> list[str]:
@@ -142,7 +145,8 @@ def check_layers(folder: Path, error: type[InputError]) -> None:
     (``num_hidden_layers``) than its safetensors hold (``…layers.N.`` names, read from the
     index or the headers): a config edited or corrupted to 10^8 layers would otherwise be
     built layer by layer before a single weight is read. More layers in the weights than
-    in the config is allowed (extra prediction layers)."""
+    in the config is allowed (extra prediction layers), and weights whose layers are named
+    in no way :data:`_LAYER` knows are not compared."""
     try:
         config = read_json(folder / "config.json", error, "model config")
     except FileNotFoundError:
@@ -157,8 +161,10 @@ def check_layers(folder: Path, error: type[InputError]) -> None:
         weight_map = read_json(index, error, "weight index").get("weight_map")
         names = list(weight_map) if isinstance(weight_map, dict) else []
     except (FileNotFoundError, AttributeError):
+        names = []
+    if not names:  # no index, or one without a usable map: the headers themselves
         names = [name for file in files for name in tensor_names(file, error)]
     held = {m.group(1) for name in names if (m := _LAYER.search(name))}
-    if wanted > len(held):
+    if held and wanted > len(held):  # no layer named as we know them: nothing to compare
         raise error(f"{folder / 'config.json'} asks for {wanted} layers, its weights hold "
                     f"{len(held)}")

@@ -129,3 +129,26 @@ def test_a_safetensors_header_that_lies_is_one_line(tmp_path: Path):
     (folder / "model.safetensors").write_bytes((4).to_bytes(8, "little") + b"{no}")
     with pytest.raises(TargetError, match="its header is not JSON"):
         reading.check_layers(folder, TargetError)
+
+
+def test_layers_named_otherwise_are_counted_or_left_alone(tmp_path: Path):
+    """GPT-2 and Falcon name a layer ``h.N``: counted; a family named in no known way is
+    not compared (no false refusal); an index without a map falls back to the headers."""
+    import torch
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "falcon"
+    folder.mkdir()
+    save_file({f"transformer.h.{i}.mlp.weight": torch.zeros(1) for i in range(2)},
+              str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps({"num_hidden_layers": 3}))
+    with pytest.raises(TargetError, match="asks for 3 layers, its weights hold 2"):
+        reading.check_layers(folder, TargetError)
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {}}))
+    with pytest.raises(TargetError, match="asks for 3 layers, its weights hold 2"):
+        reading.check_layers(folder, TargetError)
+    odd = tmp_path / "odd"
+    odd.mkdir()
+    save_file({"stack.0.weight": torch.zeros(1)}, str(odd / "model.safetensors"))
+    (odd / "config.json").write_text(json.dumps({"num_hidden_layers": 48}))
+    reading.check_layers(odd, TargetError)
