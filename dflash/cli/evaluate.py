@@ -198,7 +198,12 @@ def _main(args: argparse.Namespace) -> int:
     from dflash.checkpoint.export import check_weights, load_drafter
     from dflash.decoding.cycle import Drafting, cycle_decoder
     from dflash.decoding.evaluate import evaluate
-    from dflash.decoding.generate import device_and_dtype, prompts_for, stop_ids_of
+    from dflash.decoding.generate import (
+        check_context,
+        device_and_dtype,
+        prompts_for,
+        stop_ids_of,
+    )
     from dflash.decoding.speculative import ngram_decoder
     from dflash.model import DFlashDrafter
     from dflash.target import load_target
@@ -253,6 +258,7 @@ def _main(args: argparse.Namespace) -> int:
         prompts = prompts_for(target, prompts_file=args.prompts, synthetic=args.synthetic,
                               length=args.prompt_length, seed=args.seed)
         prompts = prompts[: args.limit] if args.limit else prompts
+        check_context(target, prompts, args.max_new_tokens, max_draft=choice.max_draft)
 
         def on_phase(text: str) -> None:
             progress.phase(text)

@@ -59,6 +59,7 @@ def _main(args: argparse.Namespace) -> int:
     progress.phase("importing torch")
     from dflash.data import read_origins, write_jsonl_atomic
     from dflash.decoding.generate import (
+        check_context,
         device_and_dtype,
         generate_responses,
         prompts_for,
@@ -73,6 +74,7 @@ def _main(args: argparse.Namespace) -> int:
         progress.phase("reading the prompts")
         prompts = prompts_for(target, prompts_file=args.prompts, synthetic=args.synthetic,
                               length=args.prompt_length, seed=args.seed)
+        check_context(target, prompts, args.max_new_tokens)
         origins = read_origins(args.prompts) if args.prompts else [{}] * len(prompts)
         tok = target.tokenizer
         progress.phase(f"generating up to {args.max_new_tokens} tokens for {len(prompts)} "

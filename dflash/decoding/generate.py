@@ -17,6 +17,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from dflash.config import TrainConfig
 from dflash.data import Example, read_prompts
 from dflash.decoding import batched
+from dflash.errors import ConfigError
 from dflash.target import TargetModel
 
 
@@ -190,6 +191,21 @@ def prompts_for(target: TargetModel, *, prompts_file: str | None, synthetic: int
                             vocab_size=target.vocab_size)
     return synthetic_prompts(synthetic or 0, vocab_size=target.vocab_size, length=length,
                              seed=seed, exclude=(target.mask_token_id,))
+
+
+def check_context(target: TargetModel, prompts: list[list[int]], max_new_tokens: int, *,
+                  max_draft: int = 0) -> None:
+    """The longest prompt, ``max_new_tokens`` and a last verify of ``max_draft`` drafts fit
+    the target's positions (``max_position_embeddings``; a config without one is not
+    checked): past them a learned position table fails with an IndexError and a rotary one
+    decodes what it was never trained on."""
+    context = getattr(target.config, "max_position_embeddings", None)
+    longest = max((len(p) for p in prompts), default=0)
+    if isinstance(context, int) and longest + max_new_tokens + max_draft > context:
+        raise ConfigError(f"--max-new-tokens {max_new_tokens}: the longest prompt "
+                          f"({longest} tokens) and {max_new_tokens} new tokens"
+                          + (f" and {max_draft} drafts" if max_draft else "")
+                          + f" pass the target's {context} positions")
 
 
 def stop_ids_of(target: TargetModel) -> tuple[int, ...]:

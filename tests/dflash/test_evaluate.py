@@ -14,6 +14,7 @@ import pytest
 from dflash.checkpoint.layout import published_config
 from dflash.cli.evaluate import main
 from dflash.decoding.spread import pooled_tau, tau_interval
+from dflash.errors import ConfigError
 from dflash.presets import tiny_drafter
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,6 +59,24 @@ def test_eval_refuses_prompts_tokenized_for_another_model(tmp_path: Path, capsys
     assert rc == 2 and _error_line(capsys.readouterr().err) == (
         f"dflash-eval: {prompts}:1: token id 99999 is outside the target's vocabulary "
         "(512 ids): tokenized for another model?")
+
+
+def test_decoding_past_the_targets_positions_is_refused(capsys):
+    """The tiny target has 40,960 positions: a prompt, the new tokens and the last verify's
+    drafts must fit, or one line before any decoding (it decoded for as long as it took)."""
+    from dflash.decoding.generate import check_context
+    from dflash.target import load_target
+
+    argv = ["--drafter", "ngram", "--target", "tiny", "--synthetic", "2", "--device", "cpu",
+            "--prompt-length", "16"]
+    assert main([*argv, "--max-new-tokens", "99999999999"]) == 2
+    assert _error_line(capsys.readouterr().err) == (
+        "dflash-eval: --max-new-tokens 99999999999: the longest prompt (16 tokens) and "
+        "99999999999 new tokens and 15 drafts pass the target's 40960 positions")
+    target = load_target("tiny", seed=0)
+    check_context(target, [[1] * 16], 40960 - 16)  # exactly full: fine
+    with pytest.raises(ConfigError, match="and 1 drafts pass the target's 40960"):
+        check_context(target, [[1] * 16], 40960 - 16, max_draft=1)
 
 
 def test_eval_refuses_a_drafter_for_another_target(trained_tiny, tmp_path: Path, capsys):
