@@ -116,6 +116,10 @@ def redact_text(text: str) -> str:
         text = redact_shapes(text, _mask_group)
         if not text.isascii() or has_assignment(text):
             text = re.sub(_ASSIGNMENT, _mask_assignment, text)
+        # A mask can open a form: in "AKIA…-u=x:y" the "-u" follows a word character, in
+        # "***-u=x:y" it is a flag. Asked again of the masked text, so a second pass
+        # finds nothing more (idempotent).
+        form = may_hold_form(text)
     return redact_forms(text) if form else text
 
 
