@@ -54,7 +54,7 @@ SECRET_VALUES: tuple[tuple[Need, str, int], ...] = (
     # ``user:`` (linear time again).
     (_any("@"), r"(?<![^\s=,;'\"(\[])(?P<s>[^\s:/@=,;'\"]+:(?!//)"
      r"(?:(?![\s=,;'\"(\[][^\s:/@=,;'\"]+:)\S)*)@"
-     r"(?=[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*(?::[0-9]+)?(?:[/?#\s]|\Z))", 0),
+     r"(?=[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*(?::[0-9]+)?(?:[/?#\s=,;'\"()\[\]]|\Z))", 0),
     # Tokens with a published prefix, at realistic lengths (hf_transfer is a package).
     (_any("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
      r"(?<![A-Za-z0-9])(?P<s>gh[pousr]_[A-Za-z0-9]{30,})", 0),

@@ -344,10 +344,26 @@ _FORM_PIECES = ["password", "Password", "token", "TOKEN", "auth", "Authorization
 @settings(max_examples=3000, deadline=None)
 @given(st.lists(st.sampled_from(_FORM_PIECES + _FRAGMENTS), max_size=8).map("".join))
 @example("AKIA" + "A1" * 8 + "-u=--://")  # the key's mask puts "-u" at a word's start
+@example("u:p@h;u:p@h")  # a host ending at ";"
 def test_each_pattern_is_tried_wherever_it_could_match(text: str) -> None:
     """The per-pattern needs skip a pattern only where it cannot match: the result is that
     of trying every pattern, also where a pattern's mask opens another's form."""
     assert redact.redact_text(text) == _every_pattern(text), text
+
+
+@pytest.mark.parametrize(("text", "masked"), [
+    ("PIP_EXTRA_INDEX_URL=alice:s3cret@pypi.example.org;x",
+     "PIP_EXTRA_INDEX_URL=***@pypi.example.org;x"),
+    ("alice:s3cret@host1,bob:pw@host2", "***@host1,***@host2"),
+    ("u:p@h;u:p@h", "***@h;***@h"),
+    ("(alice:s3cret@host)", "***@host)"),  # the user name took the bracket: masked all the same
+    ("sphinx-design ; extra == 'rtd'", "sphinx-design ; extra == 'rtd'"),
+    ("user@example.com;x", "user@example.com;x"),
+])
+def test_a_bare_credential_before_a_separator_is_masked(text: str, masked: str) -> None:
+    """``user:password@host`` in a list: the host ends at a separator too, not only at a
+    slash or white space (the first of ``a:b@h1;c:d@h2`` was left whole)."""
+    assert redact.redact_text(text) == masked
 
 
 _FORM_CASES = ["--password S3cr3t", "-token S3cr3t", "x=-token S3cr3t", "(--token S3cr3t)",
