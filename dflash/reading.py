@@ -17,7 +17,7 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from dflash.errors import InputError
 from envguard.input_file import (
@@ -60,13 +60,7 @@ def lines(path: Path, error: type[InputError]) -> Iterator[tuple[int, bytes]]:
     """(line number, bytes) for each line of the regular file ``path``, newline included;
     ``error`` when it is missing, not a regular file, unreadable, or has a line longer than
     :data:`LINE_BYTES`."""
-    try:
-        fh = open_stream(path)
-    except FileNotFoundError:
-        raise error(f"{path}: No such file or directory") from None
-    except NotReadable as exc:
-        raise error(str(exc)) from None
-    with fh:
+    with _stream(path, error) as fh:
         lineno = 0
         try:
             while raw := fh.readline(LINE_BYTES + 1):
@@ -80,8 +74,13 @@ def lines(path: Path, error: type[InputError]) -> Iterator[tuple[int, bytes]]:
 
 def check_file(path: Path, error: type[InputError]) -> None:
     """``path`` is a regular file that opens for reading (nothing read)."""
+    _stream(path, error).close()
+
+
+def _stream(path: Path, error: type[InputError]) -> BinaryIO:
+    """:func:`envguard.input_file.open_stream`, its refusals as ``error``."""
     try:
-        open_stream(path).close()
+        return open_stream(path)
     except FileNotFoundError:
         raise error(f"{path}: No such file or directory") from None
     except NotReadable as exc:

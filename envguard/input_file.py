@@ -112,6 +112,20 @@ def _read_fd(fd: int, name: str, what: str, limit: int) -> bytes:
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
+def _open(name: str, follow: bool) -> int:
+    """The one open every reader here makes: ``O_NONBLOCK`` (a FIFO with no writer does not
+    block it); ``follow=False`` refuses a symlink as the last component. FileNotFoundError
+    when ``name`` or a folder on the way is not there, :class:`NotReadable` otherwise."""
+    try:
+        return os.open(name, _OPEN if follow else _OPEN | _NOFOLLOW)
+    except (FileNotFoundError, NotADirectoryError):
+        raise FileNotFoundError(errno.ENOENT, "no such file", name) from None
+    except OSError as exc:
+        if not follow and exc.errno == errno.ELOOP and os.path.islink(name):
+            raise NotReadable(name, LINK_REFUSAL) from None
+        raise NotReadable(name, oserror_reason(exc)) from None
+
+
 def read_bounded(path: str | os.PathLike[str], *, limit: int, what: str = "file",
                  follow: bool = True) -> bytes:
     """The bytes of the regular file ``path`` (symlinks followed), at most ``limit``: for a
@@ -125,14 +139,7 @@ def read_bounded(path: str | os.PathLike[str], *, limit: int, what: str = "file"
     symlink loop, larger than ``limit`` or unreadable.
     """
     name = os.fspath(path)
-    try:
-        fd = os.open(name, _OPEN if follow else _OPEN | _NOFOLLOW)
-    except (FileNotFoundError, NotADirectoryError):
-        raise FileNotFoundError(errno.ENOENT, "no such file", name) from None
-    except OSError as exc:
-        if not follow and exc.errno == errno.ELOOP and os.path.islink(name):
-            raise NotReadable(name, LINK_REFUSAL) from None
-        raise NotReadable(name, oserror_reason(exc)) from None
+    fd = _open(name, follow)
     try:
         return _read_fd(fd, name, what, limit)
     except OSError as exc:
@@ -166,14 +173,7 @@ def read_range(path: str | os.PathLike[str], offset: int, length: int, *,
     the same open as :func:`read_bounded`, one ``pread``. :class:`NotReadable` for anything
     not a regular file; ``follow=False`` refuses a symlink (:data:`LINK_REFUSAL`)."""
     name = os.fspath(path)
-    try:
-        fd = os.open(name, _OPEN if follow else _OPEN | _NOFOLLOW)
-    except (FileNotFoundError, NotADirectoryError):
-        raise FileNotFoundError(errno.ENOENT, "no such file", name) from None
-    except OSError as exc:
-        if not follow and exc.errno == errno.ELOOP and os.path.islink(name):
-            raise NotReadable(name, LINK_REFUSAL) from None
-        raise NotReadable(name, oserror_reason(exc)) from None
+    fd = _open(name, follow)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -192,17 +192,11 @@ def open_stream(path: str | os.PathLike[str]) -> BinaryIO:
     FileNotFoundError when it is not there, :class:`NotReadable` when it is not a regular
     file or cannot be read."""
     name = os.fspath(path)
+    fd = _open(name, follow=True)
     try:
-        fd = os.open(name, _OPEN)
-    except (FileNotFoundError, NotADirectoryError):
-        raise FileNotFoundError(errno.ENOENT, "no such file", name) from None
-    except OSError as exc:
-        raise NotReadable(name, oserror_reason(exc)) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise NotReadable(name, f"is {_kind(st.st_mode)}, not a regular file"
-                              if not stat.S_ISDIR(st.st_mode) else "is a folder, not a file")
+        reason = _not_regular(os.fstat(fd).st_mode)
+        if reason is not None:
+            raise NotReadable(name, reason)
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
@@ -215,13 +209,18 @@ def not_regular(path: str | os.PathLike[str]) -> str | None:
     (a FIFO, a device, a socket, a folder); None for a regular file or nothing there. A
     ``stat`` only: nothing is opened, so it cannot block."""
     try:
-        st = os.stat(path)
+        return _not_regular(os.stat(path).st_mode)
     except OSError:
         return None
-    if stat.S_ISREG(st.st_mode):
+
+
+def _not_regular(st_mode: int) -> str | None:
+    """Why a file of this mode is not a regular file, in a few words; None for one."""
+    if stat.S_ISREG(st_mode):
         return None
-    return "is a folder, not a file" if stat.S_ISDIR(st.st_mode) else (
-        f"is {_kind(st.st_mode)}, not a regular file")
+    if stat.S_ISDIR(st_mode):
+        return "is a folder, not a file"
+    return f"is {_kind(st_mode)}, not a regular file"
 
 
 def read_bounded_text(path: str | os.PathLike[str], *, limit: int,
