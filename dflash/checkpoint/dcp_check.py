@@ -16,6 +16,8 @@ from __future__ import annotations
 import io
 import pickle
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +44,9 @@ METADATA_CLASSES = frozenset({
     ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"),  # the checkpoint id
     ("collections", "OrderedDict"),
 })
-"""(module, name) of every class a DCP checkpoint's metadata is built from (torch 2.7 to
-2.15: recorded from checkpoints this trainer wrote)."""
+"""(module, name) of every class a DCP checkpoint's metadata is built from, recorded from
+the checkpoints this trainer wrote under torch 2.13 (another torch that pickles another
+class is refused with a line naming it)."""
 
 
 class _MetadataUnpickler(pickle.Unpickler):
@@ -54,9 +57,11 @@ class _MetadataUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"{module}.{name} is not part of a checkpoint's metadata")
 
 
-def _read(path: Path, limit: int) -> bytes:
+@contextmanager
+def _reading(path: Path) -> Iterator[None]:
+    """A checkpoint file's read, its refusals as CheckpointError naming it."""
     try:
-        return read_bounded(path, limit=limit, what="checkpoint file", follow=False)
+        yield
     except FileNotFoundError:
         raise CheckpointError(f"{path}: missing from the checkpoint") from None
     except NotReadable as exc:
@@ -66,8 +71,10 @@ def _read(path: Path, limit: int) -> bytes:
 def read_metadata(folder: Path) -> Any:
     """The checkpoint's DCP ``Metadata``, unpickled without building anything else."""
     path = folder / METADATA_NAME
+    with _reading(path):
+        raw = read_bounded(path, limit=METADATA_BYTES, what="checkpoint file", follow=False)
     try:
-        meta = _MetadataUnpickler(io.BytesIO(_read(path, METADATA_BYTES))).load()
+        meta = _MetadataUnpickler(io.BytesIO(raw)).load()
     except (pickle.UnpicklingError, EOFError, AttributeError, TypeError, ValueError,
             IndexError, KeyError, RecursionError) as exc:
         raise CheckpointError(f"{path}: not a checkpoint's metadata: {exc}") from None
@@ -99,12 +106,8 @@ def check_dcp(folder: Path) -> None:
         offset, length = int(info.offset), int(info.length)
         if not 0 <= length <= VALUE_BYTES or offset < 0:
             raise CheckpointError(f"{folder / name}: {index.fqn} spans {length} bytes")
-        try:
+        with _reading(folder / name):
             data = read_range(folder / name, offset, length, follow=False)
-        except FileNotFoundError:
-            raise CheckpointError(f"{folder / name}: missing from the checkpoint") from None
-        except NotReadable as exc:
-            raise CheckpointError(str(exc)) from None
         try:
             with warnings.catch_warnings():  # torch warns of a protocol it then reads
                 warnings.simplefilter("ignore")
