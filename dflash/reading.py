@@ -91,11 +91,12 @@ MODEL_SUFFIXES = (".json", ".safetensors", ".bin", ".model", ".jinja", ".txt", "
 """The files of a model folder that its loaders open: configs, weights, tokenizer files."""
 
 
-def check_folder(folder: Path, error: type[InputError]) -> None:
+def check_folder(folder: Path, error: type[InputError], *, weights: bool = True) -> None:
     """Every file of ``folder`` that a model's loaders open (:data:`MODEL_SUFFIXES`) is a
     regular file, or nothing (a dangling link is left to the loader's own message), so a
-    library opening them cannot block on a FIFO or stream a device; and its config.json
-    asks for no more layers than its weights hold (:func:`check_layers`)."""
+    library opening them cannot block on a FIFO or stream a device; and, where its
+    ``weights`` are loaded, its config.json asks for no more layers than they hold
+    (:func:`check_layers`)."""
     try:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
     except OSError:
@@ -106,7 +107,8 @@ def check_folder(folder: Path, error: type[InputError]) -> None:
         reason = not_regular(entry.path)
         if reason is not None:
             raise error(f"{entry.path}: {reason}")
-    check_layers(folder, error)
+    if weights:
+        check_layers(folder, error)
 
 
 HEADER_BYTES = 100 << 20

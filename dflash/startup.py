@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Protocol
@@ -36,7 +36,12 @@ from dflash.batching import BatchLoader
 from dflash.config import DrafterConfig, TrainConfig
 from dflash.data import Example, drop_short, read_examples, write_jsonl_atomic
 from dflash.decoding import batched
-from dflash.decoding.generate import generate_responses, synthetic_prompts
+from dflash.decoding.generate import (
+    check_context,
+    generate_responses,
+    positions_of,
+    synthetic_prompts,
+)
 from dflash.errors import ConfigError, DataError
 from dflash.heldout import Split, split_by_source
 from dflash.meter import sync_stream
@@ -168,6 +173,33 @@ def split_held_out(cfg: TrainConfig, examples: list[Example]) -> Split:
         return split_by_source(usable, cfg.held_out)
     except ValueError as exc:
         raise ConfigError(f"{exc} ({need})") from None
+
+
+def check_positions(cfg: TrainConfig, target: TargetModel, split: Split | None = None,
+                    prompts: Sequence[Sequence[int]] = ()) -> None:
+    """What the run shows the target fits the target's positions
+    (:func:`dflash.decoding.generate.positions_of`), or a one-line ConfigError before the
+    seconds it would take: before the data (``split`` None), the synthetic rows it is about
+    to generate (none with a data file); after, the longest row, and the held-out decode's
+    ``prompts`` with their new tokens and a last verify of a block's drafts. Past its
+    positions a target gives features it was never trained on (or fails on a learned
+    position table), and the drafter learns from them."""
+    context = positions_of(target)
+    if context is None:
+        return
+    if split is None:
+        if not cfg.data:
+            check_context(target, [range(cfg.synthetic_prompt_length)],
+                          cfg.synthetic_response_tokens, option="synthetic_response_tokens=")
+        return
+    longest = max((len(e.input_ids) for e in (*split.train, *split.held_out)), default=0)
+    if longest > context:
+        raise ConfigError(f"the data's longest row has {longest} tokens (rows are cut to the "
+                          f"largest bucket, {max(cfg.buckets)}), past the target's {context} "
+                          f"positions: set buckets to at most {context}")
+    if prompts:
+        check_context(target, prompts, cfg.held_out_decode_tokens,
+                      max_draft=cfg.block_size - 1, option="held_out_decode_tokens=")
 
 
 def synthetic_key(cfg: TrainConfig, target: TargetModel, batch: int) -> str:

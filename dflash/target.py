@@ -347,7 +347,8 @@ def load_target(source: str, *, device: str | torch.device = "cpu",
         mask = shape.mask_token_id
     else:
         folder = path if path.is_dir() else path.parent
-        reading.check_folder(folder, TargetError)  # the loaders open its files themselves
+        # The loaders open its files themselves; a config file named builds random weights.
+        reading.check_folder(folder, TargetError, weights=path.is_dir())
         own = _own_config(path) if path.is_dir() and any(path.glob("*.safetensors")) else None
         if own is not None:
             model = qwen3.load_folder(path, own, device=device, dtype=dtype)

@@ -65,6 +65,7 @@ from dflash.startup import (
     PhaseListener,
     StartClock,
     build_drafter,
+    check_positions,
     generation_batch,
     remembered_path,
     synthetic_shapes,
@@ -129,6 +130,8 @@ class Trainer:
                 target = load_target(cfg.target, device=self.rt.device, dtype=self.rt.dtype,
                                      layer_ids=cfg.layer_ids, seed=cfg.seed, on_tick=on_tick)
         self.target = target
+        if examples is None and not shapes_only:
+            check_positions(cfg, target)  # the rows it would generate, before it does
         with self.clock.phase("drafter", f"building the drafter ({cfg.draft_layers} layers)"):
             self.dcfg: DrafterConfig = drafter_config_for(
                 self.target, num_layers=cfg.draft_layers, block_size=cfg.block_size,
@@ -159,6 +162,8 @@ class Trainer:
         train, self.held_out = split.train, split.held_out
         self.split = split.summary()  # rows and sources on each side
         self.decode_prompts = decode_prompts(self.held_out, cfg.held_out_decode_prompts)
+        if not shapes_only:
+            check_positions(cfg, self.target, split, self.decode_prompts)
         if self.decode_prompts and not self.target.released:
             decode_path(cfg, self.target)  # a static cycle this target cannot run: refused now
         batches = BatchLoader(train, batch_size=cfg.batch_size, buckets=cfg.buckets,
@@ -265,8 +270,7 @@ class Trainer:
 
     def resume(self, folder: Path) -> None:
         resumed = checkpoint.resume(folder, self.drafter, self.state.optimizer, self.world,
-                                    self.rt.device)
-        # A rank the checkpoint did not have (a larger world): a fresh, distinct stream.
+                                    self.rt.device)  # a rank it lacks: a fresh, distinct stream
         self.state.continue_at(resumed, self.cfg.seed + self.world.rank + 7919 * resumed.step)
 
     def close(self) -> str | None:
@@ -286,8 +290,7 @@ class Trainer:
         model and torch build (a start phase; :func:`dflash.meter.remembered_peak`)."""
         if not self._peak:
             with self.clock.phase("peak", "measuring the matmul peak (for MFU)"):
-                self._peak = remembered_peak(self.rt.device, self.rt.dtype,
-                                             cache_root())
+                self._peak = remembered_peak(self.rt.device, self.rt.dtype, cache_root())
         return self._peak
 
     # -- the loop ---------------------------------------------------------------------------

@@ -193,16 +193,23 @@ def prompts_for(target: TargetModel, *, prompts_file: str | None, synthetic: int
                              seed=seed, exclude=(target.mask_token_id,))
 
 
-def check_context(target: TargetModel, prompts: list[list[int]], max_new_tokens: int, *,
-                  max_draft: int = 0) -> None:
-    """The longest prompt, ``max_new_tokens`` and a last verify of ``max_draft`` drafts fit
-    the target's positions (``max_position_embeddings``; a config without one is not
-    checked): past them a learned position table fails with an IndexError and a rotary one
-    decodes what it was never trained on."""
+def positions_of(target: TargetModel) -> int | None:
+    """How many positions the target was made for (``max_position_embeddings``); None when
+    its config does not say."""
     context = getattr(target.config, "max_position_embeddings", None)
+    return context if isinstance(context, int) and not isinstance(context, bool) else None
+
+
+def check_context(target: TargetModel, prompts: Sequence[Sequence[int]], max_new_tokens: int, *,
+                  max_draft: int = 0, option: str = "--max-new-tokens ") -> None:
+    """The longest prompt, ``max_new_tokens`` and a last verify of ``max_draft`` drafts fit
+    the target's positions (:func:`positions_of`; a config without them is not checked):
+    past them a learned position table fails with an IndexError and a rotary one decodes
+    what it was never trained on. ``option``: how the message names ``max_new_tokens``."""
+    context = positions_of(target)
     longest = max((len(p) for p in prompts), default=0)
-    if isinstance(context, int) and longest + max_new_tokens + max_draft > context:
-        raise ConfigError(f"--max-new-tokens {max_new_tokens}: the longest prompt "
+    if context is not None and longest + max_new_tokens + max_draft > context:
+        raise ConfigError(f"{option}{max_new_tokens}: the longest prompt "
                           f"({longest} tokens) and {max_new_tokens} new tokens"
                           + (f" and {max_draft} drafts" if max_draft else "")
                           + f" pass the target's {context} positions")

@@ -120,6 +120,22 @@ def test_a_config_asking_for_more_layers_than_its_weights_hold_is_refused(tmp_pa
         reading.check_layers(tmp_path / "edited", TargetError)
 
 
+def test_a_config_file_named_is_built_without_its_folders_weights(tmp_path: Path):
+    """``--target folder/small.json`` builds random weights from that file: the folder's
+    own config.json and weights are not what loads, so they are not compared."""
+    from dflash.target import load_target
+
+    _weights(tmp_path / "edited", layers=3, config_layers=100_000_000)
+    small = tmp_path / "edited" / "small.json"
+    small.write_text(json.dumps({
+        "model_type": "qwen3", "vocab_size": 300, "hidden_size": 32, "intermediate_size": 64,
+        "num_hidden_layers": 12, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "head_dim": 8}))
+    assert len(load_target(str(small)).layers) == 12
+    with pytest.raises(TargetError, match="asks for 100000000 layers"):
+        load_target(str(tmp_path / "edited"))
+
+
 def test_a_safetensors_header_that_lies_is_one_line(tmp_path: Path):
     folder = tmp_path / "m"
     _weights(folder, layers=1, config_layers=1)
