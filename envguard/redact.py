@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 from envguard.model import Environment, EnvValue, Snapshot
 from envguard.redact_forms import (
+    LOGIN_KEY,
     MASK,
     may_hold_form,
     redact_argv_word,
@@ -101,10 +102,28 @@ def _mask_assignment(match: re.Match[str]) -> str:
     return _mask_group(match)
 
 
+MAX_PASSES = 8
+"""How many times :func:`redact_text` masks a string before it gives up and masks it whole
+(:data:`MASK`): each pass can open the next (in ``AKIA…npm_…`` the npm token follows a
+letter, in ``***npm_…`` it does not), and a real string settles after two."""
+
+
 def redact_text(text: str) -> str:
     """``text`` with every credential :data:`SECRET_VALUES` recognises, the value of every
     secret-named ``NAME=value`` and every form of :mod:`envguard.redact_forms` (a flag, a
-    header, a JSON/YAML/INI key, a netrc entry) replaced by :data:`MASK`. Idempotent."""
+    header, a JSON/YAML/INI key, a netrc entry) replaced by :data:`MASK`. A mask can open
+    another credential beside it, so the masking is repeated until nothing more is found
+    (:data:`MAX_PASSES`): idempotent, and nothing a second pass would mask is left."""
+    for _ in range(MAX_PASSES):
+        masked = _mask_once(text)
+        if masked == text:
+            return text
+        text = masked
+    return MASK
+
+
+def _mask_once(text: str) -> str:
+    """One pass of :func:`redact_text`: the shapes, the assignments, then the forms."""
     if not text:
         return text
     shape, form = _may_hold_shape(text), may_hold_form(text)
@@ -116,21 +135,32 @@ def redact_text(text: str) -> str:
         text = redact_shapes(text, _mask_group)
         if not text.isascii() or has_assignment(text):
             text = re.sub(_ASSIGNMENT, _mask_assignment, text)
-        # A mask can open a form: in "AKIA…-u=x:y" the "-u" follows a word character, in
-        # "***-u=x:y" it is a flag. Asked again of the masked text, so a second pass
-        # finds nothing more (idempotent).
-        form = may_hold_form(text)
+        form = may_hold_form(text)  # a mask can open a form: "AKIA…-u=x:y" -> "***-u=x:y"
     return redact_forms(text) if form else text
+
+
+_COMMAND_ENDS = frozenset({"&&", "||", ";", "|", "&"})
+"""Words that end one command of a shell line in argv (``sh -c`` split by a wrapper)."""
+
+
+@functools.cache
+def _login_key() -> re.Pattern[str]:
+    return re.compile(LOGIN_KEY)
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:
     """A command line safe to record: :func:`redact_text` on every word, the word after a
     secret-named flag (``--token X``, ``--hf-password X``, ``-p X``) masked, a password glued
-    to ``-p`` or ``-u user:`` masked, and a header glued to ``-H`` redacted as text."""
+    to ``-p`` or ``-u user:`` masked, a header glued to ``-H`` redacted as text, and a
+    key-shaped word after ``login`` (``wandb login --relogin KEY``) masked."""
     out: list[str] = []
     previous = ""
+    login = False  # after a ``login`` word: its key may follow its options (wandb login KEY)
     for word in argv:
         placed = redact_argv_word(word, previous)
+        if placed is None and login and _login_key().fullmatch(word):
+            placed = MASK
+        login = word.lower() == "login" or (login and word not in _COMMAND_ENDS)
         if placed is not None:
             out.append(placed)
         elif word.startswith("-H") and len(word) > 2:

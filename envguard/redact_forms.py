@@ -8,16 +8,17 @@ name, then its value, as command lines, HTTP headers, JSON, YAML, INI and netrc 
   ``{'api_key': 'X'}``, ``\\"token\\": \\"X\\"`` (JSON inside a JSON string);
 * a flag and its value as items of a list: ``["--token", "X"]``;
 * a netrc entry: ``machine h login u password X``;
-* credentials of ``curl -u`` and ``docker --user``: ``--user=u:X``, ``-u u:X``.
+* credentials of ``curl -u`` and ``docker --user``: ``--user=u:X``, ``-u u:X``;
+* the key of a ``login`` command: ``wandb login KEY``.
 
 A name is secret by :func:`envguard.redact_names.secret_name`; a flag or key that names
 where a secret is kept (``--password-file PATH``) is not (:func:`secret_flag`). What is
 masked becomes ``***``; a value already masked (``***``, ``<masked>``) is left as it is.
 
 :func:`may_hold_form` is the quick test: every form starts with a credential word of a
-name followed by its separator (``token:``, ``password "``, ``key =``, ``password X``) or
-with ``-u``/``--user``; text without one (nearly every version, path and package name,
-``tokenizers``, ``hf_transfer``, ``keyring/``) skips the patterns.
+name followed by its separator (``token:``, ``password "``, ``key =``, ``password X``),
+with ``-u``/``--user`` or with ``login``; text without one (nearly every version, path and
+package name, ``tokenizers``, ``hf_transfer``, ``keyring/``) skips the patterns.
 """
 
 from __future__ import annotations
@@ -38,7 +39,10 @@ STEMS = ("token", "secret", "pass", "pwd", "key", "cred", "cookie", "sign", "aut
 STEM_TAIL = re.compile(r"[A-Za-z0-9_.-]*\\{0,3}[\"']?[ \t]*[:=\s,]")
 """What follows a stem in a form: the rest of the name, a closing quote, the separator."""
 USER_FLAG = re.compile(r"(?<![A-Za-z0-9_-])(?:--user|-u)(?:=|\s)")
-MAYBE = r"(?i:" + "|".join(STEMS) + r")" + STEM_TAIL.pattern + "|" + USER_FLAG.pattern
+LOGIN_WORD = re.compile(r"(?i:login)[ \t]")
+"""``login`` and a blank: where :data:`LOGIN` can begin (``wandb login KEY``)."""
+MAYBE = (r"(?i:" + "|".join(STEMS) + r")" + STEM_TAIL.pattern + "|" + USER_FLAG.pattern
+         + "|" + LOGIN_WORD.pattern)
 """The source of a necessary condition for every pattern of :data:`FORMS` (compiled only
 for text beyond ASCII, by :func:`may_hold_form`)."""
 
@@ -74,6 +78,14 @@ NETRC = (r"(?<![A-Za-z0-9_-])(?:machine|default|login)\s+(?:\S+\s+)??"
 USER = USER_FLAG.pattern + r"[ \t]*(?P<u>[^\s:\"']+):(?P<s>[^\s\"']+)"
 """``--user=alice:X``, ``-u alice:X``: the password after the colon (a ``uid:gid`` pair of
 numbers is left alone)."""
+LOGIN_KEY = r"(?=[A-Za-z0-9_-]*[0-9])[A-Za-z0-9_-]{32,}"
+"""A key given as a word of its own: 32 or more letters, digits, ``_`` or ``-``, a digit
+among them (a W&B API key is 40 hex digits; a registry host, an e-mail or a user name is
+not one word of these)."""
+LOGIN = (r"(?<![A-Za-z0-9_.-])(?i:login)(?:[ \t]+-[^\s]*(?:[ \t]+[^\s-][^\s]*)?)*?"
+         r"[ \t]+(?P<s>" + LOGIN_KEY + r")(?![^\s\"';&|)])")
+"""The key of a ``login`` command given as an argument: ``wandb login KEY``, also after
+its options (``wandb login --relogin --host https://h KEY``)."""
 
 _MASKED_ALREADY = (MASK, "<masked")
 
@@ -162,9 +174,14 @@ def _user_flag(text: str, lower: str) -> bool:
     return "-u" in text and USER_FLAG.search(text) is not None
 
 
+def _login(text: str, lower: str) -> bool:
+    return "login" in lower and LOGIN_WORD.search(text) is not None
+
+
 FORMS = ((_words("authorization", "cookie"), HEADER, _mask), (_dash_word, FLAG, _mask_named),
          (_listed, FLAG_IN_LIST, _mask_named), (_key_then_separator, KEY_VALUE, _mask_key),
-         (_words("password", "passwd"), NETRC, _mask), (_user_flag, USER, _mask_user))
+         (_words("password", "passwd"), NETRC, _mask), (_user_flag, USER, _mask_user),
+         (_login, LOGIN, _mask))
 """Each form as (need, pattern source, what masks its match), in the order applied. The
 need (``need(text, lower)``, for ASCII text) is true wherever the pattern can match: a
 pattern is compiled only when some text meets its need (a passing gate meets few)."""
@@ -186,7 +203,8 @@ def may_hold_form(text: str) -> bool:
     ``str.find`` and its tail matched there)."""
     if not text.isascii():
         return maybe().search(text) is not None
-    return _user_flag(text, "") or _stem_then(text.lower(), STEM_TAIL)
+    lower = text.lower()
+    return _user_flag(text, "") or _login(text, lower) or _stem_then(lower, STEM_TAIL)
 
 
 def form_hits(joined: str, lower: str) -> list[int]:
@@ -204,6 +222,7 @@ def form_hits(joined: str, lower: str) -> list[int]:
             if STEM_TAIL.match(lower, i + len(stem)):
                 hits.append(i)
             i = lower.find(stem, i + 1)
+    hits.extend(match.start() for match in LOGIN_WORD.finditer(joined))
     return hits
 
 

@@ -128,6 +128,8 @@ _INNOCENT_FORMS: list[tuple[str, Callable[[str], str]]] = [
     ("slack xoxb", lambda s: "xoxb-123456789012-" + s + "abcdefgh"),
     ("pypi-", lambda s: padded("pypi-", 60, s)),
     ("npm_", lambda s: padded("npm_", 36, s)),
+    ("wandb login KEY", lambda s: "wandb login --relogin " + padded("", 40, s)),
+    ("glued after a key", lambda s: "AKIAIOSFODNN7EXAMPLE" + padded("npm_", 36, s)),
 ]
 LIVE_ENV["TORCH_CONDA_CHANNEL"] = plant(  # a short token: the core is the whole token
     "env, innocent name", "anaconda short token",
@@ -156,6 +158,7 @@ for _form, _words in [
     ("--hf-token X", lambda s: ["--hf-token", s]),
     ("url in argv", lambda s: ["--data", f"https://u:{s}@h.example/d"]),
     ("JSON in argv", lambda s: ["--config", f'{{"api_key": "{s}"}}']),
+    ("login KEY (wandb)", lambda s: ["login", "--relogin", padded("", 40, s)]),
 ]:
     _s = sv()
     PLANTS.append(Plant(form=_form, where="run argv", secret=_s, text=" ".join(_words(_s))))

@@ -225,6 +225,7 @@ def test_more_secret_names(name: str) -> None:
     assert redact.secret_name(name)
 
 
+WANDB_KEY = "0123456789abcdef" * 2 + "01234567"  # a W&B API key: 40 hex digits
 CREDENTIAL_CASES = [
     # URL userinfo with a "/" or "@" in the password, no scheme, several URLs
     ("https://deploy:pa/ss@host/simple", "https://***@host/simple"),
@@ -256,6 +257,12 @@ CREDENTIAL_CASES = [
     ("Authorization: Bearer abcdefghijklmnop1234", "Authorization: Bearer ***"),
     ("password=hunter2 lr=3e-4", "password=*** lr=3e-4"),
     ("--hf-token=abc --lr=1", "--hf-token=*** --lr=1"),
+    # a mask that opens the credential beside it: the npm token followed a letter
+    ("AKIAIOSFODNN7EXAMPLEnpm_" + "ab12" * 9, "******"),
+    # the key of a login command, after its options too
+    ("wandb login " + WANDB_KEY, "wandb login ***"),
+    (f"RUN wandb login --relogin --host https://api.wandb.ai {WANDB_KEY} && python t.py",
+     "RUN wandb login --relogin --host https://api.wandb.ai *** && python t.py"),
 ]
 
 
@@ -275,9 +282,23 @@ def test_credentials_are_found_by_shape(value: str, redacted: str) -> None:
     "70d99e998b4955e0049d13a98d77ae1b14db1f45", "sha256:" + "ab" * 32,
     "sha256=ZsbibqJRN4HCDtmDYF0k3IBZ0pgu3yYtRmo1I1bZ9Fg", 'torch==2.11.0; extra == "gpu"',
     "numpy>=1.26", "ERROR=1", "a=b", "/home/u/.cache/torchinductor_u",
+    "docker login registry.example.com", "login failed for user bob",
+    "gcloud auth login me@example.com", "Login Succeeded",
 ])
 def test_innocent_values_are_left_alone(value: str) -> None:
     assert redact.redact_text(value) == value
+
+
+def test_a_login_commands_key_is_masked_in_argv_and_nothing_else_after_it() -> None:
+    assert redact.redact_argv(["wandb", "login", WANDB_KEY]) == ["wandb", "login", "***"]
+    assert redact.redact_argv(
+        ["wandb", "login", "--relogin", "--host", "https://api.wandb.ai", WANDB_KEY]) == [
+        "wandb", "login", "--relogin", "--host", "https://api.wandb.ai", "***"]
+    assert redact.redact_argv(["sh", "-c", f"wandb login {WANDB_KEY}"]) == [
+        "sh", "-c", "wandb login ***"]
+    kept = ["docker", "login", "ghcr.io", "&&", "git", "checkout", WANDB_KEY]
+    assert redact.redact_argv(kept) == kept  # another command's commit hash
+    assert redact.redact_argv(["git", "checkout", WANDB_KEY]) == ["git", "checkout", WANDB_KEY]
 
 
 def test_argv_is_redacted_by_flag_and_by_shape() -> None:
@@ -305,7 +326,7 @@ _FRAGMENTS = ["://", ":/", "@", "-----BEGIN", "----BEGIN", "ghp_", "gho_", "gh_"
               "?", "&", ";", "=", "==", "a=", "-=", "Bearer", "BASIC", "accountKey",
               "sharedAccess", "bearer", "\u212a", "\u017f", "account\u212aey",
               "\u017fharedaccess", "A" * 39, "Ab1+" * 10, "ab12" * 10, "0f" * 20, "Z", " ",
-              "_", "-", ".", "x"]
+              "_", "-", ".", "x", "login ", "Login\t", "logi"]
 
 
 @settings(max_examples=3000, deadline=None)
@@ -321,17 +342,22 @@ def test_the_cheap_checks_are_not_a_pass_for_everything() -> None:
 
 
 def _every_pattern(text: str) -> str:
-    """redact_text without any need: every pattern of every group tried on ``text``."""
-    if not text or len(text) > redact.MAX_TEXT:
-        return text
-    if not (redact._may_hold_shape(text) or redact.may_hold_form(text)):
-        return text
-    for _, source, flags in redact_shapes.SECRET_VALUES:
-        text = re.sub(source, redact._mask_group, text, flags=flags)
-    text = re.sub(redact._ASSIGNMENT, redact._mask_assignment, text)
-    for _, source, mask in redact_forms.FORMS:
-        text = re.sub(source, mask, text)
-    return text
+    """redact_text without any need: every pattern of every group tried on ``text``, again
+    and again until a pass finds nothing more (a mask can open another credential)."""
+    for _ in range(redact.MAX_PASSES):
+        if not text or len(text) > redact.MAX_TEXT:
+            return text
+        if not (redact._may_hold_shape(text) or redact.may_hold_form(text)):
+            return text
+        before = text
+        for _, source, flags in redact_shapes.SECRET_VALUES:
+            text = re.sub(source, redact._mask_group, text, flags=flags)
+        text = re.sub(redact._ASSIGNMENT, redact._mask_assignment, text)
+        for _, source, mask in redact_forms.FORMS:
+            text = re.sub(source, mask, text)
+        if text == before:
+            return text
+    return redact.MASK
 
 
 _FORM_PIECES = ["password", "Password", "token", "TOKEN", "auth", "Authorization", "Cookie",
@@ -345,6 +371,7 @@ _FORM_PIECES = ["password", "Password", "token", "TOKEN", "auth", "Authorization
 @given(st.lists(st.sampled_from(_FORM_PIECES + _FRAGMENTS), max_size=8).map("".join))
 @example("AKIA" + "A1" * 8 + "-u=--://")  # the key's mask puts "-u" at a word's start
 @example("u:p@h;u:p@h")  # a host ending at ";"
+@example("AKIA" + "A1" * 8 + "npm_" + "ab12" * 9)  # the key's mask opens the npm token
 def test_each_pattern_is_tried_wherever_it_could_match(text: str) -> None:
     """The per-pattern needs skip a pattern only where it cannot match: the result is that
     of trying every pattern, also where a pattern's mask opens another's form."""
