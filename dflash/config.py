@@ -203,10 +203,11 @@ class TrainConfig:
     next to the teacher-forced ``held_out_tau``. 0: not measured."""
     held_out_decode_tokens: int = 32
     """New tokens per decoded prompt."""
-    held_out_decode_cycle: str = "eager"
-    """How that decode runs its cycles, as ``dflash-eval --cycle``: eager | static | auto.
-    ``static`` (fixed shapes, captured in CUDA graphs on a GPU) decodes the same tokens at
-    a fraction of an eager cycle's launches; the tokens and τ are the same either way."""
+    held_out_decode_cycle: str = "auto"
+    """How that decode runs its cycles, as ``dflash-eval --cycle``: eager | static | auto
+    (static where the target is dflash's own Qwen3 on a GPU, else eager). ``static``
+    (fixed shapes, captured in CUDA graphs on a GPU) decodes the same tokens at a fraction
+    of an eager cycle's launches; the tokens and τ are the same either way."""
     held_out_window: int = 0
     """Tokens after each held-out prompt that ``held_out_tau`` walks (decoding replayed
     teacher forced, :mod:`dflash.replay`); 0: ``held_out_decode_tokens``. Set it to

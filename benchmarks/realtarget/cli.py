@@ -83,9 +83,10 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
     g.add_argument("--train-finish-s", type=float, default=120.0,
                    help="allowed after the drafter's budget for its last held-out "
                         "evaluation and export, before SIGTERM")
-    g.add_argument("--held-out-cycle", choices=["eager", "static", "auto"], default="eager",
+    g.add_argument("--held-out-cycle", choices=["eager", "static", "auto"], default="auto",
                    help="the trainer's held-out decode (held_out_decode_cycle): static "
-                        "captures it in CUDA graphs")
+                        "captures it in CUDA graphs; auto, dflash-train's default, is static "
+                        "on dflash's own Qwen3 on a GPU")
     g.add_argument("--train-reserve-s", type=float, default=120.0,
                    help="with --deadline-s: seconds kept for start-up, the drafter's last "
                         "held-out evaluation and the eval stage")
