@@ -175,28 +175,30 @@ def split_held_out(cfg: TrainConfig, examples: list[Example]) -> Split:
         raise ConfigError(f"{exc} ({need})") from None
 
 
-def check_positions(cfg: TrainConfig, target: TargetModel, split: Split | None = None,
-                    prompts: Sequence[Sequence[int]] = ()) -> None:
-    """What the run shows the target fits the target's positions
+def check_positions(cfg: TrainConfig, target: TargetModel, *, generates: bool) -> None:
+    """The rows this run will show the target fit its positions
     (:func:`dflash.decoding.generate.positions_of`), or a one-line ConfigError before the
-    seconds it would take: before the data (``split`` None), the synthetic rows it is about
-    to generate (none with a data file); after, the longest row, and the held-out decode's
-    ``prompts`` with their new tokens and a last verify of a block's drafts. Past its
-    positions a target gives features it was never trained on (or fails on a learned
-    position table), and the drafter learns from them."""
+    drafter is built: every row is padded to its bucket (and cut to the largest), so the
+    largest bucket must fit, and where the run ``generates`` its rows, so must a synthetic
+    prompt and its response before they are cut. Past its positions a rotary target gives
+    features it was never trained on, and the drafter learns from them; a learned position
+    table fails outright."""
     context = positions_of(target)
     if context is None:
         return
-    if split is None:
-        if not cfg.data:
-            check_context(target, [range(cfg.synthetic_prompt_length)],
-                          cfg.synthetic_response_tokens, option="synthetic_response_tokens=")
-        return
-    longest = max((len(e.input_ids) for e in (*split.train, *split.held_out)), default=0)
-    if longest > context:
-        raise ConfigError(f"the data's longest row has {longest} tokens (rows are cut to the "
-                          f"largest bucket, {max(cfg.buckets)}), past the target's {context} "
-                          f"positions: set buckets to at most {context}")
+    if max(cfg.buckets) > context:
+        raise ConfigError(f"buckets: the largest, {max(cfg.buckets)}, passes the target's "
+                          f"{context} positions (every row is padded to its bucket): set "
+                          f"buckets to at most {context}")
+    if generates:
+        check_context(target, [range(cfg.synthetic_prompt_length)],
+                      cfg.synthetic_response_tokens, option="synthetic_response_tokens=")
+
+
+def check_decode_positions(cfg: TrainConfig, target: TargetModel,
+                           prompts: Sequence[Sequence[int]]) -> None:
+    """The held-out decode's longest prompt, ``held_out_decode_tokens`` and a last verify of
+    a block's drafts fit the target's positions (as ``dflash-eval`` asks of its own)."""
     if prompts:
         check_context(target, prompts, cfg.held_out_decode_tokens,
                       max_draft=cfg.block_size - 1, option="held_out_decode_tokens=")

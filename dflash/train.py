@@ -65,6 +65,7 @@ from dflash.startup import (
     PhaseListener,
     StartClock,
     build_drafter,
+    check_decode_positions,
     check_positions,
     generation_batch,
     remembered_path,
@@ -130,8 +131,7 @@ class Trainer:
                 target = load_target(cfg.target, device=self.rt.device, dtype=self.rt.dtype,
                                      layer_ids=cfg.layer_ids, seed=cfg.seed, on_tick=on_tick)
         self.target = target
-        if examples is None and not shapes_only:
-            check_positions(cfg, target)  # the rows it would generate, before it does
+        check_positions(cfg, target, generates=examples is None and not (shapes_only or cfg.data))
         with self.clock.phase("drafter", f"building the drafter ({cfg.draft_layers} layers)"):
             self.dcfg: DrafterConfig = drafter_config_for(
                 self.target, num_layers=cfg.draft_layers, block_size=cfg.block_size,
@@ -162,8 +162,7 @@ class Trainer:
         train, self.held_out = split.train, split.held_out
         self.split = split.summary()  # rows and sources on each side
         self.decode_prompts = decode_prompts(self.held_out, cfg.held_out_decode_prompts)
-        if not shapes_only:
-            check_positions(cfg, self.target, split, self.decode_prompts)
+        check_decode_positions(cfg, self.target, self.decode_prompts)
         if self.decode_prompts and not self.target.released:
             decode_path(cfg, self.target)  # a static cycle this target cannot run: refused now
         batches = BatchLoader(train, batch_size=cfg.batch_size, buckets=cfg.buckets,

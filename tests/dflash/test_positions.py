@@ -43,24 +43,27 @@ def _data(path: Path, response: int) -> Path:
 def test_synthetic_rows_past_the_positions_are_refused_before_any_is_generated(
         tmp_path: Path):
     heard: list[str] = []
-    cfg = dataclasses.replace(tiny(), out=str(tmp_path / "run"), **SMALL)  # 12 + 40 tokens
+    cfg = dataclasses.replace(tiny(), out=str(tmp_path / "run"),  # 12 + 40 tokens a row
+                              **{**SMALL, "buckets": (48,)})
     with pytest.raises(ConfigError) as err:
         Trainer(cfg, target=_target(51), on_phase=lambda name, *_: heard.append(name))
     assert str(err.value) == ("synthetic_response_tokens=40: the longest prompt (12 tokens) "
                               "and 40 new tokens pass the target's 51 positions")
     assert heard == []  # no drafter built, nothing generated
     fits = Trainer(dataclasses.replace(cfg, held_out_decode_tokens=8), target=_target(52))
-    assert max(len(ex.input_ids) for ex in fits.held_out) == 52
+    assert max(len(ex.input_ids) for ex in fits.held_out) == 52  # generated whole, fitting
 
 
-def test_data_rows_past_the_positions_are_refused_and_buckets_cut_them(tmp_path: Path):
+def test_a_bucket_past_the_positions_is_refused_and_so_is_the_held_out_decode(
+        tmp_path: Path):
     data = _data(tmp_path / "d.jsonl", response=40)  # rows of 52 tokens
     cfg = dataclasses.replace(tiny(), out=str(tmp_path / "run"), data=str(data), **SMALL)
+    heard: list[str] = []
     with pytest.raises(ConfigError) as err:
-        Trainer(cfg, target=_target(40))
-    assert str(err.value) == ("the data's longest row has 52 tokens (rows are cut to the "
-                              "largest bucket, 64), past the target's 40 positions: set "
-                              "buckets to at most 40")
+        Trainer(cfg, target=_target(40), on_phase=lambda name, *_: heard.append(name))
+    assert str(err.value) == ("buckets: the largest, 64, passes the target's 40 positions "
+                              "(every row is padded to its bucket): set buckets to at most 40")
+    assert heard == []  # refused before the drafter is built or the data read
     # Rows cut to 40: they fit, but the held-out decode's 12 prompt tokens, 32 new ones and
     # a last verify of 3 drafts do not.
     cut = dataclasses.replace(cfg, buckets=(40,))
@@ -71,14 +74,14 @@ def test_data_rows_past_the_positions_are_refused_and_buckets_cut_them(tmp_path:
     trainer = Trainer(dataclasses.replace(cut, held_out_decode_tokens=25), target=_target(40))
     assert max(len(ex.input_ids) for ex in trainer.held_out) == 40  # exactly full: fine
     assert Trainer(dataclasses.replace(cut, held_out_decode_prompts=0), target=_target(40))
+    # A warm-up-only run pads random rows to each bucket: refused alike.
+    with pytest.raises(ConfigError, match="buckets: the largest, 64, passes"):
+        Trainer(cfg, target=_target(40), shapes_only=True)
 
 
-def test_a_target_without_positions_is_not_checked_and_warm_up_runs_are_not(tmp_path: Path):
-    target = _target(None)
+def test_a_target_whose_config_does_not_say_is_not_checked(tmp_path: Path):
     cfg = dataclasses.replace(tiny(), out=str(tmp_path / "run"), **SMALL)
-    assert Trainer(cfg, target=target).held_out
-    # A warm-up-only run sees random rows of each bucket's length and decodes nothing.
-    assert Trainer(cfg, target=_target(8), shapes_only=True)
+    assert Trainer(cfg, target=_target(None)).held_out
 
 
 def test_dflash_train_says_so_in_one_line_exit_2(tmp_path: Path, capsys):
@@ -89,7 +92,8 @@ def test_dflash_train_says_so_in_one_line_exit_2(tmp_path: Path, capsys):
               "num_key_value_heads": 2, "head_dim": 8, "max_position_embeddings": 64}
     (tmp_path / "config.json").write_text(json.dumps(config))
     assert main(["--preset", "tiny", "--quiet", "--target", str(tmp_path / "config.json"),
-                 "--out", str(tmp_path / "run"), "--set", "device=cpu", "--unguarded"]) == 2
+                 "--out", str(tmp_path / "run"), "--set", "device=cpu", "--set", "buckets=64",
+                 "--unguarded"]) == 2
     err = capsys.readouterr().err
     assert err.splitlines() == [
         "dflash-train: synthetic_response_tokens=96: the longest prompt (12 tokens) and 96 "
