@@ -374,8 +374,11 @@ _FORM_PIECES = ["password", "Password", "token", "TOKEN", "auth", "Authorization
 @example("AKIA" + "A1" * 8 + "npm_" + "ab12" * 9)  # the key's mask opens the npm token
 def test_each_pattern_is_tried_wherever_it_could_match(text: str) -> None:
     """The per-pattern needs skip a pattern only where it cannot match: the result is that
-    of trying every pattern, also where a pattern's mask opens another's form."""
-    assert redact.redact_text(text) == _every_pattern(text), text
+    of trying every pattern, also where a pattern's mask opens another's form; and masking
+    the result again changes nothing (idempotent)."""
+    out = redact.redact_text(text)
+    assert out == _every_pattern(text), text
+    assert redact.redact_text(out) == out, text
 
 
 @pytest.mark.parametrize(("text", "masked"), [
