@@ -70,6 +70,20 @@ SECRET_VALUES: tuple[tuple[Need, str, int], ...] = (
     (_any("pypi-"), r"(?<![A-Za-z0-9])(?P<s>pypi-[A-Za-z0-9_-]{50,})", 0),
     (_any("npm_"), r"(?<![A-Za-z0-9])(?P<s>npm_[A-Za-z0-9]{36,})", 0),
     (_any("AIza"), r"(?<![A-Za-z0-9])(?P<s>AIza[0-9A-Za-z_-]{35})", 0),
+    # Keys of the services an ML run talks to: NVIDIA's API catalog and NGC (``nvapi-``),
+    # Replicate (``r8_``), Groq (``gsk_``), LangSmith (``lsv2_pt_``, ``lsv2_sk_``), Pinecone
+    # (``pcsk_``), xAI (``xai-``), Perplexity (``pplx-``), Databricks personal access tokens
+    # (``dapi`` and 32 hex digits, MLflow's tracking server there), DeepSeek (``sk-`` and 32
+    # hex digits: no capital letter, which the ``sk-`` rule above asks for).
+    (_any("nvapi-"), r"(?<![A-Za-z0-9])(?P<s>nvapi-[A-Za-z0-9_-]{30,})", 0),
+    (_any("r8_"), r"(?<![A-Za-z0-9])(?P<s>r8_[A-Za-z0-9]{30,})", 0),
+    (_any("gsk_"), r"(?<![A-Za-z0-9])(?P<s>gsk_[A-Za-z0-9]{40,})", 0),
+    (_any("lsv2_"), r"(?<![A-Za-z0-9])(?P<s>lsv2_(?:pt|sk)_[A-Za-z0-9_]{30,})", 0),
+    (_any("pcsk_"), r"(?<![A-Za-z0-9])(?P<s>pcsk_[A-Za-z0-9_]{40,})", 0),
+    (_any("xai-"), r"(?<![A-Za-z0-9])(?P<s>xai-[A-Za-z0-9]{40,})", 0),
+    (_any("pplx-"), r"(?<![A-Za-z0-9])(?P<s>pplx-[A-Za-z0-9]{40,})", 0),
+    (_any("dapi"), r"(?<![A-Za-z0-9])(?P<s>dapi[0-9a-f]{32}(?:-[0-9]+)?)(?![A-Za-z0-9])", 0),
+    (_any("sk-"), r"(?<![A-Za-z0-9_-])(?P<s>sk-[0-9a-f]{32})(?![A-Za-z0-9])", 0),
     # Google OAuth access tokens (``ya29.…``) and refresh tokens (``1//0…``).
     (_any("ya29."), r"(?<![A-Za-z0-9])(?P<s>ya29\.[0-9A-Za-z_-]{20,})", 0),
     (_any("1//0"), r"(?<![A-Za-z0-9/])(?P<s>1//0[0-9A-Za-z_-]{20,})", 0),
@@ -137,6 +151,7 @@ def redact_shapes(text: str, mask: Mask) -> str:
 
 SHAPES = (
     r"://|@|-----BEGIN|gh[pousr]_|github_pat_|glpat-|hf_|sk-|[sr]k_|xox|xapp-|pypi-|npm_|AIza"
+    r"|nvapi-|r8_|gsk_|lsv2_|pcsk_|xai-|pplx-|dapi"
     r"|ya29\.|1//0|hooks\.slack|AKIA|ASIA|eyJ|(?<![^/])t/|[?&;][\w-]+=|[\w-]=(?!=)"
     r"|(?i:bearer|basic|accountkey|sharedaccess)"
     r"|(?<![A-Za-z0-9/+])(?=[A-Za-z0-9/+]{40})(?![0-9a-f]{40})")
@@ -150,7 +165,8 @@ def shapes() -> re.Pattern[str]:
 
 LITERALS = ("://", "@", "xox", "AIza", "AKIA", "ASIA", "eyJ", "hooks.slack", "/t/", "-----BEGIN",
              "glpat-", "sk-", "xapp-", "pypi-", "github_pat_", "hf_", "k_", "npm_", "ghp_", "gho_",
-             "ghu_", "ghs_", "ghr_", "ya29.", "1//0")
+             "ghu_", "ghs_", "ghr_", "ya29.", "1//0", "nvapi-", "r8_", "gsk_", "lsv2_", "pcsk_",
+             "xai-", "pplx-", "dapi")
 WORDS = ("bearer", "basic", "accountkey", "sharedaccess")
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 _LONG_RUN_START = re.compile(r"(?<![A-Za-z0-9/+])(?=[A-Za-z0-9/+]{40})(?![0-9a-f]{40})")

@@ -129,6 +129,10 @@ _INNOCENT_FORMS: list[tuple[str, Callable[[str], str]]] = [
     ("pypi-", lambda s: padded("pypi-", 60, s)),
     ("npm_", lambda s: padded("npm_", 36, s)),
     ("wandb login KEY", lambda s: "wandb login --relogin " + padded("", 40, s)),
+    ("NVIDIA nvapi-", lambda s: padded("nvapi-", 64, s)),
+    ("Replicate r8_", lambda s: padded("r8_", 37, s)),
+    ("Groq gsk_", lambda s: padded("gsk_", 52, s)),
+    ("LangSmith lsv2_pt_", lambda s: padded("lsv2_pt_", 43, s)),
     ("glued after a key", lambda s: "AKIAIOSFODNN7EXAMPLE" + padded("npm_", 36, s)),
 ]
 LIVE_ENV["TORCH_CONDA_CHANNEL"] = plant(  # a short token: the core is the whole token

@@ -257,6 +257,17 @@ CREDENTIAL_CASES = [
     ("Authorization: Bearer abcdefghijklmnop1234", "Authorization: Bearer ***"),
     ("password=hunter2 lr=3e-4", "password=*** lr=3e-4"),
     ("--hf-token=abc --lr=1", "--hf-token=*** --lr=1"),
+    # the keys of services an ML run talks to, by their published prefixes
+    ("NGC_KEY_NOTE=nvapi-" + "Ab1_x-" * 11, "NGC_KEY_NOTE=***"),
+    ("r8_" + "Ab1x" * 10, "***"),
+    ("gsk_" + "Ab1x" * 13, "***"),
+    ("lsv2_pt_" + "0123456789abcdef" * 2 + "_0123456789", "***"),
+    ("pcsk_" + "Ab1_" * 12, "***"),
+    ("xai-" + "Ab1x" * 20, "***"),
+    ("pplx-" + "Ab1x" * 12, "***"),
+    ("https://h.cloud.databricks.com dapi" + "0123456789abcdef" * 2 + "-2",
+     "https://h.cloud.databricks.com ***"),
+    ("sk-" + "0123456789abcdef" * 2, "***"),  # DeepSeek: hex, no capital letter
     # a mask that opens the credential beside it: the npm token followed a letter
     ("AKIAIOSFODNN7EXAMPLEnpm_" + "ab12" * 9, "******"),
     # the key of a login command, after its options too
@@ -284,6 +295,7 @@ def test_credentials_are_found_by_shape(value: str, redacted: str) -> None:
     "numpy>=1.26", "ERROR=1", "a=b", "/home/u/.cache/torchinductor_u",
     "docker login registry.example.com", "login failed for user bob",
     "gcloud auth login me@example.com", "Login Succeeded",
+    "xai-grok", "r8_short", "rapid dapper", "gsk_small", "sk-" + "0123456789abcdef" * 3,
 ])
 def test_innocent_values_are_left_alone(value: str) -> None:
     assert redact.redact_text(value) == value
@@ -326,7 +338,8 @@ _FRAGMENTS = ["://", ":/", "@", "-----BEGIN", "----BEGIN", "ghp_", "gho_", "gh_"
               "?", "&", ";", "=", "==", "a=", "-=", "Bearer", "BASIC", "accountKey",
               "sharedAccess", "bearer", "\u212a", "\u017f", "account\u212aey",
               "\u017fharedaccess", "A" * 39, "Ab1+" * 10, "ab12" * 10, "0f" * 20, "Z", " ",
-              "_", "-", ".", "x", "login ", "Login\t", "logi"]
+              "_", "-", ".", "x", "login ", "Login\t", "logi", "nvapi-", "r8_", "gsk_",
+              "lsv2_", "pcsk_", "xai-", "pplx-", "dapi", "0123456789abcdef" * 2]
 
 
 @settings(max_examples=3000, deadline=None)
