@@ -83,11 +83,12 @@ def _may_hold_secret(text: str) -> bool:
     return _may_hold_shape(text) or may_hold_form(text)
 
 
-_ASSIGNMENT = (r"(?<![A-Za-z0-9_.-])-{0,2}(?P<name>[A-Za-z_][A-Za-z0-9_-]{0,127})=(?!=)"
+_ASSIGNMENT = (r"(?<![A-Za-z0-9_.-])-{0,2}"
+               r"(?P<name>[A-Za-z_](?:[A-Za-z0-9_.-]{0,126}[A-Za-z0-9_-])?)=(?!=)"
                r"(?P<s>\"[^\"]*\"|'[^']*'|[^\s\"'&;,]+)")
-"""``NAME=value`` inside text or argv (``password=…``, ``--hf-token=…``): masked when
-NAME is a secret name that does not name a place (:func:`secret_flag`: ``password-file=``
-is kept)."""
+"""``NAME=value`` inside text or argv (``password=…``, ``--hf-token=…``, a dotted property
+glued to Java's ``-D``: ``-Dfs.s3a.secret.key=…``): masked when NAME is a secret name that
+does not name a place (:func:`secret_flag`: ``password-file=`` is kept)."""
 
 
 def _mask_group(match: re.Match[str]) -> str:

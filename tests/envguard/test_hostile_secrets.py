@@ -162,6 +162,7 @@ for _form, _words in [
     ("--hf-token X", lambda s: ["--hf-token", s]),
     ("url in argv", lambda s: ["--data", f"https://u:{s}@h.example/d"]),
     ("JSON in argv", lambda s: ["--config", f'{{"api_key": "{s}"}}']),
+    ("-Dprop=X (Java)", lambda s: [f"-Dfs.s3a.secret.key={s}"]),
     ("login KEY (wandb)", lambda s: ["login", "--relogin", padded("", 40, s)]),
 ]:
     _s = sv()

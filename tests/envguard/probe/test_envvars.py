@@ -268,6 +268,9 @@ CREDENTIAL_CASES = [
     ("https://h.cloud.databricks.com dapi" + "0123456789abcdef" * 2 + "-2",
      "https://h.cloud.databricks.com ***"),
     ("sk-" + "0123456789abcdef" * 2, "***"),  # DeepSeek: hex, no capital letter
+    # a dotted property glued to Java's -D (Spark, Hadoop's S3 connector)
+    ("JAVA_OPTS=-Xmx4g -Dfs.s3a.secret.key=S3c -Dlog.level=debug",
+     "JAVA_OPTS=-Xmx4g -Dfs.s3a.secret.key=*** -Dlog.level=debug"),
     # a mask that opens the credential beside it: the npm token followed a letter
     ("AKIAIOSFODNN7EXAMPLEnpm_" + "ab12" * 9, "******"),
     # the key of a login command, after its options too
