@@ -162,7 +162,8 @@ class Trainer:
         train, self.held_out = split.train, split.held_out
         self.split = split.summary()  # rows and sources on each side
         self.decode_prompts = decode_prompts(self.held_out, cfg.held_out_decode_prompts)
-        check_decode_positions(cfg, self.target, self.decode_prompts)
+        if feature_server is None:  # with split roles a drafter rank decodes nothing
+            check_decode_positions(cfg, self.target, self.decode_prompts)
         if self.decode_prompts and not self.target.released:
             decode_path(cfg, self.target)  # a static cycle this target cannot run: refused now
         batches = BatchLoader(train, batch_size=cfg.batch_size, buckets=cfg.buckets,
