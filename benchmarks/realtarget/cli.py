@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from realtarget.corpus import stage_corpus
-from realtarget.drafter import stage_eval, stage_generate, stage_probe, stage_train
+from realtarget.drafter import DRAFT_CAP, stage_eval, stage_generate, stage_probe, stage_train
 from realtarget.heldout import stage_heldout
 from realtarget.pretrain import stage_pretrain
 from realtarget.prompts import stage_prompts
@@ -68,7 +68,8 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
     p.add_argument("--eval-prompts", type=int, help="default: the size's")
     g = p.add_argument_group("the drafter experiment (generate, probe, train, eval)")
     g.add_argument("--gen-prompts", type=int, help="training prompts to answer (default all)")
-    g.add_argument("--gen-new-tokens", type=int, default=320)
+    g.add_argument("--gen-new-tokens", type=int,
+                   help="default 320, or half the positions a prompt leaves (tiny: 48)")
     g.add_argument("--gen-batch", type=int, default=512)
     g.add_argument("--replay-sample", type=int, default=256,
                    help="responses the n-gram replay tau of the generate stage uses")
@@ -102,7 +103,9 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
     g.add_argument("--eval-limit", type=int, default=24, help="eval prompts per drafter")
     g.add_argument("--checkpoint-prompts", type=int, default=8,
                    help="eval prompts for each intermediate checkpoint")
-    g.add_argument("--eval-new-tokens", type=int, default=192)
+    g.add_argument("--eval-new-tokens", type=int,
+                   help="default 192, or half the positions a prompt and a last verify "
+                        "leave (tiny: 40)")
     g.add_argument("--eval-dtype", choices=["auto", "bfloat16", "float32"],
                    default="float32", help="float32: the lossless check compares argmaxes "
                                            "that bf16 rounding can flip at near-ties")
@@ -117,7 +120,20 @@ def main(argv: list[str] | None = None, *, description: str = "") -> int:
         raise SystemExit(f"real_target: unknown stage(s) {unknown}; known: {list(known)}")
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu")
                           if args.device == "auto" else args.device)
-    run = Run(args, SIZES[args.size], args.out, args.work or args.out, device)
+    size = SIZES[args.size]
+    prompt = args.prompt_tokens or size.prompt_tokens
+    # A prompt, its answer (or its decode and a last verify) within the target's positions:
+    # dflash-generate, -train and -eval refuse what would pass them.
+    room = size.seq_len - prompt
+    args.gen_new_tokens = args.gen_new_tokens or min(320, room // 2)
+    args.eval_new_tokens = args.eval_new_tokens or min(192, (room - DRAFT_CAP) // 2)
+    if prompt + args.gen_new_tokens > size.seq_len or \
+            prompt + args.eval_new_tokens + DRAFT_CAP > size.seq_len:
+        raise SystemExit(f"real_target: {prompt} prompt tokens and --gen-new-tokens "
+                         f"{args.gen_new_tokens} or --eval-new-tokens {args.eval_new_tokens} "
+                         f"(and {DRAFT_CAP} drafts) pass the {args.size} target's "
+                         f"{size.seq_len} positions")
+    run = Run(args, size, args.out, args.work or args.out, device)
     run.out.mkdir(parents=True, exist_ok=True)
     run.work.mkdir(parents=True, exist_ok=True)
     from transformers.utils import logging as hf_logging

@@ -90,9 +90,12 @@ def train_argv(run: Run, steps: int, out: Path, *, probe: bool = False,
     args = run.args
     length = (args.prompt_tokens or run.size.prompt_tokens) + args.gen_new_tokens
     log_every = 10 if probe else max(1, steps // 24)
+    with open(run.work / "train-data.jsonl", "rb") as data:
+        rows = sum(1 for _ in data)  # a tiny run's few rows: an eighth held out, not 2 batches
     sets = {"draft_layers": args.drafter_layers, "block_size": 16, "gamma": 7.0,
             "batch_size": args.drafter_batch, "buckets": length,
-            "anchors": args.drafter_anchors, "held_out": 2 * args.drafter_batch,
+            "anchors": args.drafter_anchors,
+            "held_out": min(2 * args.drafter_batch, max(1, rows // 8)),
             "log_every": log_every, "eval_every": 0 if probe else max(1, steps // 4),
             # the held-out τ measured as dflash-eval measures decoding: as many prompts,
             # as many new tokens (the walk's window follows held_out_decode_tokens)
