@@ -175,14 +175,19 @@ def split_held_out(cfg: TrainConfig, examples: list[Example]) -> Split:
         raise ConfigError(f"{exc} ({need})") from None
 
 
-def check_positions(cfg: TrainConfig, target: TargetModel, *, generates: bool) -> None:
-    """The rows this run will show the target fit its positions
-    (:func:`dflash.decoding.generate.positions_of`), or a one-line ConfigError before the
-    drafter is built: every row is padded to its bucket (and cut to the largest), so the
-    largest bucket must fit, and where the run ``generates`` its rows, so must a synthetic
-    prompt and its response before they are cut. Past its positions a rotary target gives
-    features it was never trained on, and the drafter learns from them; a learned position
-    table fails outright."""
+def check_against_target(cfg: TrainConfig, target: TargetModel, *, generates: bool) -> None:
+    """What the recipe asks of the target, or a one-line ConfigError before the drafter is
+    built: a drafter no deeper than its target (a deeper one drafts slower than the target
+    decodes; ``draft_layers=100000`` would be built layer by layer until memory ran out),
+    and rows that fit the target's positions
+    (:func:`dflash.decoding.generate.positions_of`): every row is padded to its bucket (and
+    cut to the largest), so the largest bucket must fit, and where the run ``generates``
+    its rows, so must a synthetic prompt and its response before they are cut. Past its
+    positions a rotary target gives features it was never trained on, and the drafter
+    learns from them; a learned position table fails outright."""
+    if cfg.draft_layers > target.num_layers:
+        raise ConfigError(f"draft_layers={cfg.draft_layers}: deeper than the target "
+                          f"({target.num_layers} layers) it drafts for")
     context = positions_of(target)
     if context is None:
         return

@@ -65,8 +65,8 @@ from dflash.startup import (
     PhaseListener,
     StartClock,
     build_drafter,
+    check_against_target,
     check_decode_positions,
-    check_positions,
     generation_batch,
     remembered_path,
     synthetic_shapes,
@@ -131,7 +131,7 @@ class Trainer:
                 target = load_target(cfg.target, device=self.rt.device, dtype=self.rt.dtype,
                                      layer_ids=cfg.layer_ids, seed=cfg.seed, on_tick=on_tick)
         self.target = target
-        check_positions(cfg, target, generates=examples is None and not (shapes_only or cfg.data))
+        check_against_target(cfg, target, generates=not (examples or shapes_only or cfg.data))
         with self.clock.phase("drafter", f"building the drafter ({cfg.draft_layers} layers)"):
             self.dcfg: DrafterConfig = drafter_config_for(
                 self.target, num_layers=cfg.draft_layers, block_size=cfg.block_size,

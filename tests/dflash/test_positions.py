@@ -1,4 +1,5 @@
-"""dflash-train refuses a run that would show the target more tokens than its positions
+"""dflash-train refuses, before it builds anything, a drafter deeper than its target and a
+run that would show the target more tokens than its positions
 (``max_position_embeddings``), as dflash-eval and dflash-generate do: the synthetic rows it
 would generate (before generating them), the rows of a data file, and the held-out decode's
 prompts with their new tokens and a last verify. Past its positions a rotary target gives
@@ -82,6 +83,18 @@ def test_a_bucket_past_the_positions_is_refused_and_so_is_the_held_out_decode(
 def test_a_target_whose_config_does_not_say_is_not_checked(tmp_path: Path):
     cfg = dataclasses.replace(tiny(), out=str(tmp_path / "run"), **SMALL)
     assert Trainer(cfg, target=_target(None)).held_out
+
+
+def test_a_drafter_deeper_than_its_target_is_refused_before_it_is_built(tmp_path: Path):
+    """``draft_layers=100000`` was built layer by layer until memory ran out (exit 4 after
+    minutes, or the OOM killer); the tiny target has 8 layers."""
+    heard: list[str] = []
+    cfg = dataclasses.replace(tiny(), out=str(tmp_path / "run"), draft_layers=100_000, **SMALL)
+    with pytest.raises(ConfigError) as err:
+        Trainer(cfg, target=_target(64), on_phase=lambda name, *_: heard.append(name))
+    assert str(err.value) == "draft_layers=100000: deeper than the target (8 layers) it drafts for"
+    assert heard == []
+    assert Trainer(dataclasses.replace(cfg, draft_layers=8), target=_target(64)).held_out
 
 
 def test_dflash_train_says_so_in_one_line_exit_2(tmp_path: Path, capsys):
