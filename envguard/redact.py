@@ -136,7 +136,7 @@ def _mask_once(text: str) -> str:
         text = redact_shapes(text, _mask_group)
         if not text.isascii() or has_assignment(text):
             text = re.sub(_ASSIGNMENT, _mask_assignment, text)
-        form = may_hold_form(text)  # a mask can open a form: "AKIA…-u=x:y" -> "***-u=x:y"
+    # A form the shapes' masks opened ("AKIA…-u=x:y" -> "***-u=x:y") is the next pass's.
     return redact_forms(text) if form else text
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from envguard.redact_names import secret_flag
 from envguard.redact_shapes import substitute_needed
@@ -174,8 +174,18 @@ def _user_flag(text: str, lower: str) -> bool:
     return "-u" in text and USER_FLAG.search(text) is not None
 
 
+def _logins(lower: str) -> Iterator[int]:
+    """Where :data:`LOGIN_WORD` matches the lower-cased ASCII text ``lower``, found with
+    ``str.find`` (the regular expression took 15 times as long over a snapshot's strings)."""
+    i = lower.find("login")
+    while i != -1:
+        if lower[i + 5:i + 6] in (" ", "\t"):
+            yield i
+        i = lower.find("login", i + 5)
+
+
 def _login(text: str, lower: str) -> bool:
-    return "login" in lower and LOGIN_WORD.search(text) is not None
+    return next(_logins(lower), None) is not None
 
 
 FORMS = ((_words("authorization", "cookie"), HEADER, _mask), (_dash_word, FLAG, _mask_named),
@@ -222,11 +232,7 @@ def form_hits(joined: str, lower: str) -> list[int]:
             if STEM_TAIL.match(lower, i + len(stem)):
                 hits.append(i)
             i = lower.find(stem, i + 1)
-    i = lower.find("login")
-    while i != -1:  # LOGIN_WORD, found without a regular expression (one is 15x slower)
-        if lower[i + 5:i + 6] in (" ", "\t"):
-            hits.append(i)
-        i = lower.find("login", i + 5)
+    hits.extend(_logins(lower))
     return hits
 
 
