@@ -40,7 +40,7 @@ def _adamw(grad_ptr, param_ptr, master_ptr, avg_ptr, avg_sq_ptr,  # type: ignore
     tl.store(avg_ptr + offs, m, mask=keep)
     tl.store(avg_sq_ptr + offs, v, mask=keep)
     tl.store(master_ptr + offs, w, mask=keep)
-    tl.store(param_ptr + offs, w.to(tl.bfloat16), mask=keep)
+    tl.store(param_ptr + offs, w.to(tl.bfloat16), mask=keep)  # nearest even, as torch's
 
 
 def adamw_update_(grad: Tensor, param: Tensor, master: Tensor, avg: Tensor, avg_sq: Tensor,
