@@ -175,6 +175,10 @@ class TrainConfig:
     beta1: float = 0.9
     beta2: float = 0.999
     grad_clip: float = 1.0
+    optimizer_kernel: str = "auto"
+    """auto | off. auto: with bf16 parameters on a GPU with Triton, each tensor's clip,
+    AdamW step and bf16 copy are one Triton pass (dflash/adamw_kernel.py); off: torch
+    operators everywhere (the same update; the state and checkpoints are the same)."""
     loss_chunk: int = 4096
     # Where and how.
     device: str = "auto"
@@ -236,6 +240,7 @@ class TrainConfig:
             (self.attention in ("auto", "flex", "sdpa"), "attention must be auto|flex|sdpa"),
             (self.compile in ("auto", "on", "off"), "compile must be auto|on|off"),
             (self.dtype in ("auto", "bfloat16", "float32"), "dtype must be auto|bfloat16|float32"),
+            (self.optimizer_kernel in ("auto", "off"), "optimizer_kernel must be auto|off"),
             (self.max_seconds >= 0, "max_seconds must be >= 0"),
             (self.held_out_decode_cycle in CYCLE_PATHS,
              f"held_out_decode_cycle must be one of {', '.join(CYCLE_PATHS)}"),

@@ -39,7 +39,7 @@ class MasterAdamW:
     keeps, so a checkpoint resumes on either path."""
 
     def __init__(self, model: nn.Module, *, lr: float, betas: tuple[float, float],
-                 weight_decay: float, eps: float = 1e-8) -> None:
+                 weight_decay: float, eps: float = 1e-8, kernel: bool = True) -> None:
         self.names = [n for n, p in model.named_parameters() if p.requires_grad]
         self.params: list[Tensor] = [p for p in model.parameters() if p.requires_grad]
         self.mixed = any(p.dtype != torch.float32 for p in self.params)
@@ -51,7 +51,8 @@ class MasterAdamW:
         self.adamw = torch.optim.AdamW(self.master, lr=lr, betas=betas, eps=eps,
                                        weight_decay=weight_decay, fused=fused or None)
         """torch's AdamW over the master weights (what DCP saves under torchrun)."""
-        self.kernel: Update | None = _kernel_for([_local(p) for p in self.params])
+        self.kernel: Update | None = (_kernel_for([_local(p) for p in self.params])
+                                      if kernel and self.mixed else None)
         """:func:`dflash.adamw_kernel.adamw_update_` where the bf16 steps can run it."""
         self._steps: int | None = None
 

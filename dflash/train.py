@@ -14,12 +14,11 @@ Order of events, which is what makes torch.compile race-free here:
 3. seal compilation (``fail_on_recompile``; the global FX flag must be clear);
 4. only then start the prefetch thread, and train.
 
-A step has fixed shapes and no host sync; metrics stay on the device and are read
-every ``log_every`` steps. What a checkpoint must hold to continue exactly (step,
-optimizer with the master weights, RNG, data position) is :class:`TrainState`
-(:mod:`dflash.state`); :mod:`dflash.checkpoint.resume` writes and reads it in either
-mode. What happens before the first step, phase by phase and timed, is
-:mod:`dflash.startup`.
+A step has fixed shapes and no host sync; metrics stay on the device and are read every
+``log_every`` steps. What a checkpoint must hold to continue exactly (step, optimizer with
+the master weights, RNG, data position) is :class:`TrainState` (:mod:`dflash.state`);
+:mod:`dflash.checkpoint.resume` writes and reads it in either mode. What happens before
+the first step, phase by phase and timed, is :mod:`dflash.startup`.
 """
 
 from __future__ import annotations
@@ -149,7 +148,8 @@ class Trainer:
         with self.clock.phase("parallelize", data.meanwhile(how)), data.alongside():
             self.kernels = parallelize(self.drafter, self.rt, self.world, cfg.mega_cache)
             optimizer = MasterAdamW(self.drafter, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
-                                    weight_decay=cfg.weight_decay)
+                                    weight_decay=cfg.weight_decay,
+                                    kernel=cfg.optimizer_kernel == "auto")
         self.warm = WarmUp(clock=self.clock, device=self.rt.device,
                            vocab_size=self.dcfg.vocab_size, seed=cfg.seed,
                            compiled=self.kernels.compiled, mega_cache=cfg.mega_cache)

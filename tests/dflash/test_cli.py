@@ -114,6 +114,7 @@ def _bad_inputs(p: dict[str, str]) -> list[tuple[str, list[str], str]]:
         (TRAIN, [*train, "--set", "steps=many"], "cannot read 'many'"),
         (TRAIN, [*train, "--set", "no_such_key=1"], "unknown key 'no_such_key'"),
         (TRAIN, [*train, "--set", "buckets=2"], "buckets must be"),
+        (TRAIN, [*train, "--set", "optimizer_kernel=triton"], "optimizer_kernel must be auto|off"),
         (TRAIN, [*train, "--set", "device=gpu"], "device must be auto, cpu, cuda or cuda:N"),
         (TRAIN, [*train, "--set", "device=cpu", "--attention", "flex"], "no backward on CPU"),
         (TRAIN, [*train, "--data", p["missing"]], "No such file or directory"),

@@ -173,3 +173,26 @@ def test_sharded_bf16_steps_as_one_process_over_the_whole_tensors(tmp_path) -> N
     proc = torchrun(2, str(script), timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("ok") == 2
+
+
+def test_the_kernel_is_asked_for_only_where_it_can_run(monkeypatch) -> None:
+    """``kernel=False`` (``--set optimizer_kernel=off``) keeps torch operators even where
+    the kernel could run; fp32 parameters never use it; here (a CPU) nothing does."""
+    import dflash.optim as optim
+
+    asked: list[int] = []
+
+    def fake(params: list[torch.Tensor]) -> optim.Update:
+        asked.append(len(params))
+        return optim.update_reference_
+
+    monkeypatch.setattr(optim, "_kernel_for", fake)
+    model = nn.Linear(4, 4).to(torch.bfloat16)
+    assert MasterAdamW(model, lr=1e-3, betas=(0.9, 0.99), weight_decay=0.0).kernel is not None
+    assert MasterAdamW(model, lr=1e-3, betas=(0.9, 0.99), weight_decay=0.0,
+                       kernel=False).kernel is None
+    assert MasterAdamW(nn.Linear(4, 4), lr=1e-3, betas=(0.9, 0.99),
+                       weight_decay=0.0).kernel is None
+    assert asked == [2]
+    monkeypatch.undo()
+    assert optim._kernel_for([p.detach() for p in model.parameters()]) is None
