@@ -190,6 +190,12 @@ def stage_gpu_tests(out: Path) -> None:
             results[name] = {"outcome": "failed", "error": f"{type(exc).__name__}: {exc}"[:2000],
                              "where": traceback.format_exc().splitlines()[-6:]}
         write(out, "gpu_tests", results)
+        # One short line each: the JSON line above is cut at 700 characters, and a log
+        # may be all that comes back from the machine.
+        print(f"gpu test {name}: {results[name]['outcome']}", flush=True)
+    failed = sorted(n for n, r in results.items() if r["outcome"] != "passed")
+    print(f"gpu tests: {len(results) - len(failed)} of {len(results)} passed"
+          + (f"; failed: {', '.join(failed)}" if failed else ""), flush=True)
     unseal()
 
 
