@@ -18,6 +18,9 @@ Triton: :class:`dflash.optim.MasterAdamW` imports it only where Triton is instal
 
 from __future__ import annotations
 
+import contextlib
+
+import torch
 import triton
 import triton.language as tl
 from torch import Tensor
@@ -53,7 +56,9 @@ def adamw_update_(grad: Tensor, param: Tensor, master: Tensor, avg: Tensor, avg_
     n = master.numel()
     if n == 0:
         return
-    _adamw[((n + BLOCK - 1) // BLOCK,)](
-        grad, param, master, avg, avg_sq, coef, n, 1.0 - lr * weight_decay, beta1, beta2,
-        lr / (1.0 - beta1 ** step), (1.0 - beta2 ** step) ** 0.5, eps, BLOCK=BLOCK,
-        num_warps=4)
+    # Triton launches on the current device (a CPU tensor: Triton's interpreter, the tests)
+    with torch.cuda.device(master.device) if master.is_cuda else contextlib.nullcontext():
+        _adamw[((n + BLOCK - 1) // BLOCK,)](
+            grad, param, master, avg, avg_sq, coef, n, 1.0 - lr * weight_decay, beta1, beta2,
+            lr / (1.0 - beta1 ** step), (1.0 - beta2 ** step) ** 0.5, eps, BLOCK=BLOCK,
+            num_warps=4)
