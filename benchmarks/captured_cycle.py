@@ -4,9 +4,10 @@
 
 A target of the real-target experiment's shape (``--hidden`` 768, 12 layers, GQA 12/4,
 head 64, vocabulary 16,000: the 88 M Qwen3 ``benchmarks/real_target.py`` pretrains; random
-weights, dflash's own Qwen3) and an untrained 5-layer drafter of block 16. Untrained, a
-DFlash cycle accepts one token, so every cycle verifies the full block: the same work
-each time. Measured in one process, alternating ``--reps`` times:
+weights, dflash's own Qwen3) and an untrained drafter of block 16 (``--drafter-layers``,
+5 as trained by default). Untrained, a DFlash cycle accepts one token, so every cycle
+verifies the full block: the same work each time. Measured in one process, alternating
+``--reps`` times:
 
 target_ms          a target-only greedy token (eager, the reference every speedup uses);
 target_captured_ms the same, its one-token step captured on a static cache
@@ -53,6 +54,8 @@ def main() -> int:
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--hidden", type=int, default=768)
     p.add_argument("--layers", type=int, default=12)
+    p.add_argument("--drafter-layers", type=int, default=5,
+                   help="drafter layers: what a smaller drafter saves a cycle")
     p.add_argument("--prompt", type=int, default=256, help="prompt tokens")
     p.add_argument("--tokens", type=int, default=128, help="new tokens a decode")
     p.add_argument("--reps", type=int, default=3)
@@ -66,8 +69,9 @@ def main() -> int:
     folder = Path(tempfile.mkdtemp(prefix="captured-cycle-"))
     (folder / "config.json").write_text(json.dumps(cfg.to_json()), encoding="utf-8")
     target = load_target(str(folder / "config.json"), device=args.device, dtype=dtype)
-    drafter = build_drafter(drafter_config_for(target, num_layers=5, block_size=16,
-                                               gamma=7.0), target.device).to(dtype).eval()
+    drafter = build_drafter(drafter_config_for(target, num_layers=args.drafter_layers,
+                                               block_size=16, gamma=7.0),
+                            target.device).to(dtype).eval()
     gen = torch.Generator().manual_seed(0)
     stretch = torch.randint(0, 15_000, (64,), generator=gen).tolist()
     head = torch.randint(0, 15_000, (args.prompt - 128,), generator=gen).tolist()
@@ -100,6 +104,7 @@ def main() -> int:
     summary: dict[str, object] = {
         "device": torch.cuda.get_device_name() if target.device.type == "cuda" else "cpu",
         "dtype": args.dtype, "hidden": args.hidden, "layers": args.layers,
+        "drafter_layers": args.drafter_layers,
         "prompt": len(prompt), "tokens": args.tokens, "reps": args.reps,
         "torch": torch.__version__, "lossless_every_decode": equal, "tau": taus,
         "lookups": lookups}
