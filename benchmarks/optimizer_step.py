@@ -2,8 +2,9 @@
 
     python benchmarks/optimizer_step.py --device cuda --out optimizer.json
 
-The parameters are a drafter's trainable ones (``--shape 8b``: the 8B shape's 5-layer
-drafter, 58 tensors, 1.05 B parameters; ``tiny`` for a smoke run on a CPU), bf16, with
+The parameters are a drafter's trainable ones (``--shape``, a drafter preset of
+:data:`dflash.presets.DRAFTER_PRESETS`: ``qwen3-8b``, the 8B shape's 5-layer drafter, 58
+tensors, 1.05 B parameters; ``tiny`` for a smoke run on a CPU), bf16, with
 random bf16 gradients; each step clips at 1.0 (the clip always in force: the gradients'
 norm is far above it). Measured in one process, the three alternating ``--reps`` times,
 each the median of ``--steps`` steps timed one by one (synchronized):
@@ -35,18 +36,10 @@ from torch import nn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dflash.config import DrafterConfig  # noqa: E402
 from dflash.model import DFlashDrafter  # noqa: E402
 from dflash.optim import MasterAdamW  # noqa: E402
+from dflash.presets import DRAFTER_PRESETS  # noqa: E402
 
-SHAPES = {
-    "8b": {"hidden_size": 4096, "intermediate_size": 12288, "num_heads": 32,
-           "num_kv_heads": 8, "head_dim": 128, "num_target_layers": 36,
-           "target_layer_ids": (1, 9, 17, 25, 33), "vocab_size": 151936},
-    "tiny": {"hidden_size": 64, "intermediate_size": 128, "num_heads": 4, "num_kv_heads": 2,
-             "head_dim": 16, "num_target_layers": 8, "target_layer_ids": (1, 3, 5),
-             "vocab_size": 512},
-}
 BYTES = {"before": 52, "kernel": 30}
 """Bytes read and written a parameter (docs/BENCHMARKS.md, issue 36): before, 6 to make
 the gradient fp32, 4 + 8 for the clip's norm and multiply, 28 for the fused AdamW, 6 to
@@ -80,11 +73,9 @@ class Before:
         return norm
 
 
-def drafter(shape: str, device: torch.device) -> nn.Module:
-    cfg = DrafterConfig(num_layers=5, rope_theta=1e6, rms_eps=1e-6, block_size=16,
-                        mask_token_id=SHAPES[shape]["vocab_size"] - 1, **SHAPES[shape])
+def drafter(preset: str, device: torch.device) -> nn.Module:
     with torch.device(device):
-        model = DFlashDrafter(cfg)
+        model = DFlashDrafter(DRAFTER_PRESETS[preset]())
     return model.to(torch.bfloat16)
 
 
@@ -108,7 +99,7 @@ def timed(step: Callable[[], object], params: list[torch.Tensor], grads: list[to
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--device", default="cuda")
-    p.add_argument("--shape", default="8b", choices=sorted(SHAPES))
+    p.add_argument("--shape", default="qwen3-8b", choices=sorted(DRAFTER_PRESETS))
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--out", type=Path)
